@@ -1,0 +1,1 @@
+"""flightlog daemon."""

@@ -1,0 +1,345 @@
+"""The messages of the wire protocol, as tagged msgspec Structs.
+
+Every message is one MessagePack map in one frame (see :mod:`._framing`), tagged by
+its ``type`` field.  Requests carry an ``id`` (a positive integer the client picks,
+unique among its pending requests) that the reply echoes; ``record`` has no id and no
+reply.  Pushes (:class:`RecordFailed`, :class:`TailBatch`, :class:`TailEnd`) arrive at
+any time between replies.
+
+JSON payloads (a record's ``data``, a checkpoint's snapshot, tailed lines) travel as
+MessagePack ``bin`` holding UTF-8 JSON bytes: JSON is their format on disk, and the
+daemon validates them, never re-encodes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "PROTOCOL_VERSION",
+    "SUPPORTED_VERSIONS",
+    "Ack",
+    "BeginRun",
+    "CheckpointLoaded",
+    "ClientMessage",
+    "CloseRun",
+    "CloseSession",
+    "Create",
+    "ErrorReply",
+    "Hello",
+    "LoadCheckpoint",
+    "Message",
+    "Open",
+    "RecordEvent",
+    "RecordFailed",
+    "Request",
+    "RunStarted",
+    "SaveCheckpoint",
+    "ServerMessage",
+    "SessionOpened",
+    "SessionStatus",
+    "Status",
+    "StatusReply",
+    "Subscribe",
+    "Subscribed",
+    "Sync",
+    "TailBatch",
+    "TailEnd",
+    "Unsubscribe",
+    "Welcome",
+]
+
+PROTOCOL_VERSION: Final = 1
+SUPPORTED_VERSIONS: Final = (1,)
+#: The daemon's default maximum frame size; it announces its own in :class:`Welcome`.
+DEFAULT_MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
+
+
+class Message(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
+    """Base of every wire message."""
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+class Request(Message, frozen=True):
+    """A message that expects exactly one reply with the same ``id``."""
+
+    id: int
+
+
+class Hello(Request, tag="hello", frozen=True):
+    """First message on every connection: the protocol version the client speaks."""
+
+    version: int
+    client: str = ""
+    pid: int = 0
+
+
+class Create(Request, tag="create", frozen=True):
+    """Create a new session file at ``path`` and become its writer.  Reply: SessionOpened."""
+
+    path: str
+    meta: dict[str, Any] = {}
+
+
+class Open(Request, tag="open", frozen=True):
+    """Open an existing session file and become its writer.  Reply: SessionOpened."""
+
+    path: str
+
+
+class BeginRun(Request, tag="begin_run", frozen=True):
+    """Start a run in a session this connection writes.  Reply: RunStarted."""
+
+    session_id: str
+    time: str
+    client: str = ""
+    pid: int = 0
+
+
+class RecordEvent(Message, tag="record", frozen=True):
+    """Append one agent fact to the open run.  No reply; a failure is pushed as RecordFailed.
+
+    ``data`` is one JSON object (UTF-8, no raw newline) and ``event_type`` one of the
+    agent fact types; ``time`` is the source's RFC 3339 UTC timestamp.
+    """
+
+    session_id: str
+    run_id: str
+    event_type: str
+    time: str
+    data: bytes
+
+
+class SaveCheckpoint(Request, tag="save_checkpoint", frozen=True):
+    """Append a checkpoint and sync it.  Reply: Ack once durable."""
+
+    session_id: str
+    run_id: str
+    time: str
+    snapshot: bytes
+
+
+class CloseRun(Request, tag="close_run", frozen=True):
+    """Append ``run_close`` (with the run's sticky error, if any) and sync.  Reply: Ack."""
+
+    session_id: str
+    run_id: str
+    time: str
+    error: str | None = None
+
+
+class CloseSession(Request, tag="close_session", frozen=True):
+    """Sync and release the session.  Reply: Ack, or the session's sticky error."""
+
+    session_id: str
+
+
+class Sync(Request, tag="sync", frozen=True):
+    """Make everything sent so far durable.  Reply: Ack once fsynced."""
+
+    session_id: str
+
+
+class LoadCheckpoint(Request, tag="load_checkpoint", frozen=True):
+    """The latest explicit checkpoint of a session.  Reply: CheckpointLoaded."""
+
+    session_id: str
+
+
+class Subscribe(Request, tag="subscribe", frozen=True):
+    """Tail a session (``path``), or every session written from now on (``path`` None).
+
+    Records with ``seq > after`` are pushed in TailBatch frames, in order, without gaps;
+    without ``follow`` the subscription ends (TailEnd) at the current end of the file.
+    """
+
+    path: str | None = None
+    after: int = 0
+    follow: bool = False
+    types: list[str] | None = None
+    run_id: str | None = None
+
+
+class Unsubscribe(Request, tag="unsubscribe", frozen=True):
+    """End a subscription.  Reply: Ack; a TailEnd may still be in flight before it."""
+
+    subscription: int
+
+
+class Status(Request, tag="status", frozen=True):
+    """What the daemon holds.  Reply: StatusReply."""
+
+
+ClientMessage = (
+    Hello
+    | Create
+    | Open
+    | BeginRun
+    | RecordEvent
+    | SaveCheckpoint
+    | CloseRun
+    | CloseSession
+    | Sync
+    | LoadCheckpoint
+    | Subscribe
+    | Unsubscribe
+    | Status
+)
+
+# ----------------------------------------------------------------------------- replies
+
+
+class Welcome(Message, tag="welcome", frozen=True):
+    """Reply to Hello: the version spoken and the largest frame the daemon accepts."""
+
+    id: int
+    version: int
+    max_frame_size: int
+    daemon_pid: int = 0
+    server: str = ""
+
+
+class SessionOpened(Message, tag="session_opened", frozen=True):
+    """Reply to Create and Open.
+
+    ``last_seq`` is the seq of the last record in the file; ``path`` is the resolved
+    absolute path; ``interrupted_runs`` lists runs that have no ``run_close``; an
+    unfinished tail that opening truncated away is counted in ``truncated_bytes``.
+    """
+
+    id: int
+    session_id: str
+    path: str
+    last_seq: int
+    meta: dict[str, Any] = {}
+    interrupted_runs: list[str] = []
+    truncated_bytes: int = 0
+
+
+class RunStarted(Message, tag="run_started", frozen=True):
+    """Reply to BeginRun: the fresh run id and the seq of its ``run_start``."""
+
+    id: int
+    run_id: str
+    seq: int
+
+
+class Ack(Message, tag="ack", frozen=True):
+    """Success reply; ``seq`` is the last seq written (and durable, for synced requests)."""
+
+    id: int
+    seq: int = 0
+
+
+class CheckpointLoaded(Message, tag="checkpoint_loaded", frozen=True):
+    """Reply to LoadCheckpoint; ``snapshot`` is None when the session has no checkpoint."""
+
+    id: int
+    seq: int | None = None
+    run_id: str | None = None
+    time: str | None = None
+    snapshot: bytes | None = None
+
+
+class Subscribed(Message, tag="subscribed", frozen=True):
+    """Reply to Subscribe: the subscription's number, used by later pushes."""
+
+    id: int
+    subscription: int
+    path: str | None = None
+
+
+class SessionStatus(msgspec.Struct, kw_only=True, frozen=True):
+    """One open session, as StatusReply lists it."""
+
+    path: str
+    session_id: str
+    writer_pid: int | None = None
+    run_id: str | None = None
+    last_seq: int = 0
+    records: int = 0
+    bytes: int = 0
+    subscribers: int = 0
+    file_open: bool = True
+    error: str | None = None
+
+
+class StatusReply(Message, tag="status_reply", frozen=True):
+    """Reply to Status."""
+
+    id: int
+    pid: int
+    version: str
+    uptime: float
+    connections: int
+    subscribers: int
+    records_written: int
+    bytes_written: int
+    records_per_second: float = 0.0
+    errors: int = 0
+    open_files: int = 0
+    sessions: list[SessionStatus] = []
+
+
+class ErrorReply(Message, tag="error", frozen=True):
+    """A request failed.  ``id`` is 0 when the failure is about no request (bad frame)."""
+
+    id: int
+    code: str
+    message: str
+    session_id: str | None = None
+
+
+# ------------------------------------------------------------------------------ pushes
+
+
+class RecordFailed(Message, tag="record_failed", frozen=True):
+    """Pushed to a session's writer when a record failed; sticky on the run."""
+
+    session_id: str
+    run_id: str | None
+    code: str
+    message: str
+
+
+class TailBatch(Message, tag="tail_batch", frozen=True):
+    """Pushed to a subscriber: complete JSONL lines (each without its ``\\n``) in seq order."""
+
+    subscription: int
+    lines: list[bytes]
+    path: str | None = None
+
+
+class TailEnd(Message, tag="tail_end", frozen=True):
+    """Pushed to a subscriber: no more batches will come.
+
+    ``reason`` is ``end_of_file`` (no follow), ``session_closed`` (the writer closed the
+    session), ``unsubscribed``, ``shutting_down`` or ``error`` (then ``code`` and
+    ``message`` say which).
+    """
+
+    subscription: int
+    reason: str
+    last_seq: int = 0
+    code: str | None = None
+    message: str | None = None
+
+
+ServerMessage = (
+    Welcome
+    | SessionOpened
+    | RunStarted
+    | Ack
+    | CheckpointLoaded
+    | Subscribed
+    | StatusReply
+    | ErrorReply
+    | RecordFailed
+    | TailBatch
+    | TailEnd
+)

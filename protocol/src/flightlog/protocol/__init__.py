@@ -1,1 +1,25 @@
-"""flightlog protocol."""
+"""flightlog's protocol: the file format, events, codec and wire messages, without I/O."""
+
+from __future__ import annotations
+
+from ._defaults import *  # noqa: F403
+from ._defaults import __all__ as _defaults_all
+from ._errors import *  # noqa: F403
+from ._errors import __all__ as _errors_all
+from ._framing import *  # noqa: F403
+from ._framing import __all__ as _framing_all
+from ._records import *  # noqa: F403
+from ._records import __all__ as _records_all
+from ._state import *  # noqa: F403
+from ._state import __all__ as _state_all
+from ._wire import *  # noqa: F403
+from ._wire import __all__ as _wire_all
+
+__all__ = [
+    *_defaults_all,
+    *_errors_all,
+    *_framing_all,
+    *_records_all,
+    *_state_all,
+    *_wire_all,
+]

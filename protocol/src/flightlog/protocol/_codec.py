@@ -1,0 +1,660 @@
+"""The codec: events and snapshots to the JSON of a record's ``data``, and back.
+
+Theory of operation
+-------------------
+Encoding walks the value and lowers it to plain JSON values before msgspec writes it.
+The walk is needed because msgspec encodes any Struct or dataclass natively, and an
+application's own message types must never be silently lowered to plain dicts: a typed
+object is written as a JSON object carrying its registered tag under ``"$type"``, so that
+decoding with the same registry gives back the same type.  The rules, in order:
+
+* ``str``, ``int``, ``float``, ``bool`` and ``None`` pass as they are (NaN and the
+  infinities become ``null``, as msgspec writes them); dicts, lists, tuples and sets are
+  walked.
+* An object of a registered class becomes ``{"$type": tag, <its fields>}``.  The
+  protocol's own messages and parts are registered in every codec.
+* The protocol's value types (:class:`Execution`, :class:`Usage`, :class:`CallConfig`,
+  :class:`ToolDeclaration`) are written as plain objects, without ``"$type"``, in the
+  fields whose declared type says what they are (``execution``, ``usage``, ``config``,
+  ``tools``); anywhere else they carry their tag like any other registered type.
+* An object of an unregistered Struct, dataclass or attrs class raises
+  :class:`RecordingError` naming the class: call ``codec.register(tag, cls)``.
+* Any other value msgspec can write (``datetime``, ``UUID``, ``Decimal``, enums, bytes as
+  base64) is written as msgspec writes it and reads back as the plain JSON value.
+* A value that cannot be written at all (an open socket, a lone surrogate, a reference
+  cycle) becomes ``{"snapshot_error": "<ExceptionType>: <reason>"}`` in its place, so one
+  bad value costs that value, not the record.
+* Credentials never reach a record: keys such as ``api_key``, ``authorization`` or
+  ``x-api-key`` are removed, at any depth, from ``CallConfig.extra`` and from
+  ``ModelRequest.headers``.
+
+An event is then validated against its own class, so a field of the wrong type fails in
+the caller's process, at ``record()``, and never later in a reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from ._errors import ErrorCode, LocalProtocolError, RecordingError, RemoteProtocolError
+from ._events import (
+    EVENT_CLASSES,
+    AssistantMessage,
+    CallConfig,
+    Event,
+    Execution,
+    ImagePart,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolDeclaration,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from ._records import NEVER_WRITTEN_TYPES, STRUCTURAL_TYPES, Record, is_time
+
+__all__ = [
+    "MAX_DEPTH",
+    "SNAPSHOT_ERROR_KEY",
+    "TYPE_KEY",
+    "Codec",
+    "EncodedEvent",
+    "decode_event",
+    "decode_value",
+    "default_codec",
+    "encode_event",
+    "encode_value",
+    "is_credential_key",
+]
+
+T = TypeVar("T")
+
+#: The key that carries a typed object's registered tag.
+TYPE_KEY: Final = "$type"
+#: The key of the diagnostic that replaces a value that cannot be encoded.
+SNAPSHOT_ERROR_KEY: Final = "snapshot_error"
+#: Deeper values are replaced by a snapshot_error diagnostic.
+MAX_DEPTH: Final = 200
+
+
+class EncodedEvent(msgspec.Struct, kw_only=True, frozen=True):
+    """An event ready to be written: its record ``type``, ``data`` and source ``time``.
+
+    ``data`` is one JSON object (UTF-8 bytes) holding the event's fields, without the
+    type tag and without ``time``, which go into the record envelope.
+    """
+
+    type: str
+    data: bytes
+    time: str
+
+
+# Credential keys, compared lowercased with "_", "-" and "." removed.
+_CREDENTIAL_KEYS: Final = frozenset(
+    {
+        "apikey",
+        "authorization",
+        "proxyauthorization",
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "token",
+        "accesstoken",
+        "refreshtoken",
+        "idtoken",
+        "authtoken",
+        "bearertoken",
+        "sessiontoken",
+        "privatekey",
+        "secretkey",
+        "cookie",
+        "setcookie",
+        "credential",
+        "credentials",
+    }
+)
+# Suffixes catch prefixed forms: openai_api_key, x-api-key, client_secret, db_password.
+_CREDENTIAL_SUFFIXES: Final = (
+    "apikey",
+    "authorization",
+    "password",
+    "secret",
+    "accesstoken",
+    "refreshtoken",
+    "authtoken",
+    "sessiontoken",
+    "privatekey",
+    "secretkey",
+    "credentials",
+)
+
+
+def is_credential_key(key: str) -> bool:
+    """Whether a config or header key names a credential the codec removes.
+
+    ``api_key``, ``apiKey``, ``x-api-key``, ``Authorization``, ``client_secret``,
+    ``access_token``, ``password``…  but not ``max_tokens`` or ``input_tokens``.
+    """
+    norm = key.lower().replace("_", "").replace("-", "").replace(".", "")
+    return norm in _CREDENTIAL_KEYS or norm.endswith(_CREDENTIAL_SUFFIXES)
+
+
+def _scrub(value: Any) -> Any:
+    # Works on lowered values: dicts, lists and scalars only.
+    if type(value) is dict:
+        return {
+            key: _scrub(item)
+            for key, item in value.items()
+            if not (isinstance(key, str) and is_credential_key(key))
+        }
+    if type(value) is list:
+        return [_scrub(item) for item in value]
+    return value
+
+
+def _diagnostic(exc: BaseException) -> dict[str, str]:
+    return {SNAPSHOT_ERROR_KEY: f"{type(exc).__name__}: {exc}"}
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# --- shapes: how one class is lowered ---------------------------------------------------
+
+_VALUE_TYPES: Final[tuple[type, ...]] = (Execution, Usage, CallConfig, ToolDeclaration)
+
+# Fields whose lowered value has credentials removed.
+_SCRUBBED_FIELDS: Final[Mapping[type, frozenset[str]]] = {
+    CallConfig: frozenset({"extra"}),
+    ModelRequest: frozenset({"headers"}),
+}
+
+# Fields of an event never written ("time" goes into the envelope).
+_OMITTED_FIELDS: Final[Mapping[type, frozenset[str]]] = {
+    ModelResponse: frozenset({"time", "message"}),
+}
+_ALWAYS_OMITTED: Final = frozenset({"time"})
+
+
+def _holds_value_types(tp: Any) -> bool:
+    """Whether every object a field of type ``tp`` holds is a protocol value type."""
+    if isinstance(tp, type):
+        return tp in _VALUE_TYPES
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is list:
+        return len(args) == 1 and _holds_value_types(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        members = [arg for arg in args if arg is not type(None)]
+        return bool(members) and all(_holds_value_types(arg) for arg in members)
+    return False
+
+
+class _Shape:
+    """How objects of one class are lowered, and restored from a dict."""
+
+    __slots__ = ("cls", "fields", "keeps_type_key", "own_tag", "scrubbed", "tag")
+
+    def __init__(
+        self,
+        *,
+        cls: type,
+        tag: str,
+        fields: tuple[tuple[str, str, bool], ...],
+        own_tag: tuple[str, str | int] | None,
+        keeps_type_key: bool,
+    ) -> None:
+        self.cls = cls
+        self.tag = tag
+        # (attribute, JSON key, declared as a protocol value type)
+        self.fields = fields
+        self.own_tag = own_tag
+        self.keeps_type_key = keeps_type_key
+        self.scrubbed = _SCRUBBED_FIELDS.get(cls, frozenset())
+
+
+def _shape_of(
+    cls: type, tag: str, *, omit: frozenset[str] = frozenset(), own_tag_written: bool = True
+) -> _Shape:
+    """The shape of a registrable class; raises LocalProtocolError for any other class."""
+    if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        config = cls.__struct_config__
+        if config.array_like:
+            raise LocalProtocolError(
+                f"cannot register {_class_name(cls)}: array_like Structs are not supported",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        if config.tag_field == TYPE_KEY and config.tag != tag:
+            raise LocalProtocolError(
+                f"cannot register {_class_name(cls)} as {tag!r}: "
+                f"it already tags itself with $type {config.tag!r}",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        try:
+            infos = [(f.name, f.encode_name, f.type) for f in msgspec.structs.fields(cls)]
+        except Exception:  # unresolvable annotations: lower every field generically
+            infos = [
+                (name, key, Any)
+                for name, key in zip(
+                    cls.__struct_fields__, cls.__struct_encode_fields__, strict=True
+                )
+            ]
+        own_tag: tuple[str, str | int] | None = None
+        if own_tag_written and config.tag_field is not None and config.tag_field != TYPE_KEY:
+            assert config.tag is not None
+            own_tag = (config.tag_field, config.tag)
+        keeps = config.tag_field == TYPE_KEY
+    elif isinstance(cls, type) and dataclasses.is_dataclass(cls):
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:
+            hints = {}
+        infos = [
+            (f.name, f.name, hints.get(f.name, Any)) for f in dataclasses.fields(cls) if f.init
+        ]
+        own_tag = None
+        keeps = False
+    else:
+        raise LocalProtocolError(
+            f"cannot register {cls!r}: only msgspec Structs and dataclasses can be registered",
+            code=ErrorCode.CODEC_ERROR,
+        )
+    fields = tuple(
+        (name, key, _holds_value_types(tp)) for name, key, tp in infos if name not in omit
+    )
+    return _Shape(cls=cls, tag=tag, fields=fields, own_tag=own_tag, keeps_type_key=keeps)
+
+
+_BUILTIN_TYPES: Final[tuple[tuple[str, type], ...]] = (
+    ("user", UserMessage),
+    ("assistant", AssistantMessage),
+    ("tool_result", ToolResultMessage),
+    ("text", TextPart),
+    ("thinking", ThinkingPart),
+    ("tool_call", ToolCallPart),
+    ("image", ImagePart),
+    ("execution", Execution),
+    ("usage", Usage),
+    ("call_config", CallConfig),
+    ("tool_declaration", ToolDeclaration),
+)
+_BUILTIN_SHAPES: Final = {cls: _shape_of(cls, tag) for tag, cls in _BUILTIN_TYPES}
+
+_EVENT_SHAPES: Final = {
+    # An event's tag is the record type, written in the envelope, not in its data.
+    cls: _shape_of(cls, tag, omit=_OMITTED_FIELDS.get(cls, _ALWAYS_OMITTED), own_tag_written=False)
+    for tag, cls in EVENT_CLASSES.items()
+}
+
+_json_encoder: Final = msgspec.json.Encoder()
+_json_decoder: Final = msgspec.json.Decoder()
+
+# What msgspec raises for a value it cannot write.
+_ENCODE_ERRORS: Final = (msgspec.EncodeError, TypeError, ValueError, OverflowError)
+
+
+def _is_typed_object(cls: type) -> bool:
+    return (
+        issubclass(cls, msgspec.Struct)
+        or dataclasses.is_dataclass(cls)
+        or hasattr(cls, "__attrs_attrs__")
+    )
+
+
+class Codec:
+    """Encodes events and snapshots for records, and decodes them back.
+
+    An application registers its own message and artifact types (msgspec Structs or
+    dataclasses) under stable tags with :meth:`register`; the protocol's messages and
+    parts are registered already.  Encoding raises :class:`RecordingError`; decoding
+    raises :class:`RemoteProtocolError` (the record does not hold what it claims) or
+    :class:`LocalProtocolError` (a structural record is not an event).
+    """
+
+    def __init__(self) -> None:
+        self._by_class: dict[type, _Shape] = dict(_BUILTIN_SHAPES)
+        self._by_tag: dict[str, _Shape] = {shape.tag: shape for shape in _BUILTIN_SHAPES.values()}
+
+    # --- registry -----------------------------------------------------------------------
+
+    def register(self, tag: str, cls: type[T]) -> type[T]:
+        """Register ``cls`` under ``tag``; returns ``cls``.
+
+        The tag is written into every record that holds such an object: keep it stable
+        across renames of the class.  Registering the same pair again does nothing.
+        Raises :class:`LocalProtocolError` when the tag or the class is taken by another
+        registration, or the class is neither a msgspec Struct nor a dataclass.
+        """
+        if not isinstance(tag, str) or not tag:
+            raise LocalProtocolError(
+                "a codec tag must be a non-empty string", code=ErrorCode.CODEC_ERROR
+            )
+        taken = self._by_tag.get(tag)
+        if taken is not None:
+            if taken.cls is cls:
+                return cls
+            raise LocalProtocolError(
+                f"tag {tag!r} is already registered for {_class_name(taken.cls)}",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        known = self._by_class.get(cls)
+        if known is not None:
+            raise LocalProtocolError(
+                f"{_class_name(cls)} is already registered as {known.tag!r}",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        shape = _shape_of(cls, tag)
+        self._by_class[cls] = shape
+        self._by_tag[tag] = shape
+        return cls
+
+    @property
+    def tags(self) -> Mapping[str, type]:
+        """Every registered tag and its class, built-in ones included."""
+        return types.MappingProxyType({tag: shape.cls for tag, shape in self._by_tag.items()})
+
+    def tag_of(self, cls: type) -> str | None:
+        """The tag ``cls`` is registered under, or None."""
+        shape = self._by_class.get(cls)
+        return None if shape is None else shape.tag
+
+    # --- events -------------------------------------------------------------------------
+
+    def encode_event(self, event: Event) -> EncodedEvent | None:
+        """The record type, data and time of ``event``, or None when it is never written.
+
+        Never written: ``message_start``, ``message_update``, ``model_stream``,
+        ``tool_exec_update``, and a ``model_response`` without a length-recovery
+        decision (with one it is written without its message).
+
+        Raises :class:`RecordingError` (code ``codec_error``) for an object of an
+        unregistered class, and (code ``bad_event``) for something that is not an event
+        or a field of the wrong type.
+        """
+        shape = _EVENT_SHAPES.get(type(event))
+        if shape is None:
+            raise RecordingError(
+                f"cannot record {type(event).__qualname__}: not a flightlog event",
+                code=ErrorCode.BAD_EVENT,
+            )
+        if shape.tag in NEVER_WRITTEN_TYPES:
+            return None
+        if isinstance(event, ModelResponse) and event.length_recovery is None:
+            return None
+        if not isinstance(event.time, str) or not is_time(event.time):
+            raise RecordingError(
+                f"{shape.cls.__name__}.time must be RFC 3339 UTC "
+                f"(like 2026-11-29T20:00:00.000000Z), not {event.time!r}",
+                code=ErrorCode.BAD_EVENT,
+            )
+        data = self._lower_object(event, shape, depth=0, active=set(), tagged=False)
+        self._validate(data, shape)
+        try:
+            encoded = _json_encoder.encode(data)
+        except _ENCODE_ERRORS:
+            data = self._clean(data)
+            self._validate(data, shape)
+            encoded = _json_encoder.encode(data)
+        return EncodedEvent(type=shape.tag, data=encoded, time=event.time)
+
+    def decode_event(self, record: Record) -> Event:
+        """The typed event a record holds, registered application types restored.
+
+        Raises :class:`LocalProtocolError` for a structural record (``session_start``,
+        ``run_start``, ``checkpoint``, ``run_close``: use ``record.decode_data``), and
+        :class:`RemoteProtocolError` for an unknown record type or data that does not
+        fit its event class.
+        """
+        return self.decode_event_data(record.type, record.data, time=record.time)
+
+    def decode_event_data(self, type: str, data: bytes | msgspec.Raw, *, time: str) -> Event:
+        """Like :meth:`decode_event`, from a record's parts."""
+        cls = EVENT_CLASSES.get(type)
+        if cls is None:
+            if type in STRUCTURAL_TYPES:
+                raise LocalProtocolError(
+                    f"{type} is a structural record, not an event: use record.decode_data()",
+                    code=ErrorCode.BAD_EVENT,
+                )
+            raise RemoteProtocolError(
+                f"unknown record type {type!r} (written by a newer flightlog?)",
+                code=ErrorCode.BAD_EVENT,
+            )
+        fields = self._decode_json(data)
+        if not isinstance(fields, dict):
+            raise RemoteProtocolError(
+                f"the data of a {type} record must be a JSON object", code=ErrorCode.BAD_EVENT
+            )
+        fields.pop("type", None)
+        fields["time"] = time
+        try:
+            raised = {key: self._raise(value, 0) for key, value in fields.items()}
+            event: Event = msgspec.convert(raised, cls)
+        except msgspec.ValidationError as exc:
+            raise RemoteProtocolError(
+                f"the data of a {type} record does not fit {cls.__name__}: {exc}",
+                code=ErrorCode.BAD_EVENT,
+            ) from None
+        except RecursionError:
+            raise RemoteProtocolError(
+                f"the data of a {type} record is nested too deeply", code=ErrorCode.BAD_EVENT
+            ) from None
+        return event
+
+    # --- snapshots ----------------------------------------------------------------------
+
+    def encode_value(self, obj: Any) -> bytes:
+        """JSON for a checkpoint snapshot (or any value), with the typed-message rules.
+
+        Raises :class:`RecordingError` for an object of an unregistered class.
+        """
+        lowered = self._lower(obj, depth=0, active=set())
+        try:
+            return _json_encoder.encode(lowered)
+        except _ENCODE_ERRORS:
+            return _json_encoder.encode(self._clean(lowered))
+
+    def decode_value(self, data: bytes | msgspec.Raw) -> Any:
+        """The value :meth:`encode_value` wrote, registered types restored.
+
+        Raises :class:`RemoteProtocolError` for bad JSON or a typed object that does not
+        fit its registered class.
+        """
+        value = self._decode_json(data)
+        try:
+            return self._raise(value, 0)
+        except msgspec.ValidationError as exc:
+            raise RemoteProtocolError(
+                f"snapshot does not fit its types: {exc}", code=ErrorCode.CODEC_ERROR
+            ) from None
+        except RecursionError:
+            raise RemoteProtocolError(
+                "snapshot is nested too deeply", code=ErrorCode.CODEC_ERROR
+            ) from None
+
+    # --- lowering -----------------------------------------------------------------------
+
+    def _lower(self, obj: Any, depth: int, active: set[int]) -> Any:
+        cls = type(obj)
+        if cls is str or cls is int or cls is float or cls is bool or obj is None:
+            return obj
+        if depth >= MAX_DEPTH:
+            return _diagnostic(ValueError(f"nested deeper than {MAX_DEPTH} levels"))
+        shape = self._by_class.get(cls)
+        if shape is not None:
+            return self._lower_object(obj, shape, depth=depth, active=active, tagged=True)
+        if isinstance(obj, Mapping):
+            return self._lower_mapping(obj, depth, active)
+        if isinstance(obj, list | tuple | set | frozenset):
+            marker = id(obj)
+            if marker in active:
+                return _diagnostic(ValueError("circular reference"))
+            active.add(marker)
+            try:
+                return [self._lower(item, depth + 1, active) for item in obj]
+            finally:
+                active.discard(marker)
+        if isinstance(obj, str | int | float):  # subclasses: str and int enums, numpy-ish
+            return obj
+        if _is_typed_object(cls):
+            raise RecordingError(
+                f"cannot encode {_class_name(cls)}: its class is not registered with the "
+                f"codec; call codec.register('<stable tag>', {cls.__qualname__}) first",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        if isinstance(obj, msgspec.Raw):
+            return _diagnostic(TypeError("msgspec.Raw cannot be recorded; pass decoded values"))
+        try:
+            return msgspec.to_builtins(obj)
+        except _ENCODE_ERRORS as exc:
+            return _diagnostic(exc)
+
+    def _lower_mapping(self, obj: Mapping[Any, Any], depth: int, active: set[int]) -> Any:
+        marker = id(obj)
+        if marker in active:
+            return _diagnostic(ValueError("circular reference"))
+        active.add(marker)
+        try:
+            out: dict[Any, Any] = {}
+            for key, value in obj.items():
+                if not isinstance(key, str) and (
+                    isinstance(key, bool) or not isinstance(key, int | float)
+                ):
+                    return _diagnostic(
+                        TypeError(f"dict keys must be strings or numbers, not {type(key).__name__}")
+                    )
+                out[key] = self._lower(value, depth + 1, active)
+            return out
+        finally:
+            active.discard(marker)
+
+    def _lower_object(
+        self, obj: Any, shape: _Shape, *, depth: int, active: set[int], tagged: bool
+    ) -> dict[str, Any]:
+        marker = id(obj)
+        if marker in active:
+            return _diagnostic(ValueError("circular reference"))
+        active.add(marker)
+        try:
+            out: dict[str, Any] = {}
+            if tagged:
+                out[TYPE_KEY] = shape.tag
+            if shape.own_tag is not None:
+                out[shape.own_tag[0]] = shape.own_tag[1]
+            for attr, key, plain in shape.fields:
+                value = getattr(obj, attr)
+                if plain:
+                    value = self._lower_plain(value, depth + 1, active)
+                else:
+                    value = self._lower(value, depth + 1, active)
+                if attr in shape.scrubbed:
+                    value = _scrub(value)
+                out[key] = value
+            return out
+        finally:
+            active.discard(marker)
+
+    def _lower_plain(self, obj: Any, depth: int, active: set[int]) -> Any:
+        # A field declared as a protocol value type: its objects are written untagged.
+        shape = _BUILTIN_SHAPES.get(type(obj))
+        if shape is not None and shape.cls in _VALUE_TYPES:
+            return self._lower_object(obj, shape, depth=depth, active=active, tagged=False)
+        if isinstance(obj, list | tuple) and depth < MAX_DEPTH:
+            return [self._lower_plain(item, depth + 1, active) for item in obj]
+        return self._lower(obj, depth, active)
+
+    def _clean(self, value: Any) -> Any:
+        # The slow path, after msgspec refused the lowered value: find what it refuses
+        # (a lone surrogate, a dict key it cannot write) and put a diagnostic there.
+        try:
+            _json_encoder.encode(value)
+        except _ENCODE_ERRORS as exc:
+            if type(value) is dict:
+                cleaned: Any = {key: self._clean(item) for key, item in value.items()}
+            elif type(value) is list:
+                cleaned = [self._clean(item) for item in value]
+            else:
+                return _diagnostic(exc)
+            try:
+                _json_encoder.encode(cleaned)
+            except _ENCODE_ERRORS:
+                return _diagnostic(exc)
+            return cleaned
+        return value
+
+    def _validate(self, data: dict[str, Any], shape: _Shape) -> None:
+        try:
+            msgspec.convert(data, shape.cls)
+        except msgspec.ValidationError as exc:
+            raise RecordingError(
+                f"cannot record {shape.cls.__name__}: {exc}", code=ErrorCode.BAD_EVENT
+            ) from None
+
+    # --- raising ------------------------------------------------------------------------
+
+    def _decode_json(self, data: bytes | msgspec.Raw) -> Any:
+        try:
+            return _json_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise RemoteProtocolError(
+                f"not valid JSON: {exc}", code=ErrorCode.CODEC_ERROR
+            ) from None
+
+    def _raise(self, value: Any, depth: int) -> Any:
+        if type(value) is dict:
+            out = {key: self._raise(item, depth + 1) for key, item in value.items()}
+            tag = out.get(TYPE_KEY)
+            if type(tag) is str:
+                shape = self._by_tag.get(tag)
+                if shape is not None:
+                    return self._restore(out, shape)
+            return out
+        if type(value) is list:
+            return [self._raise(item, depth + 1) for item in value]
+        return value
+
+    def _restore(self, fields: dict[str, Any], shape: _Shape) -> Any:
+        if not shape.keeps_type_key:
+            del fields[TYPE_KEY]
+        try:
+            return msgspec.convert(fields, shape.cls)
+        except msgspec.ValidationError as exc:
+            raise RemoteProtocolError(
+                f"$type {shape.tag!r} does not fit {_class_name(shape.cls)}: {exc}",
+                code=ErrorCode.CODEC_ERROR,
+            ) from None
+
+
+#: The codec the SDK uses unless it is given another.
+default_codec: Final = Codec()
+
+
+def encode_event(event: Event) -> EncodedEvent | None:
+    """:meth:`Codec.encode_event` of :data:`default_codec`."""
+    return default_codec.encode_event(event)
+
+
+def decode_event(record: Record) -> Event:
+    """:meth:`Codec.decode_event` of :data:`default_codec`."""
+    return default_codec.decode_event(record)
+
+
+def encode_value(obj: Any) -> bytes:
+    """:meth:`Codec.encode_value` of :data:`default_codec`."""
+    return default_codec.encode_value(obj)
+
+
+def decode_value(data: bytes | msgspec.Raw) -> Any:
+    """:meth:`Codec.decode_value` of :data:`default_codec`."""
+    return default_codec.decode_value(data)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from ._codec import *  # noqa: F403
+from ._codec import __all__ as _codec_all
 from ._defaults import *  # noqa: F403
 from ._defaults import __all__ as _defaults_all
 from ._errors import *  # noqa: F403
 from ._errors import __all__ as _errors_all
+from ._events import *  # noqa: F403
+from ._events import __all__ as _events_all
 from ._framing import *  # noqa: F403
 from ._framing import __all__ as _framing_all
+from ._reader import *  # noqa: F403
+from ._reader import __all__ as _reader_all
 from ._records import *  # noqa: F403
 from ._records import __all__ as _records_all
 from ._state import *  # noqa: F403
@@ -16,9 +22,12 @@ from ._wire import *  # noqa: F403
 from ._wire import __all__ as _wire_all
 
 __all__ = [
+    *_codec_all,
     *_defaults_all,
     *_errors_all,
+    *_events_all,
     *_framing_all,
+    *_reader_all,
     *_records_all,
     *_state_all,
     *_wire_all,

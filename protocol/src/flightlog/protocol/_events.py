@@ -36,6 +36,7 @@ __all__ = [
     "AgentStart",
     "AssistantMessage",
     "CallConfig",
+    "ChatMessage",
     "ContextCompacted",
     "ContextPrepareEnd",
     "ContextPrepareStart",
@@ -46,7 +47,6 @@ __all__ = [
     "Execution",
     "ExecutionKind",
     "ImagePart",
-    "Message",
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",
@@ -203,7 +203,8 @@ class ToolResultMessage(
     is_error: bool = False
 
 
-Message: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage
+#: The protocol's own conversation messages (named so as not to clash with wire messages).
+ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage
 
 
 # --- events -----------------------------------------------------------------------------

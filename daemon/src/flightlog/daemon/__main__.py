@@ -1,0 +1,154 @@
+"""``flightlogd``: run the daemon.  Signals become the shutdown trigger here only."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import anyio
+import structlog
+
+from flightlog.protocol import FlightlogError
+
+from ._config import Config
+from ._logging import configure_logging
+from ._server import serve
+from ._systemd import Notifier, SystemdError, listen_fds
+
+_EPILOG = """\
+examples:
+  flightlogd                                  default socket and data root
+  flightlogd --socket /tmp/fl.sock --root ~/agent-logs --allow /srv/agents
+  FLIGHTLOG_SOCKET=/run/user/1000/fl.sock flightlogd --log-format console
+
+Under systemd socket activation (LISTEN_FDS) the socket is inherited and --socket is
+ignored.  SIGTERM or SIGINT drains: every session is written, synced and closed, then
+the daemon exits 0; a second signal exits at once with status 2.
+"""
+
+
+def _mode(text: str) -> int:
+    return int(text, 8)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    defaults = Config()
+    parser = argparse.ArgumentParser(
+        prog="flightlogd",
+        description="The flight recorder daemon for AI agents.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--socket",
+        default=defaults.socket_path,
+        help="Unix socket path "
+        "(default: $FLIGHTLOG_SOCKET, $XDG_RUNTIME_DIR/flightlog/flightlog.sock "
+        "or /tmp/flightlog-$UID/flightlog.sock; now %(default)s)",
+    )
+    parser.add_argument(
+        "--root",
+        default=defaults.root,
+        help="data root for relative "
+        "session paths (default: $FLIGHTLOG_ROOT or "
+        "$XDG_STATE_HOME/flightlog; now %(default)s)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also accept absolute session paths under DIR (repeatable)",
+    )
+    parser.add_argument(
+        "--socket-mode",
+        type=_mode,
+        default=defaults.socket_mode,
+        metavar="OCTAL",
+        help="socket file mode (default: 0600)",
+    )
+    parser.add_argument("--log-format", choices=("json", "console"), default="json")
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.add_argument(
+        "--max-frame-size",
+        type=int,
+        default=defaults.max_frame_size,
+        metavar="BYTES",
+        help="largest frame accepted (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=defaults.idle_timeout,
+        metavar="SECONDS",
+        help="close a session's file after this long without writes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-open-files",
+        type=int,
+        default=defaults.max_open_files,
+        metavar="N",
+        help="session files kept open at once (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=defaults.shutdown_grace,
+        metavar="SECONDS",
+        help="how long shutdown waits for connections",
+    )
+    return parser.parse_args(argv)
+
+
+async def _run(config: Config) -> None:
+    stop = anyio.Event()
+    listeners = listen_fds()
+    notifier = Notifier.from_environment()
+
+    async def watch_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                if stop.is_set():
+                    structlog.get_logger("flightlogd").warning(
+                        "forced_exit", signal=signal.Signals(signum).name
+                    )
+                    os._exit(2)
+                structlog.get_logger("flightlogd").info(
+                    "signal_received", signal=signal.Signals(signum).name
+                )
+                stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_signals)
+        await serve(config, listeners=listeners, shutdown_trigger=stop.wait, notifier=notifier)
+        tg.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    configure_logging(format=args.log_format, level=args.log_level)
+    config = Config(
+        socket_path=args.socket,
+        root=args.root,
+        allow=tuple(args.allow),
+        socket_mode=args.socket_mode,
+        max_frame_size=args.max_frame_size,
+        idle_timeout=args.idle_timeout,
+        max_open_files=args.max_open_files,
+        shutdown_grace=args.shutdown_grace,
+    )
+    try:
+        anyio.run(_run, config, backend="asyncio", backend_options={"use_uvloop": True})
+    except (FlightlogError, SystemdError, OSError) as exc:
+        structlog.get_logger("flightlogd").error("failed_to_start", reason=str(exc))
+        print(f"flightlogd: {exc}", file=sys.stderr)  # noqa: T201
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,524 @@
+"""The session actor: the only task that writes a session file.
+
+An actor drains its bounded mailbox in batches: one ``await receive()``, then
+``receive_nowait()`` until the mailbox is empty.  It assigns each record its seq,
+encodes every line of the batch into one buffer and appends it with one ``write``.
+It syncs (in a worker thread) only when the batch holds a checkpoint, a run close,
+a sync, a session close or a release, and sends the replies of those requests only
+once the data is durable.  A failed write or sync is sticky: the actor keeps the
+error, refuses every later write with it, pushes it to the writer and returns it on
+close.
+
+The actor's mailbox carries :class:`Item` tuples in the order the writer's connection
+sent them, so a reply never overtakes the records sent before its request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+import anyio
+import msgspec
+import structlog
+
+from flightlog.protocol import (
+    AGENT_FACT_TYPES,
+    CHECKPOINT,
+    RUN_CLOSE,
+    RUN_START,
+    Ack,
+    BeginRun,
+    CheckpointData,
+    CheckpointLoaded,
+    CloseRun,
+    CloseSession,
+    ErrorCode,
+    ErrorReply,
+    FlightlogError,
+    LoadCheckpoint,
+    LocalProtocolError,
+    Message,
+    Record,
+    RecordEvent,
+    RecordFailed,
+    RunCloseData,
+    RunStartData,
+    RunStarted,
+    SaveCheckpoint,
+    SessionOp,
+    SessionState,
+    Sync,
+    append_line,
+    is_time,
+    new_id,
+    session_transition,
+)
+
+from ._storage import SessionFile, StorageError
+
+if TYPE_CHECKING:
+    from ._sessions import Sessions
+
+__all__ = ["Peer", "Release", "SessionActor", "Shutdown", "Subscriber"]
+
+log = structlog.get_logger("flightlogd.session")
+
+_encode_json = msgspec.json.Encoder().encode
+_validate_json = msgspec.json.Decoder(msgspec.Raw).decode
+
+
+class Peer(Protocol):
+    """What an actor needs of a connection."""
+
+    pid: int
+    uid: int
+    client: str
+    closed: bool
+
+    async def send(self, message: Message) -> None: ...
+
+    def push(self, message: Message) -> None: ...
+
+    def release_bytes(self, count: int) -> None: ...
+
+
+class Subscriber(Protocol):
+    """A live tail of this session, fed after every successful write."""
+
+    def publish(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
+    ) -> None: ...
+
+    def session_closed(self, last_seq: int) -> None: ...
+
+
+class Release(msgspec.Struct, frozen=True):
+    """The writer's connection went away: write what it sent, sync, release."""
+
+
+class Shutdown(msgspec.Struct, frozen=True):
+    """The daemon is stopping: write, sync and close."""
+
+
+Item = tuple["Peer | None", Message | Release | Shutdown]
+
+_SYNCED = (SaveCheckpoint, CloseRun, CloseSession, Sync, Release, Shutdown)
+
+
+class SessionActor:
+    """Owns one session file; see the module docstring."""
+
+    def __init__(self, file: SessionFile, sessions: Sessions, writer: Peer) -> None:
+        self.file = file
+        self.sessions = sessions
+        self.writer: Peer | None = writer
+        self.state = SessionState.IDLE
+        self.run_id: str | None = None
+        self.error: FlightlogError | None = None
+        self.subscribers: set[Subscriber] = set()
+        self.records_written = 0
+        self.bytes_written = 0
+        self.busy = False  # a worker thread is using the descriptor
+        self.closing = False
+        self.finished = anyio.Event()
+        self.released = anyio.Event()
+        self._failure_pushed_for: str | None = None
+        self._send, self._receive = anyio.create_memory_object_stream[Item](
+            sessions.config.mailbox_size
+        )
+        self._log = log.bind(session_id=file.session_id, path=file.path)
+
+    @property
+    def session_id(self) -> str:
+        return self.file.session_id
+
+    @property
+    def path(self) -> str:
+        return self.file.path
+
+    # ------------------------------------------------------------------ mailbox
+
+    async def put(self, peer: Peer | None, message: Message | Release | Shutdown) -> None:
+        """Queue ``message``; waits while the mailbox is full (backpressure)."""
+        item: Item = (peer, message)
+        try:
+            try:
+                self._send.send_nowait(item)
+            except anyio.WouldBlock:
+                await self._send.send(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            raise LocalProtocolError(
+                "the session is closed", code=ErrorCode.SESSION_CLOSED
+            ) from None
+
+    def claim(self, writer: Peer) -> None:
+        """Make ``writer`` the session's writer; the previous one must have been released."""
+        assert self.writer is None and not self.closing
+        self.writer = writer
+        self.released = anyio.Event()
+
+    # --------------------------------------------------------------------- task
+
+    async def run(self) -> None:
+        """The actor task: process batches until closed, or released and unobserved."""
+        try:
+            async with self._receive:
+                while True:
+                    first: Item | None = None
+                    with anyio.move_on_after(self.sessions.config.idle_timeout):
+                        first = await self._receive.receive()
+                    if first is None:
+                        if self.writer is None and not self.subscribers:
+                            return
+                        if not self.busy:
+                            self.sessions.file_idle(self)
+                        continue
+                    batch = [first]
+                    while len(batch) < 4096:
+                        try:
+                            batch.append(self._receive.receive_nowait())
+                        except anyio.WouldBlock:
+                            break
+                    if await self._process(batch):
+                        return
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
+
+    async def _finish(self) -> None:
+        self.closing = True
+        if self.file.fd is not None and self.error is None:
+            with contextlib.suppress(StorageError):
+                await self._sync()
+        self.file.close()
+        self.sessions.file_closed(self)
+        for subscriber in list(self.subscribers):
+            subscriber.session_closed(self.file.last_seq)
+        self.subscribers.clear()
+        self.sessions.forget(self)
+        self._log.info("session_closed", last_seq=self.file.last_seq, error=_text(self.error))
+        self.released.set()
+        self.finished.set()
+
+    # ---------------------------------------------------------------- a batch
+
+    async def _process(self, batch: list[Item]) -> bool:
+        """Write one batch; returns True when the actor should stop."""
+        buf = bytearray()
+        count = 0
+        first_seq = self.file.last_seq + 1
+        # Replies wait for the write (and the sync, if any) of everything before them.
+        replies: list[tuple[Peer, Callable[[], Message]]] = []
+        needs_sync = False
+        stop = False
+        released_bytes: dict[int, tuple[Peer, int]] = {}
+
+        def next_seq() -> int:
+            return first_seq + count
+
+        def add(record_type: str, time: str, data: bytes, run_id: str | None) -> int:
+            nonlocal count
+            seq = next_seq()
+            append_line(
+                buf,
+                Record(
+                    session_id=self.session_id,
+                    seq=seq,
+                    type=record_type,
+                    time=time,
+                    run_id=run_id,
+                    data=msgspec.Raw(data),
+                ),
+            )
+            count += 1
+            return seq
+
+        for peer, message in batch:
+            if isinstance(message, RecordEvent):
+                assert peer is not None
+                key = id(peer)
+                _, n = released_bytes.get(key, (peer, 0))
+                released_bytes[key] = (peer, n + len(message.data))
+                problem = self._check_record(peer, message)
+                if problem is None:
+                    add(message.event_type, message.time, message.data, message.run_id)
+                else:
+                    self._push_failure(peer, message.run_id, problem)
+                continue
+            if isinstance(message, (Release, Shutdown)):
+                needs_sync = True
+                if isinstance(message, Release) and peer is self.writer:
+                    self._release()
+                if isinstance(message, Shutdown):
+                    stop = True
+                continue
+            assert peer is not None
+            request_id = getattr(message, "id", 0)
+            try:
+                if peer is not self.writer:
+                    raise LocalProtocolError(
+                        "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
+                    )
+                if isinstance(message, BeginRun):
+                    if not is_time(message.time):
+                        raise _bad_time(message.time)
+                    self._transition(SessionOp.BEGIN_RUN)
+                    self.state = SessionState.RUN_OPEN
+                    self.run_id = new_id()
+                    self._failure_pushed_for = None
+                    run_id = self.run_id
+                    data = _encode_json(RunStartData(pid=message.pid, client=message.client))
+                    seq = add(RUN_START, message.time, data, run_id)
+                    replies.append(
+                        (peer, _reply(RunStarted(id=request_id, run_id=run_id, seq=seq)))
+                    )
+                elif isinstance(message, SaveCheckpoint):
+                    self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
+                    if not is_time(message.time):
+                        raise _bad_time(message.time)
+                    _validate_json(message.snapshot)
+                    _check_one_line(message.snapshot)
+                    data = b'{"snapshot":' + message.snapshot + b"}"
+                    start = len(buf)
+                    seq = add(CHECKPOINT, message.time, data, message.run_id)
+                    offset = self.file.size + start
+                    self.file.note_checkpoint(seq, offset, len(buf) - start)
+                    needs_sync = True
+                    replies.append((peer, _reply(Ack(id=request_id, seq=seq))))
+                elif isinstance(message, CloseRun):
+                    self._check_run(message.run_id, SessionOp.CLOSE_RUN)
+                    if not is_time(message.time):
+                        raise _bad_time(message.time)
+                    self.state = session_transition(self.state, SessionOp.CLOSE_RUN)
+                    data = _encode_json(RunCloseData(error=message.error))
+                    seq = add(RUN_CLOSE, message.time, data, message.run_id)
+                    self.run_id = None
+                    needs_sync = True
+                    replies.append((peer, _reply(Ack(id=request_id, seq=seq))))
+                elif isinstance(message, Sync):
+                    self._transition(SessionOp.SYNC)
+                    needs_sync = True
+                    replies.append((peer, self._ack_last(request_id)))
+                elif isinstance(message, LoadCheckpoint):
+                    self._transition(SessionOp.LOAD_CHECKPOINT)
+                    # The checkpoint may be in this very batch: write first, then read.
+                    await self._flush(buf, count, first_seq)
+                    first_seq, count = self.file.last_seq + 1, 0
+                    buf = bytearray()
+                    record = await self._read_checkpoint()
+                    replies.append((peer, _reply(_checkpoint_reply(request_id, record))))
+                elif isinstance(message, CloseSession):
+                    self.state = session_transition(self.state, SessionOp.CLOSE_SESSION)
+                    self._release()
+                    needs_sync = True
+                    stop = True
+                    replies.append((peer, self._close_reply(request_id)))
+                else:
+                    raise LocalProtocolError(
+                        f"{type(message).__name__} is not a session request",
+                        code=ErrorCode.BAD_MESSAGE,
+                    )
+            except FlightlogError as exc:
+                replies.append((peer, _reply(_error_reply(request_id, exc, self.session_id))))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                error = LocalProtocolError(
+                    f"checkpoint snapshot is not valid JSON: {exc}", code=ErrorCode.BAD_EVENT
+                )
+                replies.append((peer, _reply(_error_reply(request_id, error, self.session_id))))
+
+        await self._flush(buf, count, first_seq)
+        if needs_sync and self.error is None:
+            try:
+                await self._sync()
+            except StorageError as exc:
+                self._fail(exc)
+        for peer, n in released_bytes.values():
+            peer.release_bytes(n)
+        for peer, make_reply in replies:
+            await peer.send(make_reply())
+        if stop:
+            return True
+        return self.writer is None and not self.subscribers and self._receive_empty()
+
+    def _release(self) -> None:
+        writer, self.writer = self.writer, None
+        if self.run_id is not None:
+            # The run stays without run_close: the gap stays visible in the file.
+            self.file.interrupted_runs.append(self.run_id)
+            self.run_id = None
+        if self.state is SessionState.RUN_OPEN:
+            self.state = SessionState.IDLE
+        self._log.info("writer_released", pid=writer.pid if writer else None)
+        self.released.set()
+
+    def _receive_empty(self) -> bool:
+        return self._receive.statistics().current_buffer_used == 0
+
+    def _check_record(self, peer: Peer, message: RecordEvent) -> FlightlogError | None:
+        if peer is not self.writer:
+            return LocalProtocolError(
+                "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
+            )
+        if self.error is not None:
+            return self.error
+        if self.state is not SessionState.RUN_OPEN or message.run_id != self.run_id:
+            return LocalProtocolError(
+                f"run {message.run_id} is not open in this session", code=ErrorCode.RUN_NOT_OPEN
+            )
+        if message.event_type not in AGENT_FACT_TYPES:
+            return LocalProtocolError(
+                f"{message.event_type!r} is not an agent fact type that may be recorded",
+                code=ErrorCode.BAD_EVENT,
+            )
+        if not is_time(message.time):
+            return _bad_time(message.time)
+        data = message.data
+        if b"\n" in data or b"\r" in data or data.lstrip(b" \t")[:1] != b"{":
+            return LocalProtocolError(
+                "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
+            )
+        try:
+            _validate_json(data)
+        except msgspec.DecodeError as exc:
+            return LocalProtocolError(
+                f"record data is not valid JSON: {exc}", code=ErrorCode.BAD_EVENT
+            )
+        return None
+
+    def _check_run(self, run_id: str, op: SessionOp) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.state is SessionState.RUN_OPEN and run_id != self.run_id:
+            raise LocalProtocolError(
+                f"run {run_id} is not open in this session", code=ErrorCode.RUN_NOT_OPEN
+            )
+        session_transition(self.state, op)
+
+    def _transition(self, op: SessionOp) -> None:
+        if self.error is not None and op is not SessionOp.LOAD_CHECKPOINT:
+            raise self.error
+        session_transition(self.state, op)
+
+    def _push_failure(self, peer: Peer, run_id: str | None, error: FlightlogError) -> None:
+        # One push per run: the SDK keeps the first error sticky, more would only flood.
+        if self._failure_pushed_for == run_id:
+            return
+        self._failure_pushed_for = run_id
+        self._log.warning("record_refused", code=error.code, reason=error.message, pid=peer.pid)
+        peer.push(
+            RecordFailed(
+                session_id=self.session_id, run_id=run_id, code=error.code, message=error.message
+            )
+        )
+
+    def _ack_last(self, request_id: int) -> Callable[[], Message]:
+        def make() -> Message:
+            if self.error is not None:
+                return _error_reply(request_id, self.error, self.session_id)
+            return Ack(id=request_id, seq=self.file.last_seq)
+
+        return make
+
+    def _close_reply(self, request_id: int) -> Callable[[], Message]:
+        return self._ack_last(request_id)
+
+    # ----------------------------------------------------------------- storage
+
+    async def _flush(self, buf: bytearray, count: int, first_seq: int) -> None:
+        if not count or self.error is not None:
+            return
+        try:
+            self.file.write(buf, count=count)
+        except StorageError as exc:
+            self._fail(exc)
+            return
+        self.records_written += count
+        self.bytes_written += len(buf)
+        self.sessions.file_used(self, count, len(buf))
+        tails = self.sessions.tails
+        if self.subscribers or tails.all:
+            chunk = bytes(buf)
+            last_seq, end = first_seq + count - 1, self.file.size
+            for subscriber in list(self.subscribers):
+                subscriber.publish(chunk, first_seq, last_seq, end)
+            tails.publish_all(chunk, first_seq, last_seq, end, self.path)
+
+    async def _sync(self) -> None:
+        if self.file.fd is None:
+            return
+        self.busy = True
+        try:
+            await anyio.to_thread.run_sync(self.file.sync)
+        finally:
+            self.busy = False
+
+    async def _read_checkpoint(self) -> Record | None:
+        if self.error is not None:
+            raise self.error
+        self.busy = True
+        try:
+            return await anyio.to_thread.run_sync(self.file.read_checkpoint)
+        except StorageError as exc:
+            self._fail(exc)
+            raise
+        finally:
+            self.busy = False
+
+    def _fail(self, error: FlightlogError) -> None:
+        if self.error is not None:
+            return
+        self.error = error
+        self.state = SessionState.FAILED
+        self.sessions.note_error()
+        self._log.error("session_failed", code=error.code, reason=error.message)
+        if self.writer is not None:
+            self._failure_pushed_for = self.run_id
+            self.writer.push(
+                RecordFailed(
+                    session_id=self.session_id,
+                    run_id=self.run_id,
+                    code=error.code,
+                    message=error.message,
+                )
+            )
+
+
+def _reply(message: Message) -> Callable[[], Message]:
+    return lambda: message
+
+
+def _error_reply(request_id: int, error: FlightlogError, session_id: str) -> ErrorReply:
+    return ErrorReply(id=request_id, code=error.code, message=error.message, session_id=session_id)
+
+
+def _checkpoint_reply(request_id: int, record: Record | None) -> CheckpointLoaded:
+    if record is None:
+        return CheckpointLoaded(id=request_id)
+    data = msgspec.json.decode(record.data, type=CheckpointData)
+    return CheckpointLoaded(
+        id=request_id,
+        seq=record.seq,
+        run_id=record.run_id,
+        time=record.time,
+        snapshot=bytes(data.snapshot),
+    )
+
+
+def _bad_time(time: str) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
+        code=ErrorCode.BAD_EVENT,
+    )
+
+
+def _check_one_line(data: bytes) -> None:
+    if b"\n" in data or b"\r" in data:
+        raise LocalProtocolError(
+            "checkpoint snapshot must be JSON on one line", code=ErrorCode.BAD_EVENT
+        )
+
+
+def _text(error: FlightlogError | None) -> str | None:
+    return None if error is None else error.message

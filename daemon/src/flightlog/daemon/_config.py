@@ -1,0 +1,39 @@
+"""The daemon's settings, with the defaults of DESIGN.md."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from flightlog.protocol import DEFAULT_MAX_FRAME_SIZE, default_root, default_socket_path
+
+__all__ = ["Config"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Everything :func:`serve` needs to know.
+
+    ``socket_path`` is ignored when listening sockets are handed in (socket activation).
+    ``allow`` lists extra roots under which absolute session paths are accepted.
+    """
+
+    socket_path: str = field(default_factory=lambda: default_socket_path(os.environ, os.getuid()))
+    root: str = field(default_factory=lambda: default_root(os.environ, os.path.expanduser("~")))
+    allow: tuple[str, ...] = ()
+    socket_mode: int = 0o600
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    #: Items a session's mailbox holds before the connections feeding it stop reading.
+    mailbox_size: int = 1024
+    #: Bytes a connection may have handed to actors and not yet written before it
+    #: stops reading its socket.
+    connection_buffer: int = 8 * 1024 * 1024
+    #: Seconds a session with no writer and no subscriber stays open before it closes.
+    idle_timeout: float = 5.0
+    #: Session files kept open at once; the least recently used idle one is closed.
+    max_open_files: int = 512
+    #: Seconds shutdown waits for connections to finish before cancelling them.
+    shutdown_grace: float = 10.0
+    #: Pending pushes a subscriber may have before it falls back to reading the file.
+    subscriber_buffer: int = 1024
+    max_connections: int = 4096

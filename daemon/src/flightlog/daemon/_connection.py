@@ -1,0 +1,307 @@
+"""One client connection: read frames, route them, write replies and pushes.
+
+The reader decodes frames as they arrive and routes each message: records and session
+requests go to the session's actor mailbox (in the order received, so a reply never
+overtakes earlier records), the rest is answered here.  Replies and pushes go through
+a bounded outbox drained by a writer task, so a client that does not read cannot make
+an actor buffer without limit.  A connection that has handed more than its budget of
+bytes to actors stops reading its socket until they are written: backpressure reaches
+the client as a full socket buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from anyio.abc import SocketStream
+from anyio.streams.memory import MemoryObjectSendStream
+
+from flightlog.protocol import (
+    PROTOCOL_VERSION,
+    BeginRun,
+    CloseRun,
+    CloseSession,
+    ConnectionState,
+    Create,
+    ErrorCode,
+    ErrorReply,
+    FlightlogError,
+    FrameEncoder,
+    Hello,
+    LoadCheckpoint,
+    LocalProtocolError,
+    Message,
+    Open,
+    RecordEvent,
+    RecordFailed,
+    RemoteProtocolError,
+    SaveCheckpoint,
+    SessionOpened,
+    Status,
+    Subscribe,
+    Sync,
+    Unsubscribe,
+    Welcome,
+    connection_transition,
+    server_decoder,
+)
+
+from ._actor import Release, SessionActor
+
+if TYPE_CHECKING:
+    from ._server import Daemon
+
+__all__ = ["Connection"]
+
+log = structlog.get_logger("flightlogd.connection")
+
+_SESSION_REQUESTS = (BeginRun, SaveCheckpoint, CloseRun, CloseSession, Sync, LoadCheckpoint)
+_READ_SIZE = 256 * 1024
+_OUTBOX_SIZE = 256
+
+
+def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, from SO_PEERCRED."""
+    sock: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return (0, -1, -1)
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+class Connection:
+    """A client connection; a :class:`~._actor.Peer` to the actors it writes."""
+
+    def __init__(self, daemon: Daemon, stream: SocketStream, number: int) -> None:
+        self.daemon = daemon
+        self.stream = stream
+        self.number = number
+        self.pid, self.uid, self.gid = peer_credentials(stream)
+        self.client = ""
+        self.closed = False
+        self.state = ConnectionState.AWAIT_HELLO
+        self.sessions: dict[str, SessionActor] = {}
+        self.subscriptions: dict[int, Any] = {}
+        self._decoder = server_decoder(daemon.config.max_frame_size)
+        self._encoder = FrameEncoder()
+        self._outbox, self._outbox_receive = anyio.create_memory_object_stream[Message](
+            _OUTBOX_SIZE
+        )
+        self._inflight = 0
+        self._drained = anyio.Event()
+        self._drained.set()
+        self._read_scope = anyio.CancelScope()
+        self._stopping = False
+        self.log = log.bind(conn=number, pid=self.pid, uid=self.uid)
+
+    # ------------------------------------------------------------ Peer protocol
+
+    async def send(self, message: Message) -> None:
+        """Queue a reply; waits while the outbox is full."""
+        # A client that is gone has nobody left to tell.
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._outbox.send(message)
+
+    def push(self, message: Message) -> None:
+        """Queue a push without waiting; dropped when the outbox is full or closed
+        (pushes are sticky errors, of which the client needs only the first)."""
+        with contextlib.suppress(
+            anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
+        ):
+            self._outbox.send_nowait(message)
+
+    def release_bytes(self, count: int) -> None:
+        self._inflight -= count
+        if self._inflight <= self.daemon.config.connection_buffer // 2:
+            self._drained.set()
+
+    def outbox(self) -> MemoryObjectSendStream[Message]:
+        return self._outbox
+
+    # ---------------------------------------------------------------- serving
+
+    async def serve(self) -> None:
+        """Serve until the client hangs up, breaks the protocol, or the daemon stops."""
+        self.log.info("connection_opened")
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._write_loop)
+                try:
+                    with self._read_scope:
+                        await self._read_loop()
+                finally:
+                    self.closed = True
+                    with anyio.CancelScope(shield=True):
+                        await self._release_all()
+                    self._outbox.close()
+                    # Let the writer flush what is queued, but not forever.
+                    tg.cancel_scope.deadline = anyio.current_time() + 5
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
+            self.log.info("connection_closed")
+
+    def stop(self) -> None:
+        """Stop reading (daemon shutdown); what was already received still lands."""
+        self._stopping = True
+        self._read_scope.cancel()
+
+    async def _read_loop(self) -> None:
+        while not self._stopping:
+            try:
+                data = await self.stream.receive(_READ_SIZE)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            except OSError as exc:
+                self.log.info("connection_error", reason=str(exc))
+                return
+            self._decoder.feed(data)
+            if not await self._handle_frames():
+                return
+            if self._inflight > self.daemon.config.connection_buffer:
+                self._drained = anyio.Event()
+                await self._drained.wait()
+
+    async def _handle_frames(self) -> bool:
+        """Route every complete frame; False when the connection must close."""
+        while True:
+            try:
+                message = self._decoder.next_message()
+            except RemoteProtocolError as exc:
+                self._refuse(exc)
+                await self.send(ErrorReply(id=0, code=exc.code, message=exc.message))
+                if exc.code == ErrorCode.FRAME_TOO_LARGE:
+                    return False
+                continue
+            if message is None:
+                return True
+            try:
+                self.state = connection_transition(self.state, message)
+            except RemoteProtocolError as exc:
+                self._refuse(exc)
+                await self.send(
+                    ErrorReply(id=getattr(message, "id", 0), code=exc.code, message=exc.message)
+                )
+                if self.state is ConnectionState.AWAIT_HELLO:
+                    return False
+                continue
+            try:
+                await self._route(message)
+            except FlightlogError as exc:
+                self._refuse(exc)
+                if isinstance(message, RecordEvent):
+                    self.push(
+                        RecordFailed(
+                            session_id=message.session_id,
+                            run_id=message.run_id,
+                            code=exc.code,
+                            message=exc.message,
+                        )
+                    )
+                else:
+                    await self.send(
+                        ErrorReply(
+                            id=getattr(message, "id", 0),
+                            code=exc.code,
+                            message=exc.message,
+                            session_id=getattr(message, "session_id", None),
+                        )
+                    )
+
+    def _refuse(self, exc: FlightlogError) -> None:
+        self.log.warning("refused", code=exc.code, reason=exc.message)
+
+    async def _route(self, message: Message) -> None:
+        if isinstance(message, RecordEvent):
+            actor = self._writable(message.session_id)
+            self._inflight += len(message.data)
+            await actor.put(self, message)
+        elif isinstance(message, _SESSION_REQUESTS):
+            actor = self._writable(message.session_id)
+            if isinstance(message, CloseSession):
+                del self.sessions[message.session_id]
+            await actor.put(self, message)
+        elif isinstance(message, Hello):
+            self.client = message.client[:200]
+            self.log = self.log.bind(client=self.client)
+            await self.send(
+                Welcome(
+                    id=message.id,
+                    version=PROTOCOL_VERSION,
+                    max_frame_size=self.daemon.config.max_frame_size,
+                    daemon_pid=self.daemon.pid,
+                    server=f"flightlogd {self.daemon.version}",
+                )
+            )
+        elif isinstance(message, (Create, Open)):
+            sessions = self.daemon.sessions
+            if isinstance(message, Create):
+                actor = await sessions.create(self, message.path, dict(message.meta))
+            else:
+                actor = await sessions.open(self, message.path)
+            self.sessions[actor.session_id] = actor
+            file = actor.file
+            await self.send(
+                SessionOpened(
+                    id=message.id,
+                    session_id=actor.session_id,
+                    path=actor.path,
+                    last_seq=file.last_seq,
+                    meta=file.meta,
+                    interrupted_runs=list(file.interrupted_runs),
+                    truncated_bytes=file.truncated_bytes,
+                )
+            )
+        elif isinstance(message, Status):
+            await self.send(self.daemon.status(message.id))
+        elif isinstance(message, (Subscribe, Unsubscribe)):
+            await self.daemon.tails.handle(self, message)
+        else:  # pragma: no cover - the state table admits nothing else
+            raise LocalProtocolError(
+                f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
+            )
+
+    def _writable(self, session_id: str) -> SessionActor:
+        actor = self.sessions.get(session_id)
+        if actor is not None:
+            return actor
+        if session_id in self.daemon.sessions.by_id:
+            raise LocalProtocolError(
+                f"session {session_id[:32]} is written by another connection",
+                code=ErrorCode.NOT_WRITER,
+            )
+        raise LocalProtocolError(
+            f"session {session_id[:32]} is not open on this connection; create or open it",
+            code=ErrorCode.SESSION_NOT_FOUND,
+        )
+
+    async def _release_all(self) -> None:
+        for actor in list(self.sessions.values()):
+            with contextlib.suppress(FlightlogError):
+                await actor.put(self, Release())
+        self.sessions.clear()
+        await self.daemon.tails.drop_connection(self)
+
+    async def _write_loop(self) -> None:
+        encoder = self._encoder
+        try:
+            async with self._outbox_receive:
+                async for message in self._outbox_receive:
+                    buf = bytearray()
+                    encoder.encode_into(message, buf)
+                    while len(buf) < _READ_SIZE:
+                        try:
+                            encoder.encode_into(self._outbox_receive.receive_nowait(), buf)
+                        except anyio.WouldBlock:
+                            break
+                    await self.stream.send(bytes(buf))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            # The client went away; the reader sees the end of the stream too.
+            self._read_scope.cancel()

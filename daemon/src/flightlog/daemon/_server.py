@@ -1,0 +1,290 @@
+"""The daemon: listen, accept, serve; and the orderly shutdown.
+
+``serve`` follows hypercorn's shape: the caller passes a ``shutdown_trigger`` (only
+``__main__`` turns signals into it) and learns through ``task_status`` when the daemon
+listens.  Shutdown runs in stages, one log line each: stop listening, stop reading
+from connections (what was received still lands), wait for them up to the grace
+period, cancel the rest, then have every session write, sync and close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import os
+import socket
+import stat
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
+
+import anyio
+import structlog
+from anyio.abc import SocketListener, SocketStream, TaskGroup, TaskStatus
+
+from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
+
+from ._config import Config
+from ._connection import Connection
+from ._paths import Roots
+from ._sessions import Sessions
+from ._systemd import Notifier, watchdog_loop
+
+__all__ = ["AlreadyRunning", "Daemon", "serve"]
+
+log = structlog.get_logger("flightlogd")
+
+_STATUS_INTERVAL = 5.0
+
+
+class AlreadyRunning(FlightlogError):
+    """Another flightlogd serves the same socket or the same data root."""
+
+    def __init__(self, what: str, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        super().__init__(
+            f"another flightlogd ({who}) already serves {what}", code="already_running"
+        )
+        self.pid = pid
+
+
+def _daemon_version() -> str:
+    try:
+        return version("flightlogd")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+unknown"
+
+
+class Daemon:
+    """The running daemon: its settings, sessions and connections."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.version = _daemon_version()
+        self.started = time.monotonic()
+        self.roots = Roots(config.root, config.allow)
+        self.connections: set[Connection] = set()
+        self._numbers = 0
+        self.socket_paths: list[str] = []
+        self._sessions: Sessions | None = None
+        self._idle = anyio.Event()
+
+    @property
+    def sessions(self) -> Sessions:
+        assert self._sessions is not None, "the daemon is not serving"
+        return self._sessions
+
+    @property
+    def tails(self):  # type: ignore[no-untyped-def]
+        return self.sessions.tails
+
+    def status(self, request_id: int) -> StatusReply:
+        sessions = self.sessions
+        return StatusReply(
+            id=request_id,
+            pid=self.pid,
+            version=self.version,
+            uptime=time.monotonic() - self.started,
+            connections=len(self.connections),
+            subscribers=sessions.tails.count,
+            records_written=sessions.records_written,
+            bytes_written=sessions.bytes_written,
+            records_per_second=sessions.records_per_second(),
+            errors=sessions.errors,
+            open_files=sessions.open_files,
+            sessions=sessions.status(),
+        )
+
+    def status_line(self) -> str:
+        sessions = self.sessions
+        return (
+            f"{len(sessions.by_path)} sessions, {len(self.connections)} connections, "
+            f"{sessions.records_per_second():.0f} records/s, {sessions.errors} errors"
+        )
+
+    # ---------------------------------------------------------------- serving
+
+    async def _handle(self, stream: SocketStream) -> None:
+        self._numbers += 1
+        if len(self.connections) >= self.config.max_connections:
+            with contextlib.suppress(OSError, anyio.BrokenResourceError):
+                await stream.send(
+                    encode_frame(
+                        ErrorReply(
+                            id=0,
+                            code=ErrorCode.TOO_MANY,
+                            message=f"the daemon serves {len(self.connections)} connections, "
+                            "its maximum; try again later",
+                        )
+                    )
+                )
+            await stream.aclose()
+            return
+        conn = Connection(self, stream, self._numbers)
+        self.connections.add(conn)
+        self._idle = anyio.Event()
+        try:
+            await conn.serve()
+        finally:
+            self.connections.discard(conn)
+            if not self.connections:
+                self._idle.set()
+
+    async def _accept(self, listener: SocketListener, task_group: TaskGroup) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        log.error("accept_failed", reason=str(exc))
+                        await anyio.sleep(0.1)
+                        continue
+                    raise
+                task_group.start_soon(self._handle, stream)
+
+    async def _report_status(self, notifier: Notifier) -> None:
+        while True:
+            await anyio.sleep(_STATUS_INTERVAL)
+            notifier.status(self.status_line())
+
+    async def _drain(self, conns_tg: TaskGroup) -> None:
+        log.info("shutdown_started", connections=len(self.connections))
+        for path in self.socket_paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        log.info("stopped_listening")
+        self.sessions.tails.shutdown()
+        for conn in list(self.connections):
+            conn.stop()
+        if self.connections:
+            with anyio.move_on_after(self.config.shutdown_grace):
+                await self._idle.wait()
+        if self.connections:
+            log.warning("connections_cancelled", connections=len(self.connections))
+        else:
+            log.info("connections_closed")
+        conns_tg.cancel_scope.cancel()
+
+
+async def serve(
+    config: Config,
+    *,
+    listeners: list[socket.socket] | None = None,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
+    notifier: Notifier | None = None,
+    task_status: TaskStatus[Daemon] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the daemon until ``shutdown_trigger`` returns, then shut down in order.
+
+    ``listeners`` are already listening sockets (socket activation); without them the
+    daemon binds ``config.socket_path``.  Raises :class:`AlreadyRunning` when another
+    daemon serves the same socket or data root.
+    """
+    daemon = Daemon(config)
+    os.makedirs(daemon.roots.root, mode=0o700, exist_ok=True)
+    with _root_lock(daemon.roots.root):
+        if not listeners:
+            listeners = [_bind(config.socket_path, config.socket_mode)]
+            daemon.socket_paths.append(config.socket_path)
+        for sock in listeners:
+            sock.setblocking(False)
+        anyio_listeners = [await SocketListener.from_socket(sock) for sock in listeners]
+        async with anyio.create_task_group() as actors_tg:
+            daemon._sessions = Sessions(config, daemon.roots, actors_tg)
+            async with anyio.create_task_group() as conns_tg:
+                for listener in anyio_listeners:
+                    conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
+                if notifier is not None:
+                    actors_tg.start_soon(watchdog_loop, notifier)
+                    actors_tg.start_soon(daemon._report_status, notifier)
+                    notifier.ready(daemon.status_line())
+                log.info(
+                    "listening",
+                    sockets=[str(s.getsockname()) for s in listeners],
+                    root=daemon.roots.root,
+                    allow=list(daemon.roots.allowed[1:]),
+                    pid=daemon.pid,
+                    version=daemon.version,
+                )
+                task_status.started(daemon)
+                await (shutdown_trigger or anyio.sleep_forever)()
+                if notifier is not None:
+                    notifier.stopping("draining sessions")
+                await daemon._drain(conns_tg)
+            log.info("sessions_closing", sessions=len(daemon.sessions.by_path))
+            with anyio.CancelScope(shield=True), anyio.move_on_after(config.shutdown_grace):
+                await daemon.sessions.shutdown()
+            actors_tg.cancel_scope.cancel()
+        log.info("stopped")
+
+
+@contextlib.contextmanager
+def _root_lock(root: str):  # type: ignore[no-untyped-def]
+    path = os.path.join(root, ".flightlogd.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            pid = int(text) if text.isdigit() else None
+            raise AlreadyRunning(f"data root {root}", pid) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _bind(path: str, mode: int) -> socket.socket:
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700)
+        os.chmod(parent, 0o700)
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise FlightlogError(
+                f"{path} exists and is not a socket; refusing to replace it", code="path_refused"
+            )
+        pid = _live_peer(path)
+        if pid is not None:
+            raise AlreadyRunning(f"socket {path}", pid or None)
+        os.unlink(path)
+        log.info("stale_socket_removed", socket=path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, mode)
+    sock.listen(1024)
+    return sock
+
+
+def _live_peer(path: str) -> int | None:
+    """The pid of whatever listens on ``path`` (0 when unknown), or None when nothing does."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(2)
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOTSOCK):
+            return None
+        raise
+    else:
+        raw = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid: int = struct.unpack("3i", raw)[0]
+        return pid
+    finally:
+        probe.close()

@@ -1,0 +1,254 @@
+"""The registry of open sessions: one actor per session, one writer per actor.
+
+It hands sessions to connections (create, open), refuses a second writer with the
+holder's pid, and keeps the number of open session files bounded: a session whose
+file has seen no write for a while, or the least recently used one when too many are
+open, has its descriptor closed until its next write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import OrderedDict
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+    SessionStatus,
+    new_id,
+    now,
+)
+
+from ._actor import Peer, SessionActor, Shutdown
+from ._config import Config
+from ._paths import Roots
+from ._storage import SessionFile
+from ._tail import Tails
+
+__all__ = ["Sessions"]
+
+log = structlog.get_logger("flightlogd.sessions")
+
+
+class Sessions:
+    """All sessions the daemon holds open."""
+
+    def __init__(self, config: Config, roots: Roots, task_group: TaskGroup) -> None:
+        self.config = config
+        self.roots = roots
+        self._task_group = task_group
+        self.by_path: dict[str, SessionActor] = {}
+        self.by_id: dict[str, SessionActor] = {}
+        self._opening: dict[str, anyio.Event] = {}
+        self._open_files: OrderedDict[SessionActor, None] = OrderedDict()
+        self.records_written = 0
+        self.bytes_written = 0
+        self.errors = 0
+        self.started = time.monotonic()
+        self._rate_mark = (self.started, 0)
+        self.rate = 0.0
+        self.tails = Tails(self, roots, task_group)
+
+    # ------------------------------------------------------- create and open
+
+    async def create(self, peer: Peer, path: str, meta: dict[str, Any]) -> SessionActor:
+        """Create a new session file and make ``peer`` its writer.
+
+        Raises :class:`FlightlogError` with ``path_refused``, ``session_exists`` or
+        ``write_failed``.
+        """
+        resolved = self.roots.resolve(path)
+        async with self._claiming(resolved.path):
+            if resolved.path in self.by_path:
+                raise _exists(resolved.path)
+            try:
+                file = await anyio.to_thread.run_sync(
+                    lambda: SessionFile.create(
+                        self.roots, resolved, session_id=new_id(), meta=meta, time=now()
+                    )
+                )
+            except FileExistsError:
+                raise _exists(resolved.path) from None
+            except OSError as exc:
+                raise FlightlogError(
+                    f"cannot create {resolved.path}: {exc.strerror or exc}",
+                    code=ErrorCode.WRITE_FAILED,
+                ) from None
+            return self._start(file, peer)
+
+    async def open(self, peer: Peer, path: str) -> SessionActor:
+        """Open an existing session and make ``peer`` its writer.
+
+        Raises :class:`FlightlogError` with ``path_refused``, ``session_not_found``,
+        ``session_busy`` (naming the holder's pid) or ``session_corrupt`` (the
+        reader's error, naming the line).
+        """
+        resolved = self.roots.resolve(path)
+        async with self._claiming(resolved.path):
+            while (actor := self.by_path.get(resolved.path)) is not None:
+                if actor.closing:
+                    await actor.finished.wait()
+                    continue
+                writer = actor.writer
+                if writer is None:
+                    actor.claim(peer)
+                    self._log_claim(actor, peer)
+                    return actor
+                if not writer.closed:
+                    raise _busy(resolved.path, writer)
+                # The writer is gone; its actor is still writing what it sent.
+                with anyio.fail_after(30):
+                    await actor.released.wait()
+            try:
+                file = await anyio.to_thread.run_sync(SessionFile.open, self.roots, resolved)
+            except FileNotFoundError:
+                raise FlightlogError(
+                    f"{resolved.path} does not exist; create it first",
+                    code=ErrorCode.SESSION_NOT_FOUND,
+                ) from None
+            except OSError as exc:
+                raise FlightlogError(
+                    f"cannot open {resolved.path}: {exc.strerror or exc}",
+                    code=ErrorCode.WRITE_FAILED,
+                ) from None
+            if file.session_id in self.by_id:
+                file.close()
+                raise _busy(resolved.path, self.by_id[file.session_id].writer)
+            return self._start(file, peer)
+
+    def _claiming(self, path: str) -> _PathClaim:
+        return _PathClaim(self._opening, path)
+
+    def _start(self, file: SessionFile, peer: Peer) -> SessionActor:
+        actor = SessionActor(file, self, peer)
+        self.by_path[file.path] = actor
+        self.by_id[file.session_id] = actor
+        self.file_used(actor, 0, 0)
+        self._task_group.start_soon(actor.run, name=f"session {file.session_id}")
+        self.tails.session_started(actor)
+        self._log_claim(actor, peer)
+        return actor
+
+    def _log_claim(self, actor: SessionActor, peer: Peer) -> None:
+        log.info(
+            "session_opened",
+            session_id=actor.session_id,
+            path=actor.path,
+            last_seq=actor.file.last_seq,
+            pid=peer.pid,
+            uid=peer.uid,
+        )
+
+    def forget(self, actor: SessionActor) -> None:
+        if self.by_path.get(actor.path) is actor:
+            del self.by_path[actor.path]
+        if self.by_id.get(actor.session_id) is actor:
+            del self.by_id[actor.session_id]
+
+    # -------------------------------------------------- descriptors and rates
+
+    def file_used(self, actor: SessionActor, records: int, nbytes: int) -> None:
+        """An actor wrote (or opened) its file: it is now the most recently used."""
+        self.records_written += records
+        self.bytes_written += nbytes
+        self._open_files[actor] = None
+        self._open_files.move_to_end(actor)
+        if len(self._open_files) > self.config.max_open_files:
+            for other in list(self._open_files):
+                if len(self._open_files) <= self.config.max_open_files:
+                    break
+                if other is not actor and not other.busy:
+                    self.file_idle(other)
+
+    def file_idle(self, actor: SessionActor) -> None:
+        """Close an idle actor's descriptor; its next write reopens it."""
+        if actor.file.fd is not None and not actor.busy:
+            actor.file.close()
+        self._open_files.pop(actor, None)
+
+    def file_closed(self, actor: SessionActor) -> None:
+        self._open_files.pop(actor, None)
+
+    def note_error(self) -> None:
+        self.errors += 1
+
+    @property
+    def open_files(self) -> int:
+        return len(self._open_files)
+
+    def records_per_second(self) -> float:
+        mark_time, mark_records = self._rate_mark
+        moment = time.monotonic()
+        if moment - mark_time >= 1.0:
+            self.rate = (self.records_written - mark_records) / (moment - mark_time)
+            self._rate_mark = (moment, self.records_written)
+        return self.rate
+
+    def status(self) -> list[SessionStatus]:
+        return [
+            SessionStatus(
+                path=actor.path,
+                session_id=actor.session_id,
+                writer_pid=actor.writer.pid if actor.writer else None,
+                run_id=actor.run_id,
+                last_seq=actor.file.last_seq,
+                records=actor.records_written,
+                bytes=actor.bytes_written,
+                subscribers=len(actor.subscribers),
+                file_open=actor.file.fd is not None,
+                error=actor.error.message if actor.error else None,
+            )
+            for actor in self.by_path.values()
+        ]
+
+    # --------------------------------------------------------------- shutdown
+
+    async def shutdown(self) -> None:
+        """Tell every actor to write, sync and close, and wait for them."""
+        actors = list(self.by_path.values())
+        for actor in actors:
+            with contextlib.suppress(FlightlogError):
+                await actor.put(None, Shutdown())
+        for actor in actors:
+            await actor.finished.wait()
+
+
+class _PathClaim:
+    """Serialises create and open of one path, so two of them never race on the file."""
+
+    def __init__(self, opening: dict[str, anyio.Event], path: str) -> None:
+        self._opening = opening
+        self._path = path
+        self._event = anyio.Event()
+
+    async def __aenter__(self) -> None:
+        while (other := self._opening.get(self._path)) is not None:
+            await other.wait()
+        self._opening[self._path] = self._event
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        del self._opening[self._path]
+        self._event.set()
+
+
+def _exists(path: str) -> FlightlogError:
+    return FlightlogError(
+        f"{path} already exists; open it to append, or choose a new path",
+        code=ErrorCode.SESSION_EXISTS,
+    )
+
+
+def _busy(path: str, writer: Peer | None) -> FlightlogError:
+    holder = f"pid {writer.pid}" if writer is not None else "another connection"
+    client = f" ({writer.client})" if writer is not None and writer.client else ""
+    return LocalProtocolError(
+        f"{path} is being written by {holder}{client}; a session has one writer at a time",
+        code=ErrorCode.SESSION_BUSY,
+    )

@@ -1,0 +1,268 @@
+"""Session files on disk: create, validate and open, append, sync.
+
+Everything here is blocking; the actor calls the slow parts (open, sync, reading a
+checkpoint) through a worker thread so one slow disk does not stall other sessions.
+A :class:`SessionFile` is owned by exactly one actor.  Its descriptor may be closed
+while the session is idle and reopened later; reopening checks that the file is still
+the same inode and the same size, so a change made behind the daemon's back is caught
+instead of being appended to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass, field
+
+import msgspec
+
+from flightlog.protocol import (
+    CHECKPOINT,
+    RUN_CLOSE,
+    RUN_START,
+    SESSION_START,
+    ErrorCode,
+    FileFormatError,
+    FlightlogError,
+    Reader,
+    Record,
+    SessionStartData,
+    encode_line,
+)
+
+from ._paths import ResolvedPath, Roots
+
+__all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError"]
+
+
+class StorageError(FlightlogError):
+    """A write, sync or reopen failed; final for the session (code ``write_failed``)."""
+
+    def __init__(self, path: str, what: str, exc: OSError | str) -> None:
+        reason = exc if isinstance(exc, str) else f"{exc.strerror or exc} (errno {exc.errno})"
+        super().__init__(f"{what} of {path} failed: {reason}", code=ErrorCode.WRITE_FAILED)
+
+
+class SessionBusy(FlightlogError):
+    """Another process holds the file's lock."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"{path} is locked by another process (another flightlogd?)",
+            code=ErrorCode.SESSION_BUSY,
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """Where the latest checkpoint line lies in the file."""
+
+    seq: int
+    offset: int
+    length: int
+
+
+@dataclass(kw_only=True)
+class SessionFile:
+    """One session file, opened for appending and exclusively ``flock``-ed."""
+
+    roots: Roots
+    resolved: ResolvedPath
+    session_id: str
+    meta: dict[str, object] = field(default_factory=dict)
+    last_seq: int = 0
+    size: int = 0
+    fd: int | None = None
+    ident: tuple[int, int] = (0, 0)
+    checkpoint: CheckpointRef | None = None
+    interrupted_runs: list[str] = field(default_factory=list)
+    truncated_bytes: int = 0
+
+    @property
+    def path(self) -> str:
+        return self.resolved.path
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def create(
+        cls,
+        roots: Roots,
+        resolved: ResolvedPath,
+        *,
+        session_id: str,
+        meta: dict[str, object],
+        time: str,
+    ) -> SessionFile:
+        """Create the file, write ``session_start`` and sync file and directory entry.
+
+        Raises :class:`FileExistsError`, :class:`PathRefused`, :class:`StorageError`.
+        """
+        fd = roots.open_file(resolved, create=True)
+        try:
+            _lock(fd, resolved.path)
+            line = encode_line(
+                Record(
+                    session_id=session_id,
+                    seq=1,
+                    type=SESSION_START,
+                    time=time,
+                    data=msgspec.Raw(msgspec.json.encode(SessionStartData(meta=meta))),
+                )
+            )
+            session = cls(roots=roots, resolved=resolved, session_id=session_id, meta=meta, fd=fd)
+            session.ident = _ident(fd)
+            session.write(line, count=1)
+            session.sync()
+            return session
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def open(cls, roots: Roots, resolved: ResolvedPath) -> SessionFile:
+        """Open an existing file, validate all of it and truncate an unfinished tail.
+
+        Raises :class:`FileNotFoundError`, :class:`PathRefused`, :class:`SessionBusy`,
+        :class:`FileFormatError` (the reader's error, naming the line),
+        :class:`StorageError`.
+        """
+        fd = roots.open_file(resolved, create=False)
+        try:
+            _lock(fd, resolved.path)
+            session = cls._scan(roots, resolved, fd)
+            session.fd = fd
+            session.ident = _ident(fd)
+            if session.truncated_bytes:
+                try:
+                    os.ftruncate(fd, session.size)
+                except OSError as exc:
+                    raise StorageError(
+                        resolved.path, "truncating the unfinished tail", exc
+                    ) from None
+                session.sync()
+            return session
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int) -> SessionFile:
+        open_runs: dict[str, None] = {}
+        checkpoint: CheckpointRef | None = None
+        with open(os.dup(fd), "rb", buffering=1 << 16) as fileobj:
+            reader = Reader(fileobj)
+            start = 0
+            for record in reader:
+                if record.type == RUN_START and record.run_id:
+                    open_runs[record.run_id] = None
+                elif record.type == RUN_CLOSE and record.run_id:
+                    open_runs.pop(record.run_id, None)
+                elif record.type == CHECKPOINT:
+                    checkpoint = CheckpointRef(record.seq, start, reader.offset - start)
+                start = reader.offset
+            if reader.session_id is None:
+                raise FileFormatError(0, "empty file: no session_start")
+            total = os.fstat(fd).st_size
+        return cls(
+            roots=roots,
+            resolved=resolved,
+            session_id=reader.session_id,
+            meta=dict(reader.meta or {}),
+            last_seq=reader.last_seq,
+            size=reader.offset,
+            checkpoint=checkpoint,
+            interrupted_runs=list(open_runs),
+            truncated_bytes=total - reader.offset,
+        )
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, data: bytes | bytearray, *, count: int) -> None:
+        """Append ``data`` (``count`` complete lines) with as few ``write`` calls as the
+        kernel allows.  Raises :class:`StorageError`; a failure is final, and the
+        lines before the failure point may be on disk with a torn last line, which
+        readers ignore and the next open truncates.
+        """
+        fd = self.ensure_open()
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.write(fd, view[written:])
+        except OSError as exc:
+            raise StorageError(self.path, "write", exc) from None
+        finally:
+            view.release()
+            self.size += written
+        self.last_seq += count
+
+    def sync(self) -> None:
+        """fsync the file.  Blocking: call from a worker thread.  Raises StorageError."""
+        if self.fd is None:
+            return
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise StorageError(self.path, "fsync", exc) from None
+
+    def read_checkpoint(self) -> Record | None:
+        """The latest checkpoint record, read back from the file (blocking)."""
+        ref = self.checkpoint
+        if ref is None:
+            return None
+        fd = self.ensure_open()
+        line = os.pread(fd, ref.length, ref.offset)
+        record = msgspec.json.decode(line, type=Record)
+        assert record.seq == ref.seq, "checkpoint index out of step with the file"
+        return record
+
+    def note_checkpoint(self, seq: int, offset: int, length: int) -> None:
+        self.checkpoint = CheckpointRef(seq, offset, length)
+
+    # ------------------------------------------------------- descriptor caching
+
+    def ensure_open(self) -> int:
+        """The descriptor, reopening the file if it was closed while idle.
+
+        Raises :class:`StorageError` when the file is gone, was replaced, or changed
+        size behind the daemon's back.
+        """
+        if self.fd is not None:
+            return self.fd
+        try:
+            fd = self.roots.open_file(self.resolved, create=False)
+        except (OSError, FlightlogError) as exc:
+            raise StorageError(self.path, "reopening", str(exc)) from None
+        try:
+            _lock(fd, self.path)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.ident or st.st_size != self.size:
+                raise StorageError(
+                    self.path, "reopening", "the file was replaced or changed outside flightlogd"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        return fd
+
+    def close(self) -> None:
+        """Close the descriptor (and release the lock).  Never raises."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _lock(fd: int, path: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SessionBusy(path) from None
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return (st.st_dev, st.st_ino)

@@ -1,0 +1,342 @@
+"""Live tail subscriptions: catch up from the file, then follow what the actor writes.
+
+Each subscription has a task of its own.  It delivers records with ``seq > after`` in
+order: from the file first (read in a worker thread, complete lines only), then from
+the chunks the session's actor publishes after each write.  The actor publishes only
+what it has already written, so the file always holds everything published; a
+subscriber whose bounded live buffer overflows drops it and continues from the file
+where it was.  A slow subscriber therefore never slows the writer and never grows the
+daemon's memory beyond its buffer; it just reads from disk until it catches up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+import structlog
+from anyio.abc import TaskGroup
+
+from flightlog.protocol import (
+    Ack,
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+    Subscribe,
+    Subscribed,
+    TailBatch,
+    TailEnd,
+    Unsubscribe,
+)
+
+from ._paths import ResolvedPath, Roots
+
+if TYPE_CHECKING:
+    from ._actor import SessionActor
+    from ._connection import Connection
+    from ._sessions import Sessions
+
+__all__ = ["Tails"]
+
+log = structlog.get_logger("flightlogd.tail")
+
+_BATCH_BYTES = 512 * 1024
+
+
+class _Head(msgspec.Struct):
+    seq: int = 0
+    type: str = ""
+    run_id: str | None = None
+
+
+_decode_head = msgspec.json.Decoder(_Head).decode
+
+
+class Subscription:
+    """One subscriber of one session (or of all sessions, with ``resolved`` None)."""
+
+    def __init__(
+        self,
+        tails: Tails,
+        conn: Connection,
+        number: int,
+        request: Subscribe,
+        resolved: ResolvedPath | None,
+    ) -> None:
+        self.tails = tails
+        self.conn = conn
+        self.number = number
+        self.resolved = resolved
+        self.follow = request.follow or resolved is None
+        self.types = frozenset(request.types) if request.types else None
+        self.run_id = request.run_id
+        self.next_seq = request.after + 1
+        self.offset = 0  # file offset of the line with seq == next_seq, once known
+        self.live: deque[tuple[bytes, int, int, int, str]] = deque()
+        self.overflowed = False
+        self.behind = True  # the file holds records the live buffer does not
+        self.closed_at: int | None = None  # the writer closed the session at this seq
+        self.wakeup = anyio.Event()
+        self.scope = anyio.CancelScope()
+        self.actor: SessionActor | None = None
+
+    @property
+    def path(self) -> str | None:
+        return self.resolved.path if self.resolved else None
+
+    # --------------------------------------------------- Subscriber protocol
+
+    def publish(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
+    ) -> None:
+        if len(self.live) >= self.tails.config.subscriber_buffer:
+            # Fallen behind: forget the buffer, the file has it all.
+            self.live.clear()
+            self.behind = True
+            self.overflowed = True
+        elif not self.behind:
+            self.live.append((chunk, first_seq, last_seq, end_offset, path))
+        self.wakeup.set()
+
+    def session_closed(self, last_seq: int) -> None:
+        self.closed_at = last_seq
+        self.wakeup.set()
+
+    # ------------------------------------------------------------------ task
+
+    async def run(self) -> None:
+        reason, code, message = "unsubscribed", None, None
+        with self.scope:
+            try:
+                reason = await self._deliver()
+            except FlightlogError as exc:
+                reason, code, message = "error", exc.code, exc.message
+            except OSError as exc:
+                reason, code, message = "error", ErrorCode.INTERNAL, f"reading the file: {exc}"
+        self.tails.detach(self)
+        if self.scope.cancel_called and self.tails.stopping:
+            reason = "shutting_down"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await self.conn.send(
+                TailEnd(
+                    subscription=self.number,
+                    reason=reason,
+                    last_seq=self.next_seq - 1,
+                    code=code,
+                    message=message,
+                )
+            )
+
+    async def _deliver(self) -> str:
+        if self.resolved is None:
+            while not self.overflowed:
+                await self._send_live()
+                await self._wait()
+            # Every session's file is not one file to catch up from: say so and stop.
+            raise LocalProtocolError(
+                "this subscriber fell more than its buffer behind; subscribe again",
+                code=ErrorCode.TOO_MANY,
+            )
+        while True:
+            if self.behind:
+                self.wakeup = anyio.Event()
+                # Anything published from here on is also in the file past our offset.
+                self.behind = False
+                self.live.clear()
+                await self._catch_up()
+            await self._send_live()
+            if self.closed_at is not None and self.next_seq > self.closed_at:
+                return "session_closed"
+            if not self.follow:
+                return "end_of_file"
+            if not self.behind:
+                await self._wait()
+
+    async def _wait(self) -> None:
+        await self.wakeup.wait()
+        self.wakeup = anyio.Event()
+
+    async def _catch_up(self) -> None:
+        assert self.resolved is not None
+        reader = _FileTail(self.tails.roots, self.resolved, self.offset, self.next_seq)
+        try:
+            while True:
+                lines = await anyio.to_thread.run_sync(reader.read_batch)
+                if not lines:
+                    break
+                self.next_seq = reader.next_seq
+                self.offset = reader.offset
+                await self._send(lines, None)
+        finally:
+            reader.close()
+
+    async def _send_live(self) -> None:
+        while self.live and not self.behind:
+            chunk, first_seq, last_seq, end_offset, path = self.live.popleft()
+            if self.resolved is not None:
+                if last_seq < self.next_seq:
+                    continue
+                skip = self.next_seq - first_seq if self.next_seq > first_seq else 0
+                self.next_seq = last_seq + 1
+                self.offset = end_offset
+            else:
+                skip = 0
+            lines = [line for line in chunk.split(b"\n")[skip:-1] if self._wanted(line)]
+            await self._send(lines, path or None)
+
+    def _wanted(self, line: bytes) -> bool:
+        if self.types is None and self.run_id is None:
+            return True
+        head = _decode_head(line)
+        if self.types is not None and head.type not in self.types:
+            return False
+        return self.run_id is None or head.run_id == self.run_id
+
+    async def _send(self, lines: list[bytes], path: str | None) -> None:
+        if lines:
+            await self.conn.send(
+                TailBatch(subscription=self.number, lines=lines, path=path or self.path)
+            )
+
+
+class _FileTail:
+    """Reads complete lines with ``seq >= next_seq`` from a session file (blocking)."""
+
+    def __init__(self, roots: Roots, resolved: ResolvedPath, offset: int, next_seq: int) -> None:
+        with roots.parent_dir(resolved, create=False) as dir_fd:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            try:
+                self.fd = os.open(resolved.parts[-1], flags, dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise LocalProtocolError(
+                    f"{resolved.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
+                ) from None
+        self.offset = offset
+        self.next_seq = next_seq
+        self._pending = b""
+
+    def read_batch(self) -> list[bytes]:
+        lines: list[bytes] = []
+        size = 0
+        while size < _BATCH_BYTES:
+            data = os.pread(self.fd, 256 * 1024, self.offset + len(self._pending))
+            if not data:
+                break
+            self._pending += data
+            for line in self._complete_lines():
+                size += len(line)
+                lines.append(line)
+        return lines
+
+    def _complete_lines(self) -> Iterator[bytes]:
+        start = 0
+        pending = self._pending
+        while (end := pending.find(b"\n", start)) != -1:
+            line = pending[start:end]
+            start = end + 1
+            try:
+                head = _decode_head(line)
+            except msgspec.DecodeError:
+                raise LocalProtocolError(
+                    f"the file has a corrupt line at byte {self.offset}",
+                    code=ErrorCode.SESSION_CORRUPT,
+                ) from None
+            self.offset += len(line) + 1
+            if head.seq >= self.next_seq:
+                self.next_seq = head.seq + 1
+                yield line
+        self._pending = pending[start:]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class Tails:
+    """All subscriptions of the daemon."""
+
+    def __init__(self, sessions: Sessions, roots: Roots, task_group: TaskGroup) -> None:
+        self.sessions = sessions
+        self.roots = roots
+        self.config = sessions.config
+        self._task_group = task_group
+        self._numbers = 0
+        self.all: set[Subscription] = set()
+        self.by_conn: dict[Connection, dict[int, Subscription]] = {}
+        self.waiting: dict[str, set[Subscription]] = {}
+        self.stopping = False
+
+    @property
+    def count(self) -> int:
+        return sum(len(subs) for subs in self.by_conn.values())
+
+    async def handle(self, conn: Connection, request: Subscribe | Unsubscribe) -> None:
+        if isinstance(request, Unsubscribe):
+            sub = self.by_conn.get(conn, {}).get(request.subscription)
+            if sub is None:
+                raise LocalProtocolError(
+                    f"no subscription {request.subscription} on this connection",
+                    code=ErrorCode.SUBSCRIPTION_NOT_FOUND,
+                )
+            sub.scope.cancel()
+            await conn.send(Ack(id=request.id))
+            return
+        resolved = self.roots.resolve(request.path) if request.path is not None else None
+        self._numbers += 1
+        sub = Subscription(self, conn, self._numbers, request, resolved)
+        self.by_conn.setdefault(conn, {})[sub.number] = sub
+        await conn.send(Subscribed(id=request.id, subscription=sub.number, path=sub.path))
+        if resolved is None:
+            sub.behind = False
+            self.all.add(sub)
+        else:
+            actor = self.sessions.by_path.get(resolved.path)
+            if actor is not None:
+                self.attach(sub, actor)
+            elif sub.follow:
+                self.waiting.setdefault(resolved.path, set()).add(sub)
+        log.info("subscribed", conn=conn.number, path=sub.path, after=request.after)
+        self._task_group.start_soon(sub.run, name=f"tail {sub.number}")
+
+    def attach(self, sub: Subscription, actor: SessionActor) -> None:
+        sub.actor = actor
+        actor.subscribers.add(sub)
+
+    def session_started(self, actor: SessionActor) -> None:
+        for sub in self.waiting.pop(actor.path, ()):
+            self.attach(sub, actor)
+            sub.behind = True
+            sub.wakeup.set()
+
+    def publish_all(self, chunk: bytes, first_seq: int, last_seq: int, end: int, path: str) -> None:
+        for sub in list(self.all):
+            sub.publish(chunk, first_seq, last_seq, end, path)
+
+    def detach(self, sub: Subscription) -> None:
+        self.all.discard(sub)
+        subs = self.by_conn.get(sub.conn)
+        if subs is not None:
+            subs.pop(sub.number, None)
+            if not subs:
+                del self.by_conn[sub.conn]
+        if sub.resolved is not None:
+            waiting = self.waiting.get(sub.resolved.path)
+            if waiting is not None:
+                waiting.discard(sub)
+                if not waiting:
+                    del self.waiting[sub.resolved.path]
+        if sub.actor is not None:
+            sub.actor.subscribers.discard(sub)
+
+    async def drop_connection(self, conn: Connection) -> None:
+        for sub in list(self.by_conn.get(conn, {}).values()):
+            sub.scope.cancel()
+
+    def shutdown(self) -> None:
+        self.stopping = True
+        for subs in list(self.by_conn.values()):
+            for sub in list(subs.values()):
+                sub.scope.cancel()

@@ -1,0 +1,225 @@
+"""Test support: a real flightlogd in a subprocess, and a raw protocol client.
+
+Nothing here mocks the daemon: tests talk to a real process over a real Unix socket
+in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from flightlog.protocol import (
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Hello,
+    Message,
+    client_decoder,
+    encode_frame,
+)
+
+DAEMON_START_TIMEOUT = 20.0
+
+
+class DaemonProcess:
+    """``flightlogd`` running as a child process on a socket under ``base``."""
+
+    def __init__(self, base: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.base = base
+        self.socket = str(base / "run" / "flightlog.sock")
+        self.root = base / "root"
+        self.log_path = base / f"flightlogd-{time.monotonic_ns()}.log"
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, wait: bool = True, preexec_fn: Any = None) -> DaemonProcess:
+        self.base.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable,
+            "-m",
+            "flightlog.daemon",
+            "--socket",
+            self.socket,
+            "--root",
+            str(self.root),
+            *self.args,
+        ]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=preexec_fn
+            )
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = DAEMON_START_TIMEOUT) -> None:
+        """Wait until the daemon accepts connections (no blind sleeps)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"flightlogd exited with {self.proc.returncode}:\n{self.log}")
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.connect(self.socket)
+                return
+            except (FileNotFoundError, ConnectionRefusedError):
+                time.sleep(0.01)
+        raise TimeoutError(f"flightlogd did not listen within {timeout}s:\n{self.log}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the orderly shutdown.  Returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class RawClient:
+    """Speaks the wire protocol over a plain socket, frame by frame, for tests that
+    need to send exactly the bytes they choose."""
+
+    def __init__(self, socket_path: str, *, hello: bool = True, client: str = "raw") -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(socket_path)
+        self.decoder = client_decoder()
+        self.pending: list[Message] = []
+        self._ids = 0
+        self.welcome: Any = None
+        if hello:
+            self.welcome = self.request(
+                Hello(id=self.next_id(), version=PROTOCOL_VERSION, client=client, pid=os.getpid())
+            )
+
+    def next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def send(self, message: Message) -> None:
+        self.sock.sendall(encode_frame(message))
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def receive(self, timeout: float = 10.0) -> Message:
+        """The next message from the daemon (reply or push)."""
+        if self.pending:
+            return self.pending.pop(0)
+        self.sock.settimeout(timeout)
+        while (message := self.decoder.next_message()) is None:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise EOFError("the daemon closed the connection")
+            self.decoder.feed(data)
+        return message
+
+    def request(self, message: Message, timeout: float = 10.0) -> Any:
+        """Send a request and return its reply; pushes met on the way are kept."""
+        self.send(message)
+        wanted = message.id  # type: ignore[attr-defined]
+        skipped: list[Message] = []
+        while True:
+            reply = self.receive(timeout)
+            if getattr(reply, "id", None) == wanted or (
+                isinstance(reply, ErrorReply) and reply.id == 0
+            ):
+                self.pending = skipped + self.pending
+                return reply
+            skipped.append(reply)
+
+    def closed_by_daemon(self, timeout: float = 10.0) -> bool:
+        """Whether the daemon hangs up (reads and drops anything it still sends)."""
+        self.sock.settimeout(timeout)
+        try:
+            while self.sock.recv(1 << 16):
+                pass
+        except ConnectionResetError:
+            return True
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def read_lines(path: Path | str) -> list[dict[str, Any]]:
+    """Every complete line of a session file, parsed, with no rules applied."""
+    import json
+
+    data = Path(path).read_bytes()
+    return [json.loads(line) for line in data.split(b"\n")[:-1]]
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01) -> None:
+    """Poll ``predicate`` until true; for conditions in another process only."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def run_python(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``python -c code`` with the workspace's interpreter."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def chunks(data: bytes, size: int) -> Iterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+__all__: Sequence[str] = [
+    "DaemonProcess",
+    "RawClient",
+    "chunks",
+    "read_lines",
+    "run_python",
+    "wait_for",
+]

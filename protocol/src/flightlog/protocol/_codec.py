@@ -135,6 +135,7 @@ _CREDENTIAL_SUFFIXES: Final = (
     "sessiontoken",
     "privatekey",
     "secretkey",
+    "secretaccesskey",
     "credentials",
 )
 
@@ -609,6 +610,10 @@ class Codec:
         except msgspec.DecodeError as exc:
             raise RemoteProtocolError(
                 f"not valid JSON: {exc}", code=ErrorCode.CODEC_ERROR
+            ) from None
+        except RecursionError:
+            raise RemoteProtocolError(
+                "JSON nested too deeply", code=ErrorCode.CODEC_ERROR
             ) from None
 
     def _raise(self, value: Any, depth: int) -> Any:

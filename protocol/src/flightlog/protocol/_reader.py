@@ -95,6 +95,8 @@ def parse_line(
         else:
             reason = f"not a valid record: {exc}"
         raise FileFormatError(lineno, reason) from None
+    except RecursionError:
+        raise FileFormatError(lineno, "not a valid record: JSON nested too deeply") from None
     if bytes(memoryview(record.data)[:1]) != b"{":
         raise FileFormatError(lineno, "not a valid record: data must be a JSON object")
     if session_id is not None and record.session_id != session_id:

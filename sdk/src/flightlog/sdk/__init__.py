@@ -1,1 +1,63 @@
-"""flightlog sdk."""
+"""flightlog's tiny client: record agent sessions through flightlogd, read them back.
+
+::
+
+    from flightlog.sdk import connect
+
+    with connect() as client:
+        session = client.create("demo/chat-1.jsonl", meta={"app": "demo"})
+        with session.begin_run() as run:
+            run.record(event)
+        session.close()
+
+The async client is :mod:`flightlog.sdk.aio`.  Every error is a :class:`FlightlogError`;
+see :mod:`flightlog.sdk._exceptions` for the kinds.
+"""
+
+from __future__ import annotations
+
+from flightlog.protocol import CheckReport, Record, StatusReply
+
+from ._exceptions import (
+    ConnectError,
+    ConnectionLost,
+    DaemonError,
+    DaemonNotRunning,
+    ErrorCode,
+    FileFormatError,
+    FlightlogError,
+    LocalProtocolError,
+    RecordingError,
+    RemoteProtocolError,
+)
+from ._files import check, read
+from ._models import CallRef
+from ._sync import Client, Run, Session, Tail, connect
+from ._transport import MockTransport, SocketTransport, Transport
+
+__all__ = [
+    "CallRef",
+    "CheckReport",
+    "Client",
+    "ConnectError",
+    "ConnectionLost",
+    "DaemonError",
+    "DaemonNotRunning",
+    "ErrorCode",
+    "FileFormatError",
+    "FlightlogError",
+    "LocalProtocolError",
+    "MockTransport",
+    "Record",
+    "RecordingError",
+    "RemoteProtocolError",
+    "Run",
+    "Session",
+    "SocketTransport",
+    "StatusReply",
+    "Tail",
+    "Transport",
+    "check",
+    "connect",
+    "read",
+]

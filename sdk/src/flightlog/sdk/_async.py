@@ -1,0 +1,483 @@
+"""The async client: :class:`AsyncClient`, :class:`AsyncSession`, :class:`AsyncRun`.
+
+This module is the one source of truth for both clients: ``_sync.py`` is generated
+from it by ``tests/sdk/unasync.py`` (run ``uv run python tests/sdk/unasync.py`` after
+editing; a test fails when the two drift apart).  Every protocol rule lives in
+:class:`ClientConnection`; the classes here only move bytes between it and the
+transport.
+
+One client may be shared by several tasks: frames are sent whole under a lock, and the
+task that holds the receive lock feeds whatever arrives to the connection, so each
+task finds its own reply there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from functools import partial
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
+
+from flightlog.protocol import (
+    Codec,
+    Event,
+    Execution,
+    FlightlogError,
+    Record,
+    RecordingError,
+    RunStarted,
+    SessionOpened,
+    StatusReply,
+    Welcome,
+    default_codec,
+    default_socket_path,
+)
+
+from ._connection import ClientConnection, Pending
+from ._exceptions import ConnectionLost
+from ._models import CallRef
+from ._synchronization import AsyncLock, AwaitableContext
+from ._transport import AsyncSocketTransport, AsyncTransport
+
+__all__ = ["AsyncClient", "AsyncRun", "AsyncSession", "AsyncTail", "aconnect"]
+
+T = TypeVar("T")
+
+
+def aconnect(
+    path: str | None = None,
+    *,
+    client_name: str | None = None,
+    codec: Codec | None = None,
+    transport: AsyncTransport | None = None,
+) -> AwaitableContext[AsyncClient]:
+    """Connect to the daemon and say hello: ``async with aconnect() as client``.
+
+    ``path`` defaults to ``$FLIGHTLOG_SOCKET``, else the default socket.
+    ``client_name`` (default: the program's name) is announced to the daemon and
+    written in every ``run_start``.  ``codec`` (default: ``default_codec``) encodes
+    events and checkpoints.  ``transport`` replaces the socket (a mock, in tests).
+
+    Raises :class:`DaemonNotRunning` when nothing listens on the socket,
+    :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
+    when the daemon refuses the hello (a protocol version it does not speak).
+    """
+    connecting = AsyncClient._connect(path, client_name, codec, transport)
+    return AwaitableContext(connecting)
+
+
+def _program_name() -> str:
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _AsyncResource:
+    """Closed on leaving ``async with``.
+
+    When an exception is on its way out, it is the one to see: an error from closing
+    is dropped (a run's ``run_close`` records the exception's text).
+    """
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def _close_for(self, exc: BaseException) -> None:
+        await self.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.aclose()
+            return
+        with contextlib.suppress(FlightlogError):
+            await self._close_for(exc)
+
+
+class AsyncClient(_AsyncResource):
+    """A connection to flightlogd; make one with :func:`aconnect`.
+
+    Sessions created or opened through a client are written by it alone until they are
+    closed or the client disconnects.  Closing the client leaves its open sessions to
+    the daemon, which writes what it received, syncs and releases them; their open runs
+    stay without ``run_close``.
+    """
+
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        *,
+        client_name: str | None = None,
+        codec: Codec | None = None,
+    ) -> None:
+        self._transport = transport
+        self._conn = ClientConnection(
+            codec=codec or default_codec,
+            client_name=client_name or _program_name(),
+            pid=os.getpid(),
+        )
+        self._send_lock = AsyncLock()
+        self._receive_lock = AsyncLock()
+        self._closed = False
+
+    @classmethod
+    async def _connect(
+        cls,
+        path: str | None,
+        client_name: str | None,
+        codec: Codec | None,
+        transport: AsyncTransport | None,
+    ) -> AsyncClient:
+        if transport is None:
+            path = path or default_socket_path(os.environ, os.getuid())
+            transport = await AsyncSocketTransport.connect(path)
+        client = cls(transport, client_name=client_name, codec=codec)
+        try:
+            await client._call(client._conn.hello())
+        except BaseException:
+            await client.aclose()
+            raise
+        return client
+
+    @property
+    def path(self) -> str | None:
+        """The daemon's socket path (None for a transport without one)."""
+        path = getattr(self._transport, "path", None)
+        return path if isinstance(path, str) else None
+
+    @property
+    def welcome(self) -> Welcome:
+        """The daemon's answer to the hello: its pid, version and maximum frame size."""
+        assert self._conn.welcome is not None
+        return self._conn.welcome
+
+    @property
+    def client_name(self) -> str:
+        return self._conn.client_name
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def create(
+        self, path: str, *, meta: Mapping[str, Any] | None = None
+    ) -> AwaitableContext[AsyncSession]:
+        """Create a session file at ``path`` and become its writer.
+
+        ``meta`` is the application's small dict for ``session_start``.  Relative paths
+        resolve under the daemon's data root.  Raises :class:`DaemonError` with code
+        ``session_exists``, ``path_refused`` or ``session_busy``.
+        """
+        opening = self._open_session(self._conn.create(path, meta or {}))
+        return AwaitableContext(opening)
+
+    def open(self, path: str) -> AwaitableContext[AsyncSession]:
+        """Open an existing session file and become its writer.
+
+        An unfinished tail left by a crash is truncated away (``truncated_bytes``).
+        Raises :class:`DaemonError` with code ``session_not_found``, ``session_busy``
+        (another writer holds it), ``session_corrupt`` or ``path_refused``.
+        """
+        opening = self._open_session(self._conn.open(path))
+        return AwaitableContext(opening)
+
+    async def _open_session(self, pending: Pending[SessionOpened]) -> AsyncSession:
+        return AsyncSession(self, await self._call(pending))
+
+    def tail(
+        self,
+        path: str,
+        *,
+        after: int = 0,
+        follow: bool = False,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> AsyncTail[Record]:
+        """The records of the session at ``path`` with ``seq > after``, in order.
+
+        Without ``follow`` the iteration ends at the current end of the file; with it,
+        it goes on until the writer closes the session (or :meth:`AsyncTail.aclose`).
+        ``types`` and ``run_id`` filter the records.  The subscription starts at the
+        first iteration or at ``async with``.  Raises :class:`DaemonError` (for
+        instance ``session_not_found``) while iterating.
+        """
+        return AsyncTail(
+            self,
+            lambda: self._conn.subscribe(
+                path, after=after, follow=follow, types=types, run_id=run_id
+            ),
+            _record_only,
+        )
+
+    def tail_all(
+        self,
+        *,
+        after: int = 0,
+        follow: bool = False,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> AsyncTail[tuple[str, Record]]:
+        """Like :meth:`tail`, for every session written from now on: ``(path, record)``."""
+        return AsyncTail(
+            self,
+            lambda: self._conn.subscribe(
+                None, after=after, follow=follow, types=types, run_id=run_id
+            ),
+            _with_path,
+        )
+
+    async def status(self) -> StatusReply:
+        """What the daemon holds: sessions, subscribers, rates, errors."""
+        return await self._call(self._conn.status())
+
+    async def aclose(self) -> None:
+        """Close the connection; safe to call again."""
+        if not self._closed:
+            self._closed = True
+            self._conn.connection_lost(ConnectionLost("the client is closed"))
+            await self._transport.aclose()
+
+
+    # --------------------------------------------------------------- moving bytes
+
+    async def _call(self, pending: Pending[T]) -> T:
+        try:
+            await self._send(pending.data)
+            await self._receive_until(lambda: self._conn.answered(pending))
+        except BaseException:
+            self._conn.forget(pending)
+            raise
+        return self._conn.result(pending)
+
+    async def _send(self, data: bytes) -> None:
+        async with self._send_lock:
+            queued = self._conn.take_outbox()
+            try:
+                await self._transport.send(queued + data if queued else data)
+            except ConnectionLost as exc:
+                self._conn.connection_lost(exc)
+                raise
+
+    async def _receive_until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            async with self._receive_lock:
+                if done():
+                    return
+                try:
+                    data = await self._transport.receive()
+                except ConnectionLost as exc:
+                    self._conn.connection_lost(exc)
+                    return
+                self._conn.receive_data(data)
+
+    def _poll(self) -> None:
+        # Take in what has arrived (pushed errors) without waiting; when another task
+        # is receiving, it takes it in.
+        if not self._receive_lock.try_acquire():
+            return
+        try:
+            data = self._transport.receive_nowait()
+            if data is not None:
+                self._conn.receive_data(data)
+        except ConnectionLost as exc:
+            self._conn.connection_lost(exc)
+        finally:
+            self._receive_lock.release()
+
+
+def _record_only(path: str | None, record: Record) -> Record:
+    return record
+
+
+def _with_path(path: str | None, record: Record) -> tuple[str, Record]:
+    return (path or "", record)
+
+
+class AsyncSession(_AsyncResource):
+    """A session this client writes; make one with :meth:`AsyncClient.create` or ``open``.
+
+    Attributes from the daemon's answer: ``session_id``, ``path`` (resolved, absolute),
+    ``meta``, ``last_seq`` (when it was opened), ``interrupted_runs`` (runs without
+    ``run_close``) and ``truncated_bytes`` (an unfinished tail opening removed).
+    """
+
+    def __init__(self, client: AsyncClient, opened: SessionOpened) -> None:
+        self.client = client
+        self.session_id = opened.session_id
+        self.path = opened.path
+        self.meta = opened.meta
+        self.last_seq = opened.last_seq
+        self.interrupted_runs = opened.interrupted_runs
+        self.truncated_bytes = opened.truncated_bytes
+
+    def begin_run(self) -> AwaitableContext[AsyncRun]:
+        """Start a run with a fresh ``run_id``: ``async with session.begin_run() as run``.
+
+        Raises :class:`LocalProtocolError` (``run_open``) while another run is open,
+        and the session's sticky :class:`RecordingError` after a write failed.
+        """
+        self.client._poll()
+        starting = self._begin_run(self.client._conn.begin_run(self.session_id))
+        return AwaitableContext(starting)
+
+    async def _begin_run(self, pending: Pending[RunStarted]) -> AsyncRun:
+        return AsyncRun(self, await self.client._call(pending))
+
+    async def sync(self) -> int:
+        """Wait until everything sent so far is durable; returns the last seq written."""
+        return await self.client._call(self.client._conn.sync(self.session_id))
+
+    async def load_checkpoint(self) -> Any:
+        """The snapshot of the latest checkpoint, decoded by the codec, or None."""
+        return await self.client._call(self.client._conn.load_checkpoint(self.session_id))
+
+    async def aclose(self) -> None:
+        """Sync and release the session; safe to call again.
+
+        An open run stays without ``run_close``, as after a crash: close runs first.
+        Raises the session's :class:`RecordingError` when a write had failed.
+        """
+        pending = self.client._conn.close_session(self.session_id)
+        if pending is not None:
+            await self.client._call(pending)
+
+
+
+class AsyncRun(_AsyncResource):
+    """One loop invocation inside a session; make one with :meth:`AsyncSession.begin_run`.
+
+    ``run_id`` is fresh for every run; ``seq`` is the seq of its ``run_start``.
+    """
+
+    def __init__(self, session: AsyncSession, started: RunStarted) -> None:
+        self.session = session
+        self.session_id = session.session_id
+        self.run_id = started.run_id
+        self.seq = started.seq
+        self._conn = session.client._conn
+
+    @property
+    def error(self) -> RecordingError | None:
+        """The sticky error the daemon pushed for this run (or its session), or None."""
+        return self._conn.sticky_error(self.session_id, self.run_id)
+
+    async def record(self, event: Event, *, time: datetime | str | None = None) -> None:
+        """Record ``event``; returns once it is sent, without waiting for the daemon.
+
+        The event is encoded here, so a codec error is raised here
+        (:class:`RecordingError`); events that are never written (token deltas, stream
+        chunks, progress) are skipped.  ``time`` overrides the event's own time.  Raises
+        the run's sticky :class:`RecordingError` once the daemon pushed one, and
+        :class:`LocalProtocolError` for a closed run or an event larger than the
+        daemon's maximum frame size.
+        """
+        self.session.client._poll()
+        data = self._conn.record(self.session_id, self.run_id, event, time)
+        if data is not None:
+            await self.session.client._send(data)
+
+    def ref(self, execution: Execution) -> CallRef:
+        """The :class:`CallRef` naming ``execution``'s call in this run."""
+        return CallRef(self.session_id, self.run_id, execution.id, execution.attempt)
+
+    async def save_checkpoint(self, snapshot: Any) -> int:
+        """Append a checkpoint of ``snapshot`` (codec-encoded) and wait until it is durable.
+
+        Returns its seq.  Raises the codec's :class:`RecordingError` and the run's
+        sticky error.
+        """
+        self.session.client._poll()
+        pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
+        return await self.session.client._call(pending)
+
+    async def aclose(self, error: str | None = None) -> None:
+        """Write ``run_close`` and wait until it is durable; safe to call again.
+
+        ``run_close`` carries the run's sticky error text, else ``error``.  Raises the
+        sticky :class:`RecordingError` after writing it: a run whose records failed
+        does not close quietly.
+        """
+        self.session.client._poll()
+        pending = self._conn.close_run(self.session_id, self.run_id, error)
+        if pending is not None:
+            await self.session.client._call(pending)
+
+    async def _close_for(self, exc: BaseException) -> None:
+        await self.aclose(error=_error_text(exc))
+
+
+class AsyncTail(_AsyncResource, Generic[T]):
+    """The records of a subscription: ``async for record in client.tail(path)``.
+
+    Use it in ``async with`` (or call :meth:`aclose`) to unsubscribe from a follow
+    before its end; an abandoned tail is unsubscribed with the client's next request.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        subscribe: Callable[[], Pending[int]],
+        convert: Callable[[str | None, Record], T],
+    ) -> None:
+        self._client = client
+        self._conn = client._conn
+        self._subscribe = subscribe
+        self._convert = convert
+        self._subscription: int | None = None
+        self._buffer: deque[T] = deque()
+        self._done = False
+
+    async def _start(self) -> int:
+        if self._subscription is None:
+            self._subscription = await self._client._call(self._subscribe())
+        return self._subscription
+
+    def __aiter__(self) -> AsyncTail[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        while not self._buffer:
+            if self._done:
+                raise StopAsyncIteration
+            subscription = await self._start()
+            await self._client._receive_until(partial(self._conn.tail_ready, subscription))
+            batch = self._conn.next_tail(subscription)
+            if batch is None:
+                self._done = True
+            else:
+                self._buffer.extend(self._convert(path, record) for path, record in batch)
+        return self._buffer.popleft()
+
+    async def aclose(self) -> None:
+        """Unsubscribe (when the daemon has not ended the subscription); safe to call again."""
+        if self._done:
+            return
+        self._done = True
+        subscription = self._subscription
+        if subscription is None or self._conn.tail_ended(subscription):
+            return
+        if self._conn.failure is None:
+            await self._client._call(self._conn.unsubscribe(subscription))
+
+    async def __aenter__(self) -> Self:
+        await self._start()
+        return self
+
+    def __del__(self) -> None:
+        if self._subscription is not None and not self._done:
+            self._conn.abandon_tail(self._subscription)

@@ -1,0 +1,586 @@
+"""The client side of the wire protocol, sans I/O: one state machine for both clients.
+
+Theory of operation
+-------------------
+
+:class:`ClientConnection` builds every frame the client sends and digests every byte
+it receives; it never touches a socket.  The sync and async clients only move bytes:
+
+* A request method (``create``, ``begin_run``, ``close_run``, …) checks the session
+  rules locally (:func:`flightlog.protocol.session_transition`, so a mistake is
+  refused before it reaches the daemon) and returns a :class:`Pending` request: a fresh id and
+  the frame to send.  The caller sends ``request.data``, feeds what it receives to
+  :meth:`ClientConnection.receive_data` until :meth:`~ClientConnection.answered`, then
+  takes :meth:`~ClientConnection.result`: the reply turned into a value, or an
+  :class:`ErrorReply` turned into an exception.  Replies are matched by id, so replies
+  for requests that were given up (a cancelled wait) are dropped.
+* :meth:`ClientConnection.record` returns the frame of one ``record`` (no reply), or
+  None for an event the codec never writes.  Codec errors, an oversized frame and a
+  sticky error are raised from it, before anything is sent.
+* Pushes are kept: :class:`RecordFailed` becomes a sticky :class:`RecordingError` per
+  ``(session_id, run_id)`` (per session when ``run_id`` is None) that every later
+  record of that run raises; :class:`TailBatch` and :class:`TailEnd` queue up per
+  subscription until the subscriber takes them.
+* End of stream, a transport failure or a frame that breaks the protocol leaves the
+  connection failed: every answer not yet received and every later request raises
+  that failure.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from flightlog.protocol import (
+    PROTOCOL_VERSION,
+    Ack,
+    BeginRun,
+    CheckpointLoaded,
+    CloseRun,
+    CloseSession,
+    Codec,
+    Create,
+    EncodedEvent,
+    ErrorCode,
+    ErrorReply,
+    Event,
+    FlightlogError,
+    FrameEncoder,
+    Hello,
+    LoadCheckpoint,
+    LocalProtocolError,
+    Message,
+    Open,
+    Record,
+    RecordEvent,
+    RecordFailed,
+    RecordingError,
+    RemoteProtocolError,
+    RunStarted,
+    SaveCheckpoint,
+    SessionOp,
+    SessionOpened,
+    SessionState,
+    Status,
+    StatusReply,
+    Subscribe,
+    Subscribed,
+    Sync,
+    TailBatch,
+    TailEnd,
+    Unsubscribe,
+    Welcome,
+    client_decoder,
+    format_time,
+    is_time,
+    now,
+    session_transition,
+)
+
+from ._exceptions import ConnectionLost, DaemonError
+
+__all__ = ["ClientConnection", "Pending"]
+
+T = TypeVar("T")
+_ReplyT = TypeVar("_ReplyT", bound=Message)
+
+
+class Pending(Generic[T]):
+    """One request on its way: its id, its frame, and how its reply becomes a result."""
+
+    __slots__ = ("_finish", "data", "id", "session_id")
+
+    def __init__(
+        self,
+        id: int,
+        data: bytes,
+        finish: Callable[[Message], T],
+        session_id: str | None = None,
+    ) -> None:
+        self.id = id
+        self.data = data
+        self.session_id = session_id
+        self._finish = finish
+
+
+class _SessionView:
+    """What this client knows of a session it writes: its state and its open run."""
+
+    __slots__ = ("run_id", "state")
+
+    def __init__(self) -> None:
+        self.state = SessionState.IDLE
+        self.run_id: str | None = None
+
+
+class _Tail:
+    """Pushes of one subscription, waiting for the subscriber."""
+
+    __slots__ = ("ended", "items")
+
+    def __init__(self) -> None:
+        self.items: deque[TailBatch | TailEnd] = deque()
+        self.ended = False
+
+
+_record_decoder = msgspec.json.Decoder(Record)
+
+
+class ClientConnection:
+    """The client's protocol state: request ids, pending replies, sticky errors, tails.
+
+    ``codec`` encodes events, checkpoints and decodes loaded checkpoints;
+    ``client_name`` and ``pid`` are announced in the hello and in every ``run_start``.
+    """
+
+    def __init__(self, *, codec: Codec, client_name: str, pid: int) -> None:
+        self.codec = codec
+        self.client_name = client_name
+        self.pid = pid
+        #: The daemon's Welcome, once the handshake is done.
+        self.welcome: Welcome | None = None
+        self._ids = itertools.count(1)
+        self._encoder = FrameEncoder()
+        self._decoder = client_decoder()
+        self._waiting: set[int] = set()
+        self._replies: dict[int, Message] = {}
+        self._failure: FlightlogError | None = None
+        self._sessions: dict[str, _SessionView] = {}
+        self._sticky: dict[tuple[str, str | None], RecordingError] = {}
+        self._tails: dict[int, _Tail] = {}
+        self._abandoned: set[int] = set()
+        self._outbox = bytearray()
+
+    # ------------------------------------------------------------------ receiving
+
+    @property
+    def failure(self) -> FlightlogError | None:
+        """Why the connection cannot be used any more, or None while it can."""
+        return self._failure
+
+    def receive_data(self, data: bytes) -> None:
+        """Digest bytes received from the daemon; ``b""`` means it closed the connection."""
+        if self._failure is not None:
+            return
+        if not data:
+            self.connection_lost(ConnectionLost("the daemon closed the connection"))
+            return
+        self._decoder.feed(data)
+        try:
+            for message in self._decoder:
+                self._dispatch(message)
+        except RemoteProtocolError as exc:
+            # A reply we cannot read would leave its caller waiting forever: give up.
+            self.connection_lost(exc)
+
+    def connection_lost(self, error: FlightlogError) -> None:
+        """Fail the connection: every wait and every later request raises ``error``."""
+        if self._failure is None:
+            self._failure = error
+
+    def answered(self, request: Pending[Any]) -> bool:
+        """Whether ``request`` has its reply, or will never get one."""
+        return request.id in self._replies or self._failure is not None
+
+    def result(self, request: Pending[T]) -> T:
+        """The result of an answered ``request``.
+
+        Raises :class:`DaemonError` (or :class:`RecordingError` for ``write_failed``)
+        when the daemon refused it, :class:`RemoteProtocolError` for a reply of the
+        wrong kind, and the connection's failure when it broke first.
+        """
+        self._waiting.discard(request.id)
+        reply = self._replies.pop(request.id, None)
+        if reply is None:
+            if self._failure is not None:
+                raise self._failure
+            raise LocalProtocolError(f"request {request.id} has no reply yet")
+        if isinstance(reply, ErrorReply):
+            raise self._refusal(reply, request.session_id)
+        return request._finish(reply)
+
+    def forget(self, request: Pending[Any]) -> None:
+        """Give up waiting for ``request``: its reply will be dropped when it comes."""
+        self._waiting.discard(request.id)
+        self._replies.pop(request.id, None)
+
+    def take_outbox(self) -> bytes:
+        """Frames queued without a caller (unsubscribes of abandoned tails); send them first."""
+        data = bytes(self._outbox)
+        self._outbox.clear()
+        return data
+
+    def _dispatch(self, message: Message) -> None:
+        match message:
+            case RecordFailed(session_id=session_id, run_id=run_id, code=code):
+                self._stick(session_id, run_id, RecordingError(message.message, code=code))
+            case TailBatch(subscription=sub) | TailEnd(subscription=sub):
+                if sub in self._abandoned:
+                    if isinstance(message, TailEnd):
+                        self._abandoned.discard(sub)
+                    return
+                self._tails.setdefault(sub, _Tail()).items.append(message)
+            case ErrorReply(id=0, session_id=str(session_id), code=code):
+                # An error about no request, but about a session: a record it refused.
+                self._stick(session_id, None, RecordingError(message.message, code=code))
+            case ErrorReply(id=0):
+                self.connection_lost(
+                    DaemonError(message.message, code=message.code, session_id=None)
+                )
+            case _:
+                request_id = getattr(message, "id", None)
+                # Replies to requests given up on are dropped, never mismatched.
+                if isinstance(request_id, int) and request_id in self._waiting:
+                    self._replies[request_id] = message
+
+    def _refusal(self, reply: ErrorReply, session_id: str | None) -> FlightlogError:
+        session_id = reply.session_id or session_id
+        if reply.code == ErrorCode.WRITE_FAILED:
+            error = RecordingError(reply.message, code=reply.code)
+            if session_id is not None:
+                self._stick(session_id, None, error)
+            return error
+        return DaemonError(reply.message, code=reply.code, session_id=session_id)
+
+    def _stick(self, session_id: str, run_id: str | None, error: RecordingError) -> None:
+        # The first error is the one that explains the rest: later ones do not replace it.
+        self._sticky.setdefault((session_id, run_id), error)
+        view = self._sessions.get(session_id)
+        if view is not None and error.code == ErrorCode.WRITE_FAILED:
+            view.state = SessionState.FAILED
+
+    # ------------------------------------------------------------------ requests
+
+    def _request(
+        self,
+        build: Callable[[int], Message],
+        finish: Callable[[_ReplyT], T],
+        reply_type: type[_ReplyT],
+        session_id: str | None = None,
+    ) -> Pending[T]:
+        if self._failure is not None:
+            raise self._failure
+        request_id = next(self._ids)
+        data = self._encoder.encode(build(request_id))
+        self._waiting.add(request_id)
+
+        def checked(reply: Message) -> T:
+            if not isinstance(reply, reply_type):
+                raise RemoteProtocolError(
+                    f"the daemon answered request {request_id} with "
+                    f"{type(reply).__name__}, not {reply_type.__name__}",
+                    code=ErrorCode.BAD_MESSAGE,
+                )
+            return finish(reply)
+
+        return Pending(request_id, data, checked, session_id)
+
+    def hello(self) -> Pending[Welcome]:
+        """The handshake; its result is the daemon's Welcome."""
+
+        def welcome(reply: Welcome) -> Welcome:
+            self.welcome = reply
+            self._encoder.max_frame_size = reply.max_frame_size
+            return reply
+
+        return self._request(
+            lambda id: Hello(
+                id=id, version=PROTOCOL_VERSION, client=self.client_name, pid=self.pid
+            ),
+            welcome,
+            Welcome,
+        )
+
+    def create(self, path: str, meta: Mapping[str, Any]) -> Pending[SessionOpened]:
+        """Create a session file and become its writer."""
+        return self._request(
+            lambda id: Create(id=id, path=path, meta=dict(meta)), self._opened, SessionOpened
+        )
+
+    def open(self, path: str) -> Pending[SessionOpened]:
+        """Open an existing session file and become its writer."""
+        return self._request(lambda id: Open(id=id, path=path), self._opened, SessionOpened)
+
+    def _opened(self, reply: SessionOpened) -> SessionOpened:
+        self._sessions[reply.session_id] = _SessionView()
+        return reply
+
+    def begin_run(self, session_id: str) -> Pending[RunStarted]:
+        """Start a run; raises the session's sticky error or a local refusal."""
+        self._check(session_id, None, SessionOp.BEGIN_RUN)
+
+        def started(reply: RunStarted) -> RunStarted:
+            view = self._view(session_id)
+            view.state, view.run_id = SessionState.RUN_OPEN, reply.run_id
+            return reply
+
+        return self._request(
+            lambda id: BeginRun(
+                id=id, session_id=session_id, time=now(), client=self.client_name, pid=self.pid
+            ),
+            started,
+            RunStarted,
+            session_id,
+        )
+
+    def record(
+        self, session_id: str, run_id: str, event: Event, time: datetime | str | None = None
+    ) -> bytes | None:
+        """The frame recording ``event`` in the run, or None when it is never written.
+
+        Raises the run's sticky :class:`RecordingError`, the codec's error for an event
+        it cannot encode, and :class:`LocalProtocolError` for a closed run, a bad
+        ``time`` or a frame larger than the daemon accepts.
+        """
+        self._check(session_id, run_id, SessionOp.RECORD)
+        encoded = self.codec.encode_event(event)
+        if encoded is None:
+            return None
+        message = RecordEvent(
+            session_id=session_id,
+            run_id=run_id,
+            event_type=encoded.type,
+            time=_event_time(encoded, time),
+            data=encoded.data,
+        )
+        return self._encoder.encode(message)
+
+    def save_checkpoint(self, session_id: str, run_id: str, snapshot: Any) -> Pending[int]:
+        """Append a codec-encoded checkpoint; the result is its seq, once durable."""
+        self._check(session_id, run_id, SessionOp.SAVE_CHECKPOINT)
+        data = self.codec.encode_value(snapshot)
+        return self._request(
+            lambda id: SaveCheckpoint(
+                id=id, session_id=session_id, run_id=run_id, time=now(), snapshot=data
+            ),
+            _ack_seq,
+            Ack,
+            session_id,
+        )
+
+    def close_run(self, session_id: str, run_id: str, error: str | None) -> Pending[None] | None:
+        """Close the run: ``run_close`` carries its sticky error text, else ``error``.
+
+        None when the run is closed already.  The request's result raises the run's
+        sticky error once the daemon has written ``run_close``; when the daemon cannot
+        write it any more (the session failed) the sticky error is raised right here.
+        """
+        view = self._sessions.get(session_id)
+        if view is None or view.run_id != run_id:
+            return None
+        sticky = self.sticky_error(session_id, run_id)
+        if view.state is not SessionState.RUN_OPEN:
+            view.run_id = None
+            if sticky is not None:
+                raise sticky
+            session_transition(view.state, SessionOp.CLOSE_RUN)
+        view.state, view.run_id = SessionState.IDLE, None
+        text = sticky.message if sticky is not None else error
+
+        def closed(reply: Ack) -> None:
+            if (late := self.sticky_error(session_id, run_id)) is not None:
+                raise late
+
+        return self._request(
+            lambda id: CloseRun(
+                id=id, session_id=session_id, run_id=run_id, time=now(), error=text
+            ),
+            closed,
+            Ack,
+            session_id,
+        )
+
+    def sync(self, session_id: str) -> Pending[int]:
+        """Make everything sent so far durable; the result is the last seq written."""
+        self._check(session_id, None, SessionOp.SYNC)
+        return self._request(
+            lambda id: Sync(id=id, session_id=session_id), _ack_seq, Ack, session_id
+        )
+
+    def load_checkpoint(self, session_id: str) -> Pending[Any]:
+        """The latest checkpoint's snapshot, decoded by the codec, or None."""
+        self._check(session_id, None, SessionOp.LOAD_CHECKPOINT)
+
+        def loaded(reply: CheckpointLoaded) -> Any:
+            return None if reply.snapshot is None else self.codec.decode_value(reply.snapshot)
+
+        return self._request(
+            lambda id: LoadCheckpoint(id=id, session_id=session_id),
+            loaded,
+            CheckpointLoaded,
+            session_id,
+        )
+
+    def close_session(self, session_id: str) -> Pending[None] | None:
+        """Sync and release the session; None when it is closed already.
+
+        An open run stays without ``run_close``, exactly as after a disconnect.
+        """
+        view = self._sessions.pop(session_id, None)
+        if view is None:
+            return None
+        for key in [key for key in self._sticky if key[0] == session_id]:
+            del self._sticky[key]
+        return self._request(
+            lambda id: CloseSession(id=id, session_id=session_id),
+            _ack_none,
+            Ack,
+            session_id,
+        )
+
+    def subscribe(
+        self,
+        path: str | None,
+        *,
+        after: int = 0,
+        follow: bool = False,
+        types: list[str] | None = None,
+        run_id: str | None = None,
+    ) -> Pending[int]:
+        """Tail ``path`` (every session when None); the result is the subscription."""
+
+        def subscribed(reply: Subscribed) -> int:
+            self._tails.setdefault(reply.subscription, _Tail())
+            return reply.subscription
+
+        return self._request(
+            lambda id: Subscribe(
+                id=id, path=path, after=after, follow=follow, types=types, run_id=run_id
+            ),
+            subscribed,
+            Subscribed,
+        )
+
+    def unsubscribe(self, subscription: int) -> Pending[None]:
+        """End a subscription; pushes still in flight for it are dropped."""
+        self._drop_tail(subscription)
+        return self._request(
+            lambda id: Unsubscribe(id=id, subscription=subscription), _ack_none, Ack
+        )
+
+    def status(self) -> Pending[StatusReply]:
+        """What the daemon holds."""
+        return self._request(lambda id: Status(id=id), _same, StatusReply)
+
+    # ------------------------------------------------------------------ pushes
+
+    def sticky_error(self, session_id: str, run_id: str | None) -> RecordingError | None:
+        """The error pushed for this run, else for its session, else None."""
+        sticky = self._sticky.get((session_id, run_id)) if run_id is not None else None
+        return sticky or self._sticky.get((session_id, None))
+
+    def tail_ready(self, subscription: int) -> bool:
+        """Whether :meth:`next_tail` has something (or the connection failed)."""
+        tail = self._tails.get(subscription)
+        return tail is None or bool(tail.items) or self._failure is not None
+
+    def next_tail(self, subscription: int) -> list[tuple[str | None, Record]] | None:
+        """The records of the next batch with their session path, or None at the end.
+
+        Raises :class:`DaemonError` when the daemon ended the subscription with an
+        error, and the connection's failure when it broke.
+        """
+        tail = self._tails.get(subscription)
+        if tail is None or tail.ended:
+            return None
+        if not tail.items:
+            if self._failure is not None:
+                raise self._failure
+            return []
+        item = tail.items.popleft()
+        if isinstance(item, TailBatch):
+            return [(item.path, _decode_line(line)) for line in item.lines]
+        tail.ended = True
+        del self._tails[subscription]
+        if item.reason == "error":
+            raise DaemonError(
+                item.message or "the subscription failed",
+                code=item.code or ErrorCode.INTERNAL,
+            )
+        return None
+
+    def tail_ended(self, subscription: int) -> bool:
+        """Whether the daemon ended the subscription (or it was never made)."""
+        return subscription not in self._tails
+
+    def abandon_tail(self, subscription: int) -> None:
+        """The subscriber is gone: drop its pushes and queue an unsubscribe.
+
+        Safe to call at any time (a finaliser may): the unsubscribe goes out before
+        the next frame this connection sends, and its reply is dropped.
+        """
+        if subscription not in self._tails or self._failure is not None:
+            return
+        self._drop_tail(subscription)
+        request_id = next(self._ids)
+        self._encoder.encode_into(
+            Unsubscribe(id=request_id, subscription=subscription), self._outbox
+        )
+
+    def _drop_tail(self, subscription: int) -> None:
+        if self._tails.pop(subscription, None) is not None:
+            self._abandoned.add(subscription)
+
+    # ------------------------------------------------------------------ rules
+
+    def _view(self, session_id: str) -> _SessionView:
+        view = self._sessions.get(session_id)
+        if view is None:
+            view = _SessionView()
+            view.state = SessionState.CLOSED
+        return view
+
+    def _check(self, session_id: str, run_id: str | None, op: SessionOp) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if op is not SessionOp.LOAD_CHECKPOINT and op is not SessionOp.SYNC:
+            sticky = self.sticky_error(session_id, run_id)
+            if sticky is not None:
+                raise sticky
+        view = self._view(session_id)
+        session_transition(view.state, op)
+        if run_id is not None and view.run_id != run_id:
+            raise LocalProtocolError(
+                f"{op.value} refused: run {run_id} is closed", code=ErrorCode.RUN_NOT_OPEN
+            )
+
+
+def _ack_seq(reply: Ack) -> int:
+    return reply.seq
+
+
+def _ack_none(reply: Ack) -> None:
+    return None
+
+
+def _same(reply: StatusReply) -> StatusReply:
+    return reply
+
+
+def _event_time(encoded: EncodedEvent, time: datetime | str | None) -> str:
+    if time is None:
+        # The moment the event happened at its source, not the moment it is written.
+        return encoded.time
+    if isinstance(time, datetime):
+        return format_time(time)
+    if not is_time(time):
+        raise LocalProtocolError(
+            f"time {time!r} is not an RFC 3339 UTC time like 2026-11-29T20:00:00.000000Z",
+            code=ErrorCode.BAD_EVENT,
+        )
+    return time
+
+
+def _decode_line(line: bytes) -> Record:
+    try:
+        return _record_decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise RemoteProtocolError(
+            f"the daemon sent a tailed line that is not a record: {exc}",
+            code=ErrorCode.BAD_MESSAGE,
+        ) from None

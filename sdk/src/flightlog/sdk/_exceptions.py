@@ -1,0 +1,82 @@
+"""Every error the SDK raises, in one flat module, catchable by kind.
+
+``FlightlogError`` is the base of all of them.  The protocol's errors are re-exported so
+that a caller imports everything from here:
+
+* :class:`RecordingError`: recording failed (an event the codec cannot encode, or a
+  failure the daemon pushed; the latter is sticky on its run).
+* :class:`LocalProtocolError`: the caller asked for something the protocol does not
+  allow (a frame larger than the daemon accepts, a record on a closed run).
+* :class:`RemoteProtocolError`: the daemon sent bytes that break the protocol.
+* :class:`FileFormatError`: a session file breaks the reading rules.
+* :class:`ConnectError`, :class:`DaemonNotRunning`: no connection could be made.
+* :class:`ConnectionLost`: the connection broke while in use.
+* :class:`DaemonError`: the daemon refused a request; ``code`` says why.
+"""
+
+from __future__ import annotations
+
+from flightlog.protocol import (
+    ErrorCode,
+    FileFormatError,
+    FlightlogError,
+    LocalProtocolError,
+    RecordingError,
+    RemoteProtocolError,
+)
+
+__all__ = [
+    "ConnectError",
+    "ConnectionLost",
+    "DaemonError",
+    "DaemonNotRunning",
+    "ErrorCode",
+    "FileFormatError",
+    "FlightlogError",
+    "LocalProtocolError",
+    "RecordingError",
+    "RemoteProtocolError",
+]
+
+
+class ConnectError(FlightlogError):
+    """The daemon's socket could not be connected to (permissions, a bad path)."""
+
+    def __init__(self, message: str, *, code: str = "connect_failed") -> None:
+        super().__init__(message, code=code)
+
+
+class DaemonNotRunning(ConnectError):
+    """Nothing listens on the socket: the daemon is not running, or not on this path."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"no flightlog daemon is listening on {path}; start one with `flightlogd` "
+            "or `systemctl --user start flightlogd.socket`, or point $FLIGHTLOG_SOCKET "
+            "at the socket it listens on",
+            code="daemon_not_running",
+        )
+        self.path = path
+
+
+class ConnectionLost(FlightlogError):
+    """The connection to the daemon broke: it closed the socket or the socket failed.
+
+    What was sent but not acknowledged may or may not have been written.
+    """
+
+    def __init__(self, message: str, *, code: str = "connection_lost") -> None:
+        super().__init__(message, code=code)
+
+
+class DaemonError(FlightlogError):
+    """The daemon refused a request with an error reply.
+
+    ``code`` is the daemon's stable error code (``session_busy``, ``path_refused``,
+    ``session_exists``, …; see :class:`ErrorCode`), ``message`` its sentence, and
+    ``session_id`` the session it is about, when it names one.
+    """
+
+    def __init__(self, message: str, *, code: str, session_id: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.session_id = session_id

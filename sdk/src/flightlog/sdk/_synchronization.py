@@ -1,0 +1,106 @@
+"""The few primitives whose sync and async forms differ, with one surface for both.
+
+:class:`AsyncLock` and :class:`Lock` are interchangeable apart from ``async with``, so
+``_sync.py`` can be generated from ``_async.py`` by renaming.  :class:`AwaitableContext`
+lets ``aconnect()``, ``create()``, ``open()`` and ``begin_run()`` be awaited or used
+directly in ``async with``; their sync forms return the object itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Coroutine, Generator
+from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+
+__all__ = ["AsyncLock", "AwaitableContext", "Lock"]
+
+
+class AsyncLock:
+    """An anyio lock that can also be tried without waiting."""
+
+    def __init__(self) -> None:
+        self._lock = anyio.Lock()
+
+    async def __aenter__(self) -> None:
+        await self._lock.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; never waits."""
+        try:
+            self._lock.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class Lock:
+    """A thread lock with the surface of :class:`AsyncLock`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; never waits."""
+        return self._lock.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+class _AsyncContextManager(Protocol):
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+C = TypeVar("C", bound=_AsyncContextManager)
+
+
+class AwaitableContext(Generic[C]):
+    """An object being made: ``await`` it, or enter it with ``async with``.
+
+    ``async with`` awaits the object, enters it and, on exit, exits it.
+    """
+
+    __slots__ = ("_coro", "_value")
+
+    def __init__(self, coro: Coroutine[Any, Any, C]) -> None:
+        self._coro = coro
+        self._value: C | None = None
+
+    def __await__(self) -> Generator[Any, None, C]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> C:
+        self._value = await self._coro
+        await self._value.__aenter__()
+        return self._value
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._value is not None
+        await self._value.__aexit__(exc_type, exc, tb)

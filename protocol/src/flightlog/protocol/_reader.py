@@ -34,7 +34,6 @@ from ._records import (
     RUN_START,
     SESSION_START,
     Record,
-    SessionStartData,
 )
 
 __all__ = [
@@ -58,8 +57,15 @@ MAX_LINE_BYTES: Final = 256 * 1024 * 1024
 # padded with NUL bytes after a crash) is skipped without being held.
 _CHUNK: Final = 1024 * 1024
 
+
+class _SessionStart(msgspec.Struct):
+    # Like SessionStartData, but a file must say which format version it is in.
+    format_version: int
+    meta: dict[str, Any] = {}
+
+
 _record_decoder: Final = msgspec.json.Decoder(Record)
-_session_start_decoder: Final = msgspec.json.Decoder(SessionStartData)
+_session_start_decoder: Final = msgspec.json.Decoder(_SessionStart)
 
 
 class BinaryReadable(Protocol):
@@ -244,17 +250,17 @@ class Reader:
         At the end, an unfinished tail is kept in ``tail`` and ``tail_size``.
         """
         chunk = self._readline()
-        if chunk.endswith(b"\n"):  # the common case: one short complete line
-            return chunk[:-1]
+        if chunk.endswith(b"\n") and len(chunk) <= self._max_line_bytes:
+            return chunk[:-1]  # the common case: one short complete line
         parts: list[bytes] = []
         size = 0
         while chunk:
             size += len(chunk)
-            if size <= self._max_line_bytes:
+            if size <= self._max_line_bytes + 1:  # the line and its "\n"
                 parts.append(chunk)
             # else too long to keep: read on, to learn whether it is the tail
             if chunk.endswith(b"\n"):
-                if size > self._max_line_bytes:
+                if size - 1 > self._max_line_bytes:
                     raise FileFormatError(
                         self.lines + 1,
                         f"line is {size - 1} bytes long, more than {self._max_line_bytes}",

@@ -1,0 +1,236 @@
+"""The record envelope and the structural records, through lines and the reader."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import hypothesis.strategies as st
+import msgspec
+import pytest
+from hypothesis import given, settings
+
+from flightlog.protocol import (
+    AGENT_FACT_TYPES,
+    CHECKPOINT,
+    FORMAT_VERSION,
+    NEVER_WRITTEN_TYPES,
+    RECORD_TYPES,
+    RUN_CLOSE,
+    RUN_START,
+    SESSION_START,
+    STRUCTURAL_TYPES,
+    CheckpointData,
+    LocalProtocolError,
+    Reader,
+    Record,
+    RunCloseData,
+    RunStartData,
+    SessionStartData,
+    append_line,
+    default_codec,
+    encode_line,
+    format_time,
+    is_session_id,
+    is_time,
+    new_id,
+    now,
+    parse_line,
+    parse_time,
+)
+
+SID = new_id()
+
+
+def test_type_sets_are_disjoint_and_complete() -> None:
+    assert {SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE} == STRUCTURAL_TYPES
+    assert not STRUCTURAL_TYPES & AGENT_FACT_TYPES
+    assert not NEVER_WRITTEN_TYPES & RECORD_TYPES
+    assert RECORD_TYPES == STRUCTURAL_TYPES | AGENT_FACT_TYPES
+    assert len(AGENT_FACT_TYPES) == 22
+
+
+def test_envelope_field_order_and_one_line() -> None:
+    record = Record(
+        session_id=SID,
+        seq=1,
+        type="session_start",
+        time="2026-11-29T20:00:00.000000Z",
+        data=msgspec.Raw(b'{"format_version":1,"meta":{}}'),
+    )
+    assert encode_line(record) == (
+        b'{"session_id":"%s","seq":1,"type":"session_start",'
+        b'"time":"2026-11-29T20:00:00.000000Z","run_id":null,'
+        b'"data":{"format_version":1,"meta":{}}}\n' % SID.encode()
+    )
+
+
+def test_append_line_appends() -> None:
+    buf = bytearray(b"previous\n")
+    record = Record(session_id=SID, seq=2, type="x", time=now())
+    append_line(buf, record)
+    append_line(buf, record)
+    assert buf.startswith(b"previous\n")
+    assert buf.count(b"\n") == 3
+    assert bytes(buf[9:]) == encode_line(record) * 2
+
+
+def test_record_defaults() -> None:
+    record = Record(session_id=SID, seq=3, type="agent_end", time=now())
+    assert record.run_id is None
+    assert bytes(record.data) == b"{}"
+
+
+def test_record_decode_data_and_to_builtins() -> None:
+    record = Record(
+        session_id=SID,
+        seq=2,
+        type=RUN_START,
+        time=now(),
+        run_id="r",
+        data=msgspec.Raw(b'{"pid":12,"client":"demo"}'),
+    )
+    assert record.decode_data(RunStartData) == RunStartData(pid=12, client="demo")
+    assert record.decode_data() == {"pid": 12, "client": "demo"}
+    builtins = record.to_builtins()
+    assert builtins["data"] == {"pid": 12, "client": "demo"}
+    assert list(builtins) == ["session_id", "seq", "type", "time", "run_id", "data"]
+
+
+def test_session_start_data_defaults() -> None:
+    assert SessionStartData() == SessionStartData(format_version=FORMAT_VERSION, meta={})
+    assert FORMAT_VERSION == 1
+
+
+def test_time_format() -> None:
+    moment = datetime(2026, 11, 29, 21, 0, 0, 123456, tzinfo=timezone(timedelta(hours=1)))
+    assert format_time(moment) == "2026-11-29T20:00:00.123456Z"
+    assert parse_time("2026-11-29T20:00:00.123456Z") == moment
+    assert parse_time("2026-11-29T20:00:00Z") == datetime(2026, 11, 29, 20, tzinfo=UTC)
+    assert parse_time("2026-11-29T20:00:00.123456789Z").microsecond == 123456
+
+
+def test_format_time_refuses_a_naive_datetime() -> None:
+    with pytest.raises(LocalProtocolError):
+        format_time(datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2026-11-29T20:00:00+00:00", "2026-11-29 20:00:00Z", "2026-11-29T20:00Z", "", "now"],
+)
+def test_not_record_times(text: str) -> None:
+    assert not is_time(text)
+    with pytest.raises(ValueError):
+        parse_time(text)
+
+
+def test_now_is_a_record_time() -> None:
+    assert is_time(now())
+
+
+def test_ids() -> None:
+    ids = {new_id() for _ in range(100)}
+    assert len(ids) == 100
+    assert all(is_session_id(i) for i in ids)
+    assert not is_session_id("ABC")
+    assert not is_session_id(SID.upper())
+
+
+# --- every record type through a line and the reader -----------------------------------------
+
+keys = st.text(max_size=10)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=4),
+    max_leaves=15,
+)
+big_texts = st.builds(lambda s, n: s * n, st.text(min_size=1, max_size=3), st.integers(0, 100_000))
+
+
+def structural_data(type_: str) -> st.SearchStrategy[bytes]:
+    if type_ == SESSION_START:
+        return st.builds(SessionStartData, meta=st.dictionaries(keys, json_values, max_size=5)).map(
+            msgspec.json.encode
+        )
+    if type_ == RUN_START:
+        return st.builds(RunStartData, pid=st.integers(0, 2**31), client=st.text()).map(
+            msgspec.json.encode
+        )
+    if type_ == CHECKPOINT:
+        return st.one_of(json_values, big_texts).map(
+            lambda v: msgspec.json.encode(
+                CheckpointData(snapshot=msgspec.Raw(default_codec.encode_value(v)))
+            )
+        )
+    return st.builds(RunCloseData, error=st.none() | st.text() | big_texts).map(msgspec.json.encode)
+
+
+@pytest.mark.parametrize("type_", sorted(STRUCTURAL_TYPES))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_structural_records_round_trip_through_the_reader(type_: str, data: Any) -> None:
+    payload = data.draw(structural_data(type_))
+    head = Record(
+        session_id=SID,
+        seq=1,
+        type=SESSION_START,
+        time=now(),
+        data=msgspec.Raw(payload if type_ == SESSION_START else b'{"format_version":1}'),
+    )
+    records = [head]
+    if type_ != SESSION_START:
+        records.append(
+            Record(
+                session_id=SID,
+                seq=2,
+                type=type_,
+                time=now(),
+                run_id=new_id(),
+                data=msgspec.Raw(payload),
+            )
+        )
+    content = b"".join(map(encode_line, records))
+    assert content.count(b"\n") == len(records)
+    read = list(Reader(io.BytesIO(content)))
+    assert read == records
+    last = read[-1]
+    kind = {
+        SESSION_START: SessionStartData,
+        RUN_START: RunStartData,
+        CHECKPOINT: CheckpointData,
+        RUN_CLOSE: RunCloseData,
+    }[type_]
+    assert msgspec.json.encode(last.decode_data(kind)) == payload
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    type_=st.text(min_size=1),
+    run_id=st.none() | st.text(),
+    seq=st.integers(1, 2**63 - 1),
+    data=st.dictionaries(keys, json_values, max_size=5),
+)
+def test_any_envelope_round_trips_through_one_line(
+    type_: str, run_id: str | None, seq: int, data: dict[str, Any]
+) -> None:
+    record = Record(
+        session_id=SID,
+        seq=seq,
+        type=type_,
+        time=now(),
+        run_id=run_id,
+        data=msgspec.Raw(msgspec.json.encode(data)),
+    )
+    encoded = encode_line(record)
+    assert encoded.endswith(b"\n")
+    assert encoded.count(b"\n") == 1
+    assert b"\r" not in encoded
+    parsed = parse_line(encoded[:-1], lineno=1, session_id=SID, expected_seq=seq)
+    assert parsed == record
+    assert parsed.decode_data() == data

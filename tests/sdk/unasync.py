@@ -1,10 +1,11 @@
-"""Generate ``flightlog/sdk/_sync.py`` from ``_async.py``, as httpcore does.
+"""Generate the sync client and its tests from the async ones, as httpcore does.
 
-``_async.py`` is the one source of truth of both clients.  Run this script after
-editing it::
+``flightlog/sdk/_async.py`` is the one source of truth of both clients, and
+``tests/sdk/test_client_async.py`` of both clients' tests.  Run this script after
+editing either::
 
-    uv run python tests/sdk/unasync.py          # rewrite _sync.py
-    uv run python tests/sdk/unasync.py --check  # exit 1 when _sync.py is stale
+    uv run python tests/sdk/unasync.py          # rewrite the generated files
+    uv run python tests/sdk/unasync.py --check  # exit 1 when one of them is stale
 
 ``tests/sdk/test_unasync.py`` runs the check, so the two never drift apart.
 """
@@ -15,28 +16,32 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
-SDK = Path(__file__).resolve().parents[2] / "sdk" / "src" / "flightlog" / "sdk"
-SOURCE = SDK / "_async.py"
-TARGET = SDK / "_sync.py"
+ROOT = Path(__file__).resolve().parents[2]
+SDK = ROOT / "sdk" / "src" / "flightlog" / "sdk"
+TESTS = ROOT / "tests" / "sdk"
 
-# Whole lines that change meaning, not just names.
-LINES = {
+# Whole lines that change meaning, not just names (None: the line goes).
+LINES: dict[str, str | None] = {
     "from ._synchronization import AsyncLock, AwaitableContext": (
         "from ._synchronization import Lock"
     ),
+    "@pytest.mark.anyio": None,
 }
 
 # (pattern, replacement), applied in order to every other line.
 SUBS = [
     (r"AwaitableContext\[(\w+)\]", r"\1"),
     (r"AwaitableContext\((\w+)\)", r"\1"),
+    (r"\bflightlog\.sdk\.aio\b", "flightlog.sdk"),
     (r"\bAsyncClient\b", "Client"),
     (r"\bAsyncSession\b", "Session"),
     (r"\bAsyncRun\b", "Run"),
     (r"\bAsyncTail\b", "Tail"),
     (r"\bAsyncTransport\b", "Transport"),
     (r"\bAsyncSocketTransport\b", "SocketTransport"),
+    (r"\bAsyncMockTransport\b", "MockTransport"),
     (r"\bAsyncLock\b", "Lock"),
     (r"\b_AsyncResource\b", "_Resource"),
     (r"\baconnect\b", "connect"),
@@ -51,11 +56,23 @@ SUBS = [
     (r"\basync for\b", "for"),
     (r"\bawait ", ""),
     (r"``async with``", "``with``"),
-    (r"\basync\b client", "sync client"),
 ]
 
-HEADER = '''\
-# Generated from _async.py by tests/sdk/unasync.py: edit _async.py, then run it.
+GENERATED = "# Generated from {source} by tests/sdk/unasync.py: edit that file, then run this.\n"
+
+
+class Pair(NamedTuple):
+    source: Path
+    target: Path
+    #: Replaces the source's module docstring (None: keep it, unasynced).
+    docstring: str | None
+
+
+PAIRS = [
+    Pair(
+        SDK / "_async.py",
+        SDK / "_sync.py",
+        '''\
 """The sync client: :class:`Client`, :class:`Session`, :class:`Run`, over a plain socket.
 
 Generated from ``_async.py``, the one source of truth of both clients.  Every protocol
@@ -66,49 +83,73 @@ One client may be shared by several threads: frames are sent whole under a lock,
 the thread that holds the receive lock feeds whatever arrives to the connection, so
 each thread finds its own reply there.
 """
-'''
+''',
+    ),
+    Pair(TESTS / "test_client_async.py", TESTS / "test_client_sync.py", None),
+]
 
 
-def _body(source: str) -> str:
-    """``source`` without its module docstring, which the header replaces."""
-    if not source.startswith('"""'):
-        raise ValueError(f"{SOURCE} must start with its module docstring")
-    end = source.index('"""', 3) + 3
-    return source[end:]
-
-
-def unasync_line(line: str) -> str:
-    if line.strip() in LINES:
-        indent = line[: len(line) - len(line.lstrip())]
-        return indent + LINES[line.strip()] + "\n"
+def unasync_line(line: str) -> str | None:
+    stripped = line.strip()
+    if stripped in LINES:
+        replacement = LINES[stripped]
+        if replacement is None:
+            return None
+        return line[: len(line) - len(line.lstrip())] + replacement + "\n"
     for pattern, replacement in SUBS:
         line = re.sub(pattern, replacement, line)
     return line
 
 
-def generate() -> str:
-    """The text _sync.py must have, formatted as ``ruff format`` leaves it."""
-    body = _body(SOURCE.read_text())
-    text = HEADER + "".join(unasync_line(line) for line in body.splitlines(keepends=True))
-    formatted = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
+def _split_docstring(source: str) -> tuple[str, str]:
+    if not source.startswith('"""'):
+        raise ValueError("the source must start with its module docstring")
+    end = source.index('"""', 3) + 3
+    return source[:end], source[end:]
+
+
+def generate(pair: Pair) -> str:
+    """The text ``pair.target`` must have, formatted as ``ruff format`` leaves it."""
+    docstring, body = _split_docstring(pair.source.read_text())
+    lines = (docstring + body).splitlines(keepends=True)
+    if pair.docstring is not None:
+        lines = [pair.docstring, *body.splitlines(keepends=True)]
+    converted = [line for line in map(unasync_line, lines) if line is not None]
+    text = GENERATED.format(source=pair.source.name) + "".join(converted)
+    # Renaming can merge imports and nested with-blocks: let ruff tidy them, then format.
+    text = _ruff(text, pair.target, "check", "--fix", "--exit-zero", "--select", "I,SIM117")
+    return _ruff(text, pair.target, "format")
+
+
+def _ruff(text: str, path: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--quiet", "--stdin-filename", str(path), "-"],
         input=text,
         capture_output=True,
         text=True,
         check=True,
-        cwd=SDK.parents[3],
+        cwd=ROOT,
     )
-    return formatted.stdout
+    return done.stdout
+
+
+def stale() -> list[Path]:
+    """The generated files that do not match their sources."""
+    return [
+        pair.target
+        for pair in PAIRS
+        if not pair.target.exists() or pair.target.read_text() != generate(pair)
+    ]
 
 
 def main(argv: list[str]) -> int:
-    expected = generate()
     if "--check" in argv:
-        if not TARGET.exists() or TARGET.read_text() != expected:
-            print(f"{TARGET} is stale: run `uv run python tests/sdk/unasync.py`")
-            return 1
-        return 0
-    TARGET.write_text(expected)
+        targets = stale()
+        for target in targets:
+            print(f"{target} is stale: run `uv run python tests/sdk/unasync.py`")
+        return 1 if targets else 0
+    for pair in PAIRS:
+        pair.target.write_text(generate(pair))
     return 0
 
 

@@ -252,7 +252,6 @@ class AsyncClient(_AsyncResource):
             self._conn.connection_lost(ConnectionLost("the client is closed"))
             await self._transport.aclose()
 
-
     # --------------------------------------------------------------- moving bytes
 
     async def _call(self, pending: Pending[T]) -> T:
@@ -355,7 +354,6 @@ class AsyncSession(_AsyncResource):
         pending = self.client._conn.close_session(self.session_id)
         if pending is not None:
             await self.client._call(pending)
-
 
 
 class AsyncRun(_AsyncResource):

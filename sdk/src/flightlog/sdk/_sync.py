@@ -1,4 +1,4 @@
-# Generated from _async.py by tests/sdk/unasync.py: edit _async.py, then run it.
+# Generated from _async.py by tests/sdk/unasync.py: edit that file, then run this.
 """The sync client: :class:`Client`, :class:`Session`, :class:`Run`, over a plain socket.
 
 Generated from ``_async.py``, the one source of truth of both clients.  Every protocol

@@ -1,0 +1,629 @@
+"""The async client against a fake daemon (mock transport): every public operation.
+
+``test_client_sync.py`` is generated from this file by ``tests/sdk/unasync.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from flightlog.protocol import (
+    PROTOCOL_VERSION,
+    AgentEnd,
+    AgentStart,
+    CloseRun,
+    Create,
+    ErrorCode,
+    Execution,
+    Hello,
+    MessageEnd,
+    MessageUpdate,
+    ModelExecEnd,
+    ModelExecStart,
+    ModelRequest,
+    ModelResponse,
+    ModelStream,
+    RecordEvent,
+    RecordFailed,
+    SaveCheckpoint,
+    Subscribe,
+    Subscribed,
+    TailBatch,
+    TailEnd,
+    TextPart,
+    Unsubscribe,
+    UserMessage,
+    default_codec,
+)
+from flightlog.sdk import (
+    CallRef,
+    ConnectionLost,
+    DaemonError,
+    LocalProtocolError,
+    RecordingError,
+)
+from flightlog.sdk.aio import AsyncClient, AsyncMockTransport, AsyncSession, aconnect
+
+from .fakes import FakeDaemon, error
+
+EXEC = Execution(id="m1", kind="model", turn_index=0)
+
+
+def events() -> list[Any]:
+    return [
+        AgentStart(agent="demo", messages=[UserMessage(content="hi")]),
+        ModelRequest(execution=EXEC, messages=[UserMessage(content="hi")]),
+        ModelExecStart(execution=EXEC, model="m"),
+        ModelExecEnd(execution=EXEC, message=None, error="overloaded"),
+        MessageEnd(message=UserMessage(content=[TextPart(text="hello")])),
+        AgentEnd(ok=True, reason="completed", turns=1),
+    ]
+
+
+def sent_types(transport: AsyncMockTransport) -> list[str]:
+    return [type(message).__name__ for message in transport.sent]
+
+
+@dataclasses.dataclass
+class Unregistered:
+    value: int
+
+
+@pytest.fixture
+def transport(fake: FakeDaemon) -> AsyncMockTransport:
+    return AsyncMockTransport(fake)
+
+
+async def start(transport: AsyncMockTransport) -> tuple[AsyncClient, AsyncSession]:
+    client = await aconnect(transport=transport, client_name="test-agent")
+    session = await client.create("demo/chat.jsonl", meta={"app": "demo"})
+    return client, session
+
+
+# ------------------------------------------------------------------------- connecting
+
+
+@pytest.mark.anyio
+async def test_connect_says_hello_first(fake: FakeDaemon, transport: AsyncMockTransport) -> None:
+    async with aconnect(transport=transport, client_name="test-agent") as client:
+        assert transport.sent == [fake.hello]
+        assert fake.hello == Hello(
+            id=1, version=PROTOCOL_VERSION, client="test-agent", pid=os.getpid()
+        )
+        assert client.welcome.server == "fake"
+        assert client.client_name == "test-agent"
+    assert client.closed
+
+
+@pytest.mark.anyio
+async def test_client_name_defaults_to_the_program(transport: AsyncMockTransport) -> None:
+    async with aconnect(transport=transport) as client:
+        assert client.client_name == os.path.basename(sys.argv[0])
+
+
+@pytest.mark.anyio
+async def test_a_refused_hello_raises_and_closes(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    fake.script[Hello] = lambda m: [error(m.id, "unsupported_version", "speaks version 7")]
+    with pytest.raises(DaemonError) as caught:
+        await aconnect(transport=transport)
+    assert caught.value.code == ErrorCode.UNSUPPORTED_VERSION
+    assert caught.value.message == "speaks version 7"
+    with pytest.raises(ConnectionLost):
+        await transport.send(b"")
+
+
+@pytest.mark.anyio
+async def test_a_closed_client_refuses_requests(transport: AsyncMockTransport) -> None:
+    client = await aconnect(transport=transport)
+    await client.aclose()
+    await client.aclose()
+    with pytest.raises(ConnectionLost):
+        await client.status()
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+@pytest.mark.anyio
+async def test_create_returns_the_session(fake: FakeDaemon, transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    created = fake.session("demo/chat.jsonl")
+    assert session.session_id == created.session_id
+    assert session.path == "demo/chat.jsonl"
+    assert session.meta == {"app": "demo"}
+    assert session.last_seq == 1
+    assert transport.sent[1] == Create(id=2, path="demo/chat.jsonl", meta={"app": "demo"})
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_daemon_refusals_are_daemon_errors(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    with pytest.raises(DaemonError) as exists:
+        await client.create("demo/chat.jsonl")
+    assert exists.value.code == "session_exists"
+    with pytest.raises(DaemonError) as missing:
+        await client.open("nowhere.jsonl")
+    assert missing.value.code == "session_not_found"
+    # The connection goes on.
+    assert await session.sync() == 1
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_sessions_and_clients_are_context_managers(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    async with aconnect(transport=transport) as client:
+        async with client.create("a.jsonl") as session, session.begin_run():
+            pass
+        assert fake.session("a.jsonl").closed
+        async with client.open("a.jsonl") as reopened:
+            assert reopened.last_seq == 3
+    assert sent_types(transport)[-2:] == ["Open", "CloseSession"]
+
+
+@pytest.mark.anyio
+async def test_session_close_is_idempotent(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    await session.aclose()
+    await session.aclose()
+    assert sent_types(transport).count("CloseSession") == 1
+    with pytest.raises(LocalProtocolError) as caught:
+        await session.begin_run()
+    assert caught.value.code == ErrorCode.SESSION_CLOSED
+    await client.aclose()
+
+
+# ------------------------------------------------------------------------------- runs
+
+
+@pytest.mark.anyio
+async def test_a_run_records_what_was_sent(fake: FakeDaemon, transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    sent = events()
+    async with session.begin_run() as run:
+        for event in sent:
+            await run.record(event)
+    records = fake.session("demo/chat.jsonl").records()
+    assert [r.type for r in records] == [
+        "session_start",
+        "run_start",
+        "agent_start",
+        "model_request",
+        "model_exec_start",
+        "model_exec_end",
+        "message_end",
+        "agent_end",
+        "run_close",
+    ]
+    assert records[1].decode_data() == {"pid": os.getpid(), "client": "test-agent"}
+    assert {r.run_id for r in records[1:]} == {run.run_id}
+    assert [default_codec.decode_event(r) for r in records[2:-1]] == sent
+    assert records[-1].decode_data() == {"error": None}
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_record_returns_without_waiting(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    # The fake answers nothing to a record: a record that waited would find the end.
+    await run.record(AgentStart())
+    await run.record(AgentEnd())
+    assert sent_types(transport)[-2:] == ["RecordEvent", "RecordEvent"]
+    await run.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_record_time_comes_from_the_event_or_the_caller(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    await run.record(AgentStart(time="2026-01-02T03:04:05.000006Z"))
+    await run.record(AgentStart(), time=datetime(2026, 1, 2, tzinfo=UTC))
+    await run.record(AgentStart(), time="2026-01-03T00:00:00Z")
+    with pytest.raises(LocalProtocolError):
+        await run.record(AgentStart(), time="yesterday")
+    times = [r.time for r in fake.session("demo/chat.jsonl").records()[2:]]
+    assert times == [
+        "2026-01-02T03:04:05.000006Z",
+        "2026-01-02T00:00:00.000000Z",
+        "2026-01-03T00:00:00Z",
+    ]
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_never_written_events_are_skipped(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    before = len(transport.sent)
+    await run.record(MessageUpdate(delta="to"))
+    await run.record(ModelStream(execution=EXEC, chunk={"delta": "ken"}))
+    await run.record(ModelResponse(execution=EXEC))
+    assert len(transport.sent) == before
+    await run.record(ModelResponse(execution=EXEC, length_recovery="continue"))
+    assert sent_types(transport)[-1] == "RecordEvent"
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_codec_errors_are_raised_by_record(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    before = len(transport.sent)
+    with pytest.raises(RecordingError) as caught:
+        await run.record(AgentStart(messages=[Unregistered(1)]))
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    with pytest.raises(RecordingError) as not_an_event:
+        await run.record({"type": "agent_start"})  # type: ignore[arg-type]
+    assert not_an_event.value.code == ErrorCode.BAD_EVENT
+    assert len(transport.sent) == before
+    # A codec error is the caller's, not sticky: the run goes on.
+    await run.record(AgentStart())
+    await run.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_frame_too_large_is_refused_before_sending(transport: AsyncMockTransport) -> None:
+    transport._link.handler.max_frame_size = 512  # type: ignore[attr-defined]
+    client, session = await start(transport)
+    run = await session.begin_run()
+    before = len(transport.sent)
+    with pytest.raises(LocalProtocolError) as caught:
+        await run.record(AgentStart(messages=["x" * 1000]))
+    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
+    assert len(transport.sent) == before
+    await run.record(AgentStart(messages=["x"]))
+    assert len(transport.sent) == before + 1
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_local_rules_refuse_without_a_round_trip(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    with pytest.raises(LocalProtocolError) as open_run:
+        await session.begin_run()
+    assert open_run.value.code == ErrorCode.RUN_OPEN
+    await run.aclose()
+    await run.aclose()
+    assert sent_types(transport).count("CloseRun") == 1
+    before = len(transport.sent)
+    with pytest.raises(LocalProtocolError) as closed_run:
+        await run.record(AgentStart())
+    assert closed_run.value.code == ErrorCode.RUN_NOT_OPEN
+    with pytest.raises(LocalProtocolError):
+        await run.save_checkpoint({})
+    assert len(transport.sent) == before
+    # A new run has a fresh id; the old run object stays closed.
+    second = await session.begin_run()
+    assert second.run_id != run.run_id
+    with pytest.raises(LocalProtocolError):
+        await run.record(AgentStart())
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_run_ref_names_the_call(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    retry = EXEC.next_attempt()
+    assert run.ref(retry) == CallRef(session.session_id, run.run_id, "m1", 2)
+    await client.aclose()
+
+
+# ----------------------------------------------------------------------- sticky errors
+
+
+@pytest.mark.anyio
+async def test_a_pushed_error_surfaces_from_the_next_record(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    await run.record(AgentStart())
+    transport.push(
+        RecordFailed(
+            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="refused"
+        )
+    )
+    with pytest.raises(RecordingError) as first:
+        await run.record(AgentEnd())
+    assert (first.value.code, first.value.message) == ("bad_event", "refused")
+    with pytest.raises(RecordingError) as second:
+        await run.record(AgentEnd())
+    assert second.value is first.value
+    assert run.error is first.value
+    assert sent_types(transport).count("RecordEvent") == 1
+    # close() writes run_close with the error's text, then raises it.
+    with pytest.raises(RecordingError) as on_close:
+        await run.aclose()
+    assert on_close.value is first.value
+    assert fake.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    # Another run of the session is not touched by it.
+    other = await session.begin_run()
+    await other.record(AgentStart())
+    await other.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_error_pushed_during_close_is_raised_by_close(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+
+    def close_run(message: CloseRun) -> list[Any]:
+        failed = RecordFailed(
+            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="late"
+        )
+        return [failed, *fake.answer(message)]
+
+    fake.script[CloseRun] = close_run
+    with pytest.raises(RecordingError) as caught:
+        await run.aclose()
+    assert caught.value.message == "late"
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_session_write_failure_stops_every_run(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    transport.push(
+        RecordFailed(
+            session_id=session.session_id, run_id=None, code="write_failed", message="disk full"
+        )
+    )
+    with pytest.raises(RecordingError) as caught:
+        await run.record(AgentStart())
+    assert caught.value.code == ErrorCode.WRITE_FAILED
+    # The daemon takes no more writes: run_close cannot be written, close says why.
+    with pytest.raises(RecordingError) as on_close:
+        await run.aclose()
+    assert on_close.value is caught.value
+    assert "CloseRun" not in sent_types(transport)
+    with pytest.raises(RecordingError):
+        await session.begin_run()
+    await session.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_write_failed_replies_are_recording_errors(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    fake.script[SaveCheckpoint] = lambda m: [error(m.id, "write_failed", "fsync failed")]
+    with pytest.raises(RecordingError) as caught:
+        await run.save_checkpoint({"step": 1})
+    assert caught.value.message == "fsync failed"
+    with pytest.raises(RecordingError) as sticky:
+        await run.record(AgentStart())
+    assert sticky.value is caught.value
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_exception_in_the_block_closes_the_run_with_its_text(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    with pytest.raises(ValueError, match="boom"):
+        async with session.begin_run() as run:
+            await run.record(AgentStart())
+            raise ValueError("boom")
+    closed = fake.session("demo/chat.jsonl").records()[-1]
+    assert (closed.type, closed.decode_data()) == ("run_close", {"error": "ValueError: boom"})
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_exception_in_the_block_wins_over_a_sticky_error(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    with pytest.raises(KeyError):
+        async with session.begin_run() as run:
+            transport.push(
+                RecordFailed(
+                    session_id=run.session_id, run_id=run.run_id, code="bad_event", message="no"
+                )
+            )
+            raise KeyError("agent bug")
+    closed = fake.session("demo/chat.jsonl").records()[-1]
+    assert closed.decode_data() == {"error": "no"}
+    await client.aclose()
+
+
+# ------------------------------------------------------------------------ checkpoints
+
+
+@pytest.mark.anyio
+async def test_checkpoints_round_trip_through_the_codec(transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    assert await session.load_checkpoint() is None
+    run = await session.begin_run()
+    snapshot = {"messages": [UserMessage(content="hi")], "step": 3}
+    seq = await run.save_checkpoint(snapshot)
+    assert seq == 3
+    assert await session.load_checkpoint() == snapshot
+    assert await session.sync() == 3
+    with pytest.raises(RecordingError):
+        await run.save_checkpoint(Unregistered(1))
+    await client.aclose()
+
+
+# ------------------------------------------------------------------------------ tails
+
+
+@pytest.mark.anyio
+async def test_tail_yields_the_records(fake: FakeDaemon, transport: AsyncMockTransport) -> None:
+    client, session = await start(transport)
+    async with session.begin_run() as run:
+        await run.record(AgentStart())
+    tailed = [record async for record in client.tail("demo/chat.jsonl")]
+    assert tailed == fake.session("demo/chat.jsonl").records()
+    later = [record.seq async for record in client.tail("demo/chat.jsonl", after=2)]
+    assert later == [3, 4]
+    subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
+    assert subscribe[1].after == 2
+    assert subscribe[1].path == "demo/chat.jsonl"
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_tail_passes_its_filters(transport: AsyncMockTransport) -> None:
+    client, _ = await start(transport)
+    tail = client.tail("demo/chat.jsonl", follow=True, types=["agent_end"], run_id="r")
+    async with tail:
+        pass
+    subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
+    assert subscribe == [
+        Subscribe(
+            id=3, path="demo/chat.jsonl", after=0, follow=True, types=["agent_end"], run_id="r"
+        )
+    ]
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_tail_all_yields_paths_and_records(transport: AsyncMockTransport) -> None:
+    client, _ = await start(transport)
+    await client.create("other.jsonl")
+    tailed = [(path, record.type) async for path, record in client.tail_all()]
+    assert tailed == [("demo/chat.jsonl", "session_start"), ("other.jsonl", "session_start")]
+    assert next(m for m in transport.sent if isinstance(m, Subscribe)).path is None
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_tail_ended_by_an_error_raises_it(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    fake.script[Subscribe] = lambda m: [
+        Subscribed(id=m.id, subscription=9),
+        TailEnd(subscription=9, reason="error", code="session_not_found", message="gone"),
+    ]
+    client, _ = await start(transport)
+    tail = client.tail("nowhere.jsonl")
+    with pytest.raises(DaemonError) as caught:
+        await tail.__anext__()
+    assert (caught.value.code, caught.value.message) == ("session_not_found", "gone")
+    assert [record async for record in tail] == []
+    await client.aclose()
+
+
+def following(fake: FakeDaemon) -> None:
+    """Subscriptions that send one batch and then wait for more, like a follow."""
+
+    def subscribe(message: Subscribe) -> list[Any]:
+        lines = fake.session("demo/chat.jsonl").lines
+        return [
+            Subscribed(id=message.id, subscription=5),
+            TailBatch(subscription=5, lines=lines, path="demo/chat.jsonl"),
+        ]
+
+    fake.script[Subscribe] = subscribe
+
+
+@pytest.mark.anyio
+async def test_closing_a_follow_unsubscribes(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    following(fake)
+    async with client.tail("demo/chat.jsonl", follow=True) as tail:
+        async for record in tail:
+            assert record.type == "session_start"
+            break
+    assert transport.sent[-1] == Unsubscribe(id=4, subscription=5)
+    # The TailEnd the daemon sends before its Ack is taken in stride.
+    assert await session.sync() == 1
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_abandoned_follow_is_unsubscribed_by_the_next_request(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    following(fake)
+    tail = client.tail("demo/chat.jsonl", follow=True)
+    assert (await tail.__anext__()).seq == 1
+    del tail
+    # Batches still in flight for it are dropped.
+    transport.push(TailBatch(subscription=5, lines=[b"not even json"]))
+    assert await session.sync() == 1
+    assert sent_types(transport)[-2:] == ["Unsubscribe", "Sync"]
+    await client.aclose()
+
+
+# ------------------------------------------------------------------ the connection
+
+
+@pytest.mark.anyio
+async def test_bytes_arriving_one_at_a_time(fake: FakeDaemon) -> None:
+    transport = AsyncMockTransport(fake, chunk_size=1)
+    client, session = await start(transport)
+    async with session.begin_run() as run:
+        await run.record(AgentStart())
+        await run.save_checkpoint([1, 2, 3])
+    assert await session.load_checkpoint() == [1, 2, 3]
+    assert len([record async for record in client.tail("demo/chat.jsonl")]) == 5
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_daemon_that_hangs_up_loses_the_connection(
+    transport: AsyncMockTransport,
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    transport.hang_up()
+    with pytest.raises(ConnectionLost):
+        await run.record(AgentStart())
+    with pytest.raises(ConnectionLost):
+        await session.sync()
+    with pytest.raises(ConnectionLost):
+        await run.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_reply_lost_midway_fails_the_request(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    fake.script[RecordEvent] = lambda m: []
+    fake.script[SaveCheckpoint] = lambda m: []
+    run = await session.begin_run()
+    with pytest.raises(ConnectionLost):
+        await run.save_checkpoint({})
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_status(transport: AsyncMockTransport) -> None:
+    client, _ = await start(transport)
+    status = await client.status()
+    assert status.pid == os.getpid()
+    assert status.records_written == 1
+    await client.aclose()

@@ -1,0 +1,590 @@
+# Generated from test_client_async.py by tests/sdk/unasync.py: edit that file, then run this.
+"""The async client against a fake daemon (mock transport): every public operation.
+
+``test_client_sync.py`` is generated from this file by ``tests/sdk/unasync.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from flightlog.protocol import (
+    PROTOCOL_VERSION,
+    AgentEnd,
+    AgentStart,
+    CloseRun,
+    Create,
+    ErrorCode,
+    Execution,
+    Hello,
+    MessageEnd,
+    MessageUpdate,
+    ModelExecEnd,
+    ModelExecStart,
+    ModelRequest,
+    ModelResponse,
+    ModelStream,
+    RecordEvent,
+    RecordFailed,
+    SaveCheckpoint,
+    Subscribe,
+    Subscribed,
+    TailBatch,
+    TailEnd,
+    TextPart,
+    Unsubscribe,
+    UserMessage,
+    default_codec,
+)
+from flightlog.sdk import (
+    CallRef,
+    Client,
+    ConnectionLost,
+    DaemonError,
+    LocalProtocolError,
+    MockTransport,
+    RecordingError,
+    Session,
+    connect,
+)
+
+from .fakes import FakeDaemon, error
+
+EXEC = Execution(id="m1", kind="model", turn_index=0)
+
+
+def events() -> list[Any]:
+    return [
+        AgentStart(agent="demo", messages=[UserMessage(content="hi")]),
+        ModelRequest(execution=EXEC, messages=[UserMessage(content="hi")]),
+        ModelExecStart(execution=EXEC, model="m"),
+        ModelExecEnd(execution=EXEC, message=None, error="overloaded"),
+        MessageEnd(message=UserMessage(content=[TextPart(text="hello")])),
+        AgentEnd(ok=True, reason="completed", turns=1),
+    ]
+
+
+def sent_types(transport: MockTransport) -> list[str]:
+    return [type(message).__name__ for message in transport.sent]
+
+
+@dataclasses.dataclass
+class Unregistered:
+    value: int
+
+
+@pytest.fixture
+def transport(fake: FakeDaemon) -> MockTransport:
+    return MockTransport(fake)
+
+
+def start(transport: MockTransport) -> tuple[Client, Session]:
+    client = connect(transport=transport, client_name="test-agent")
+    session = client.create("demo/chat.jsonl", meta={"app": "demo"})
+    return client, session
+
+
+# ------------------------------------------------------------------------- connecting
+
+
+def test_connect_says_hello_first(fake: FakeDaemon, transport: MockTransport) -> None:
+    with connect(transport=transport, client_name="test-agent") as client:
+        assert transport.sent == [fake.hello]
+        assert fake.hello == Hello(
+            id=1, version=PROTOCOL_VERSION, client="test-agent", pid=os.getpid()
+        )
+        assert client.welcome.server == "fake"
+        assert client.client_name == "test-agent"
+    assert client.closed
+
+
+def test_client_name_defaults_to_the_program(transport: MockTransport) -> None:
+    with connect(transport=transport) as client:
+        assert client.client_name == os.path.basename(sys.argv[0])
+
+
+def test_a_refused_hello_raises_and_closes(fake: FakeDaemon, transport: MockTransport) -> None:
+    fake.script[Hello] = lambda m: [error(m.id, "unsupported_version", "speaks version 7")]
+    with pytest.raises(DaemonError) as caught:
+        connect(transport=transport)
+    assert caught.value.code == ErrorCode.UNSUPPORTED_VERSION
+    assert caught.value.message == "speaks version 7"
+    with pytest.raises(ConnectionLost):
+        transport.send(b"")
+
+
+def test_a_closed_client_refuses_requests(transport: MockTransport) -> None:
+    client = connect(transport=transport)
+    client.close()
+    client.close()
+    with pytest.raises(ConnectionLost):
+        client.status()
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def test_create_returns_the_session(fake: FakeDaemon, transport: MockTransport) -> None:
+    client, session = start(transport)
+    created = fake.session("demo/chat.jsonl")
+    assert session.session_id == created.session_id
+    assert session.path == "demo/chat.jsonl"
+    assert session.meta == {"app": "demo"}
+    assert session.last_seq == 1
+    assert transport.sent[1] == Create(id=2, path="demo/chat.jsonl", meta={"app": "demo"})
+    client.close()
+
+
+def test_daemon_refusals_are_daemon_errors(transport: MockTransport) -> None:
+    client, session = start(transport)
+    with pytest.raises(DaemonError) as exists:
+        client.create("demo/chat.jsonl")
+    assert exists.value.code == "session_exists"
+    with pytest.raises(DaemonError) as missing:
+        client.open("nowhere.jsonl")
+    assert missing.value.code == "session_not_found"
+    # The connection goes on.
+    assert session.sync() == 1
+    client.close()
+
+
+def test_sessions_and_clients_are_context_managers(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    with connect(transport=transport) as client:
+        with client.create("a.jsonl") as session, session.begin_run():
+            pass
+        assert fake.session("a.jsonl").closed
+        with client.open("a.jsonl") as reopened:
+            assert reopened.last_seq == 3
+    assert sent_types(transport)[-2:] == ["Open", "CloseSession"]
+
+
+def test_session_close_is_idempotent(transport: MockTransport) -> None:
+    client, session = start(transport)
+    session.close()
+    session.close()
+    assert sent_types(transport).count("CloseSession") == 1
+    with pytest.raises(LocalProtocolError) as caught:
+        session.begin_run()
+    assert caught.value.code == ErrorCode.SESSION_CLOSED
+    client.close()
+
+
+# ------------------------------------------------------------------------------- runs
+
+
+def test_a_run_records_what_was_sent(fake: FakeDaemon, transport: MockTransport) -> None:
+    client, session = start(transport)
+    sent = events()
+    with session.begin_run() as run:
+        for event in sent:
+            run.record(event)
+    records = fake.session("demo/chat.jsonl").records()
+    assert [r.type for r in records] == [
+        "session_start",
+        "run_start",
+        "agent_start",
+        "model_request",
+        "model_exec_start",
+        "model_exec_end",
+        "message_end",
+        "agent_end",
+        "run_close",
+    ]
+    assert records[1].decode_data() == {"pid": os.getpid(), "client": "test-agent"}
+    assert {r.run_id for r in records[1:]} == {run.run_id}
+    assert [default_codec.decode_event(r) for r in records[2:-1]] == sent
+    assert records[-1].decode_data() == {"error": None}
+    client.close()
+
+
+def test_record_returns_without_waiting(transport: MockTransport) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    # The fake answers nothing to a record: a record that waited would find the end.
+    run.record(AgentStart())
+    run.record(AgentEnd())
+    assert sent_types(transport)[-2:] == ["RecordEvent", "RecordEvent"]
+    run.close()
+    client.close()
+
+
+def test_record_time_comes_from_the_event_or_the_caller(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    run.record(AgentStart(time="2026-01-02T03:04:05.000006Z"))
+    run.record(AgentStart(), time=datetime(2026, 1, 2, tzinfo=UTC))
+    run.record(AgentStart(), time="2026-01-03T00:00:00Z")
+    with pytest.raises(LocalProtocolError):
+        run.record(AgentStart(), time="yesterday")
+    times = [r.time for r in fake.session("demo/chat.jsonl").records()[2:]]
+    assert times == [
+        "2026-01-02T03:04:05.000006Z",
+        "2026-01-02T00:00:00.000000Z",
+        "2026-01-03T00:00:00Z",
+    ]
+    client.close()
+
+
+def test_never_written_events_are_skipped(transport: MockTransport) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    before = len(transport.sent)
+    run.record(MessageUpdate(delta="to"))
+    run.record(ModelStream(execution=EXEC, chunk={"delta": "ken"}))
+    run.record(ModelResponse(execution=EXEC))
+    assert len(transport.sent) == before
+    run.record(ModelResponse(execution=EXEC, length_recovery="continue"))
+    assert sent_types(transport)[-1] == "RecordEvent"
+    client.close()
+
+
+def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    before = len(transport.sent)
+    with pytest.raises(RecordingError) as caught:
+        run.record(AgentStart(messages=[Unregistered(1)]))
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    with pytest.raises(RecordingError) as not_an_event:
+        run.record({"type": "agent_start"})  # type: ignore[arg-type]
+    assert not_an_event.value.code == ErrorCode.BAD_EVENT
+    assert len(transport.sent) == before
+    # A codec error is the caller's, not sticky: the run goes on.
+    run.record(AgentStart())
+    run.close()
+    client.close()
+
+
+def test_a_frame_too_large_is_refused_before_sending(transport: MockTransport) -> None:
+    transport._link.handler.max_frame_size = 512  # type: ignore[attr-defined]
+    client, session = start(transport)
+    run = session.begin_run()
+    before = len(transport.sent)
+    with pytest.raises(LocalProtocolError) as caught:
+        run.record(AgentStart(messages=["x" * 1000]))
+    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
+    assert len(transport.sent) == before
+    run.record(AgentStart(messages=["x"]))
+    assert len(transport.sent) == before + 1
+    client.close()
+
+
+def test_local_rules_refuse_without_a_round_trip(transport: MockTransport) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    with pytest.raises(LocalProtocolError) as open_run:
+        session.begin_run()
+    assert open_run.value.code == ErrorCode.RUN_OPEN
+    run.close()
+    run.close()
+    assert sent_types(transport).count("CloseRun") == 1
+    before = len(transport.sent)
+    with pytest.raises(LocalProtocolError) as closed_run:
+        run.record(AgentStart())
+    assert closed_run.value.code == ErrorCode.RUN_NOT_OPEN
+    with pytest.raises(LocalProtocolError):
+        run.save_checkpoint({})
+    assert len(transport.sent) == before
+    # A new run has a fresh id; the old run object stays closed.
+    second = session.begin_run()
+    assert second.run_id != run.run_id
+    with pytest.raises(LocalProtocolError):
+        run.record(AgentStart())
+    client.close()
+
+
+def test_run_ref_names_the_call(transport: MockTransport) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    retry = EXEC.next_attempt()
+    assert run.ref(retry) == CallRef(session.session_id, run.run_id, "m1", 2)
+    client.close()
+
+
+# ----------------------------------------------------------------------- sticky errors
+
+
+def test_a_pushed_error_surfaces_from_the_next_record(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    run.record(AgentStart())
+    transport.push(
+        RecordFailed(
+            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="refused"
+        )
+    )
+    with pytest.raises(RecordingError) as first:
+        run.record(AgentEnd())
+    assert (first.value.code, first.value.message) == ("bad_event", "refused")
+    with pytest.raises(RecordingError) as second:
+        run.record(AgentEnd())
+    assert second.value is first.value
+    assert run.error is first.value
+    assert sent_types(transport).count("RecordEvent") == 1
+    # close() writes run_close with the error's text, then raises it.
+    with pytest.raises(RecordingError) as on_close:
+        run.close()
+    assert on_close.value is first.value
+    assert fake.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    # Another run of the session is not touched by it.
+    other = session.begin_run()
+    other.record(AgentStart())
+    other.close()
+    client.close()
+
+
+def test_an_error_pushed_during_close_is_raised_by_close(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+
+    def close_run(message: CloseRun) -> list[Any]:
+        failed = RecordFailed(
+            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="late"
+        )
+        return [failed, *fake.answer(message)]
+
+    fake.script[CloseRun] = close_run
+    with pytest.raises(RecordingError) as caught:
+        run.close()
+    assert caught.value.message == "late"
+    client.close()
+
+
+def test_a_session_write_failure_stops_every_run(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    transport.push(
+        RecordFailed(
+            session_id=session.session_id, run_id=None, code="write_failed", message="disk full"
+        )
+    )
+    with pytest.raises(RecordingError) as caught:
+        run.record(AgentStart())
+    assert caught.value.code == ErrorCode.WRITE_FAILED
+    # The daemon takes no more writes: run_close cannot be written, close says why.
+    with pytest.raises(RecordingError) as on_close:
+        run.close()
+    assert on_close.value is caught.value
+    assert "CloseRun" not in sent_types(transport)
+    with pytest.raises(RecordingError):
+        session.begin_run()
+    session.close()
+    client.close()
+
+
+def test_write_failed_replies_are_recording_errors(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    fake.script[SaveCheckpoint] = lambda m: [error(m.id, "write_failed", "fsync failed")]
+    with pytest.raises(RecordingError) as caught:
+        run.save_checkpoint({"step": 1})
+    assert caught.value.message == "fsync failed"
+    with pytest.raises(RecordingError) as sticky:
+        run.record(AgentStart())
+    assert sticky.value is caught.value
+    client.close()
+
+
+def test_an_exception_in_the_block_closes_the_run_with_its_text(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    with pytest.raises(ValueError, match="boom"), session.begin_run() as run:
+        run.record(AgentStart())
+        raise ValueError("boom")
+    closed = fake.session("demo/chat.jsonl").records()[-1]
+    assert (closed.type, closed.decode_data()) == ("run_close", {"error": "ValueError: boom"})
+    client.close()
+
+
+def test_the_exception_in_the_block_wins_over_a_sticky_error(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    with pytest.raises(KeyError), session.begin_run() as run:
+        transport.push(
+            RecordFailed(
+                session_id=run.session_id, run_id=run.run_id, code="bad_event", message="no"
+            )
+        )
+        raise KeyError("agent bug")
+    closed = fake.session("demo/chat.jsonl").records()[-1]
+    assert closed.decode_data() == {"error": "no"}
+    client.close()
+
+
+# ------------------------------------------------------------------------ checkpoints
+
+
+def test_checkpoints_round_trip_through_the_codec(transport: MockTransport) -> None:
+    client, session = start(transport)
+    assert session.load_checkpoint() is None
+    run = session.begin_run()
+    snapshot = {"messages": [UserMessage(content="hi")], "step": 3}
+    seq = run.save_checkpoint(snapshot)
+    assert seq == 3
+    assert session.load_checkpoint() == snapshot
+    assert session.sync() == 3
+    with pytest.raises(RecordingError):
+        run.save_checkpoint(Unregistered(1))
+    client.close()
+
+
+# ------------------------------------------------------------------------------ tails
+
+
+def test_tail_yields_the_records(fake: FakeDaemon, transport: MockTransport) -> None:
+    client, session = start(transport)
+    with session.begin_run() as run:
+        run.record(AgentStart())
+    tailed = [record for record in client.tail("demo/chat.jsonl")]
+    assert tailed == fake.session("demo/chat.jsonl").records()
+    later = [record.seq for record in client.tail("demo/chat.jsonl", after=2)]
+    assert later == [3, 4]
+    subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
+    assert subscribe[1].after == 2
+    assert subscribe[1].path == "demo/chat.jsonl"
+    client.close()
+
+
+def test_tail_passes_its_filters(transport: MockTransport) -> None:
+    client, _ = start(transport)
+    tail = client.tail("demo/chat.jsonl", follow=True, types=["agent_end"], run_id="r")
+    with tail:
+        pass
+    subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
+    assert subscribe == [
+        Subscribe(
+            id=3, path="demo/chat.jsonl", after=0, follow=True, types=["agent_end"], run_id="r"
+        )
+    ]
+    client.close()
+
+
+def test_tail_all_yields_paths_and_records(transport: MockTransport) -> None:
+    client, _ = start(transport)
+    client.create("other.jsonl")
+    tailed = [(path, record.type) for path, record in client.tail_all()]
+    assert tailed == [("demo/chat.jsonl", "session_start"), ("other.jsonl", "session_start")]
+    assert next(m for m in transport.sent if isinstance(m, Subscribe)).path is None
+    client.close()
+
+
+def test_a_tail_ended_by_an_error_raises_it(fake: FakeDaemon, transport: MockTransport) -> None:
+    fake.script[Subscribe] = lambda m: [
+        Subscribed(id=m.id, subscription=9),
+        TailEnd(subscription=9, reason="error", code="session_not_found", message="gone"),
+    ]
+    client, _ = start(transport)
+    tail = client.tail("nowhere.jsonl")
+    with pytest.raises(DaemonError) as caught:
+        tail.__next__()
+    assert (caught.value.code, caught.value.message) == ("session_not_found", "gone")
+    assert [record for record in tail] == []
+    client.close()
+
+
+def following(fake: FakeDaemon) -> None:
+    """Subscriptions that send one batch and then wait for more, like a follow."""
+
+    def subscribe(message: Subscribe) -> list[Any]:
+        lines = fake.session("demo/chat.jsonl").lines
+        return [
+            Subscribed(id=message.id, subscription=5),
+            TailBatch(subscription=5, lines=lines, path="demo/chat.jsonl"),
+        ]
+
+    fake.script[Subscribe] = subscribe
+
+
+def test_closing_a_follow_unsubscribes(fake: FakeDaemon, transport: MockTransport) -> None:
+    client, session = start(transport)
+    following(fake)
+    with client.tail("demo/chat.jsonl", follow=True) as tail:
+        for record in tail:
+            assert record.type == "session_start"
+            break
+    assert transport.sent[-1] == Unsubscribe(id=4, subscription=5)
+    # The TailEnd the daemon sends before its Ack is taken in stride.
+    assert session.sync() == 1
+    client.close()
+
+
+def test_an_abandoned_follow_is_unsubscribed_by_the_next_request(
+    fake: FakeDaemon, transport: MockTransport
+) -> None:
+    client, session = start(transport)
+    following(fake)
+    tail = client.tail("demo/chat.jsonl", follow=True)
+    assert (tail.__next__()).seq == 1
+    del tail
+    # Batches still in flight for it are dropped.
+    transport.push(TailBatch(subscription=5, lines=[b"not even json"]))
+    assert session.sync() == 1
+    assert sent_types(transport)[-2:] == ["Unsubscribe", "Sync"]
+    client.close()
+
+
+# ------------------------------------------------------------------ the connection
+
+
+def test_bytes_arriving_one_at_a_time(fake: FakeDaemon) -> None:
+    transport = MockTransport(fake, chunk_size=1)
+    client, session = start(transport)
+    with session.begin_run() as run:
+        run.record(AgentStart())
+        run.save_checkpoint([1, 2, 3])
+    assert session.load_checkpoint() == [1, 2, 3]
+    assert len([record for record in client.tail("demo/chat.jsonl")]) == 5
+    client.close()
+
+
+def test_a_daemon_that_hangs_up_loses_the_connection(
+    transport: MockTransport,
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    transport.hang_up()
+    with pytest.raises(ConnectionLost):
+        run.record(AgentStart())
+    with pytest.raises(ConnectionLost):
+        session.sync()
+    with pytest.raises(ConnectionLost):
+        run.close()
+    client.close()
+
+
+def test_a_reply_lost_midway_fails_the_request(fake: FakeDaemon, transport: MockTransport) -> None:
+    client, session = start(transport)
+    fake.script[RecordEvent] = lambda m: []
+    fake.script[SaveCheckpoint] = lambda m: []
+    run = session.begin_run()
+    with pytest.raises(ConnectionLost):
+        run.save_checkpoint({})
+    client.close()
+
+
+def test_status(transport: MockTransport) -> None:
+    client, _ = start(transport)
+    status = client.status()
+    assert status.pid == os.getpid()
+    assert status.records_written == 1
+    client.close()

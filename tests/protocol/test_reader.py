@@ -6,6 +6,7 @@ import io
 import time
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 
 from flightlog.protocol import (
     MAX_LINE_BYTES,
+    STRUCTURAL_TYPES,
     CheckReport,
     ErrorCode,
     FileFormatError,
@@ -22,6 +24,7 @@ from flightlog.protocol import (
     Reader,
     Record,
     check,
+    default_codec,
     encode_line,
     new_id,
     parse_line,
@@ -687,3 +690,23 @@ def test_check_warns_about_records_outside_their_run() -> None:
 def test_check_report_encodes_as_json() -> None:
     report = check(io.BytesIO(session(1)))
     assert msgspec.json.decode(msgspec.json.encode(report), type=CheckReport) == report
+
+
+# --- the example of docs/format.md --------------------------------------------------------
+
+
+def test_the_example_file_of_the_format_document_is_sound() -> None:
+    document = Path(__file__).resolve().parents[2] / "docs" / "format.md"
+    section = document.read_text(encoding="utf-8").split("## 10. An example file", 1)[1]
+    example = section.split("```\n", 2)[1].encode()
+    report = check(io.BytesIO(example))
+    assert report.sound
+    assert report.records == 18
+    assert report.open_runs == []
+    assert b"sk-ant" not in example
+    for record in read_records(io.BytesIO(example)):
+        if record.type not in STRUCTURAL_TYPES:
+            event = default_codec.decode_event(record)
+            encoded = default_codec.encode_event(event)
+            assert encoded is not None
+            assert encoded.data == bytes(record.data)  # the codec writes exactly this

@@ -71,7 +71,7 @@ _session_start_decoder: Final = msgspec.json.Decoder(_SessionStart)
 class BinaryReadable(Protocol):
     """What the reader needs of a file object: ``readline`` returning bytes."""
 
-    def readline(self, size: int | None = -1, /) -> bytes: ...
+    def readline(self, size: int = -1, /) -> bytes: ...
 
 
 def parse_line(

@@ -1,0 +1,421 @@
+"""Turning records into short readable text, for ``flightlog tail``, ``show`` and ``inspect``.
+
+Everything here works on a record's ``data`` decoded to plain JSON values, not on the
+typed events: a session may hold an application's own message types (tagged with
+``"$type"``) that this process never registered, and a newer writer may add fields or
+record types; both must still print.  Nothing here raises on odd data: a field of an
+unexpected shape is shown as it is, never guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Final, TextIO
+
+from flightlog.protocol import Record, parse_time
+
+__all__ = [
+    "Style",
+    "call_label",
+    "clock",
+    "duration",
+    "execution_of",
+    "failed",
+    "format_args",
+    "format_bytes",
+    "format_duration",
+    "format_tokens",
+    "format_usage",
+    "message_text",
+    "record_data",
+    "short",
+    "summarize",
+    "tail_line",
+]
+
+_RESET: Final = "\x1b[0m"
+_CODES: Final = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "blue": "34",
+    "magenta": "35",
+    "cyan": "36",
+}
+
+
+class Style:
+    """ANSI colours, or none: ``Style.for_stream(sys.stdout, "auto")``."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream: TextIO, mode: str = "auto") -> Style:
+        """Colour for ``always``; never for ``never``; for ``auto``, only on a terminal
+        and only when ``$NO_COLOR`` is unset or empty (https://no-color.org)."""
+        if mode == "always":
+            return cls(True)
+        if mode == "never" or os.environ.get("NO_COLOR"):
+            return cls(False)
+        isatty = getattr(stream, "isatty", None)
+        return cls(bool(isatty and isatty()) and os.environ.get("TERM") != "dumb")
+
+    def paint(self, text: str, *styles: str) -> str:
+        if not self.enabled or not styles or not text:
+            return text
+        codes = ";".join(_CODES[name] for name in styles)
+        return f"\x1b[{codes}m{text}{_RESET}"
+
+    def bold(self, text: str) -> str:
+        return self.paint(text, "bold")
+
+    def dim(self, text: str) -> str:
+        return self.paint(text, "dim")
+
+    def red(self, text: str) -> str:
+        return self.paint(text, "red")
+
+    def green(self, text: str) -> str:
+        return self.paint(text, "green")
+
+    def yellow(self, text: str) -> str:
+        return self.paint(text, "yellow")
+
+    def cyan(self, text: str) -> str:
+        return self.paint(text, "cyan")
+
+
+# ------------------------------------------------------------------------ small pieces
+
+
+def record_data(record: Record) -> dict[str, Any]:
+    """A record's ``data`` as plain JSON values; ``{}`` when it is not an object."""
+    try:
+        data = record.decode_data()
+    except Exception:  # a reader already vouched for the JSON; be lenient anyway
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def short(text: str, width: int = 80) -> str:
+    """``text`` on one line (whitespace collapsed), cut to ``width`` with an ellipsis."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    return flat[: max(width - 1, 0)] + "…"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def format_args(arguments: Any, width: int = 60) -> str:
+    """Tool arguments in short: ``city="Paris", days=3``."""
+    if isinstance(arguments, Mapping):
+        text = ", ".join(f"{key}={_json(value)}" for key, value in arguments.items())
+    elif arguments is None:
+        text = ""
+    else:
+        text = _json(arguments)
+    return short(text, width)
+
+
+def format_tokens(count: Any) -> str:
+    return f"{count:,}" if isinstance(count, int) else "?"
+
+
+def format_usage(usage: Any) -> str:
+    """``1,234→56 tok`` (input→output), with cache reads and cost when present."""
+    if not isinstance(usage, Mapping):
+        return ""
+    text = (
+        f"{format_tokens(usage.get('input_tokens', 0))}→"
+        f"{format_tokens(usage.get('output_tokens', 0))} tok"
+    )
+    cached = usage.get("cache_read_tokens")
+    if isinstance(cached, int) and cached:
+        text += f" ({format_tokens(cached)} cached)"
+    cost = usage.get("cost")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        text += f" ${cost:.4f}"
+    return text
+
+
+def format_bytes(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} kB"
+    if size < 1024**3:
+        return f"{size / 1024 / 1024:.1f} MB"
+    return f"{size / 1024**3:.1f} GB"
+
+
+def clock(time: str) -> str:
+    """``20:00:01.123`` from a record time (UTC, as written)."""
+    return time[11:23] if len(time) >= 23 else time
+
+
+def duration(start: str | None, end: str | None) -> float | None:
+    """Seconds from ``start`` to ``end`` (record times), or None when either is missing."""
+    if not start or not end:
+        return None
+    try:
+        return (parse_time(end) - parse_time(start)).total_seconds()
+    except ValueError:
+        return None
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.2f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{rest:02d}s" if hours else f"{minutes}m{rest:02d}s"
+
+
+def execution_of(data: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """``(kind, id, attempt)`` of a record's ``execution``, or None without one."""
+    execution = data.get("execution")
+    if not isinstance(execution, Mapping):
+        return None
+    exec_id, kind, attempt = execution.get("id"), execution.get("kind"), execution.get("attempt", 1)
+    if not isinstance(exec_id, str) or not isinstance(kind, str):
+        return None
+    return kind, exec_id, attempt if isinstance(attempt, int) else 1
+
+
+def call_label(kind: str, exec_id: str, attempt: int) -> str:
+    """``tool t-2`` or, for a retry, ``tool t-2#2``."""
+    return f"{kind} {exec_id}" + (f"#{attempt}" if attempt != 1 else "")
+
+
+def _parts_text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return _json(parts) if parts is not None else ""
+    pieces: list[str] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            pieces.append(_json(part))
+            continue
+        kind = part.get("$type")
+        if kind == "text":
+            pieces.append(str(part.get("text", "")))
+        elif kind == "tool_call":
+            pieces.append(f"→{part.get('name')}({format_args(part.get('arguments'), 40)})")
+        elif kind == "thinking":
+            pieces.append("[thinking]")
+        elif kind == "image":
+            pieces.append(f"[image {part.get('media_type', '')}]")
+        else:
+            pieces.append(_json(part))
+    return " ".join(piece for piece in pieces if piece)
+
+
+def message_text(message: Any) -> str:
+    """The readable content of a message (text parts, tool calls in short)."""
+    if isinstance(message, str):
+        return message
+    if not isinstance(message, Mapping):
+        return "" if message is None else _json(message)
+    if "content" in message:
+        return _parts_text(message["content"])
+    return _json(message)
+
+
+def _role(message: Any) -> str:
+    if isinstance(message, Mapping):
+        role = message.get("$type") or message.get("role")
+        if isinstance(role, str):
+            return role
+    return "message"
+
+
+def _first_user_text(messages: Any) -> str:
+    if isinstance(messages, list):
+        for message in messages:
+            if _role(message) == "user":
+                return message_text(message)
+        if messages:
+            return message_text(messages[0])
+    return ""
+
+
+def _quoted(text: str, width: int) -> str:
+    return f'"{short(text, width)}"' if text else ""
+
+
+def _tool_result(data: Mapping[str, Any], width: int) -> str:
+    disposition = data.get("disposition", "ran")
+    text = _parts_text(data.get("content"))
+    if disposition not in (None, "ran"):
+        reason = data.get("reason") or text
+        return f"{disposition}" + (f": {short(str(reason), width)}" if reason else "")
+    if data.get("is_error"):
+        return "FAILED" + (f": {short(text, width)}" if text else "")
+    return "→ " + (_quoted(text, width) or "(no content)")
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def summarize(type: str, data: Mapping[str, Any], width: int = 72) -> str:
+    """One short line about a record: what a person wants to see in ``tail``."""
+    get = data.get
+    match type:
+        case "session_start":
+            meta = get("meta") or {}
+            return f"format {get('format_version')}" + (f", meta {_json(meta)}" if meta else "")
+        case "run_start":
+            return f"run started by {get('client') or '?'} (pid {get('pid')})"
+        case "run_close":
+            error = get("error")
+            return "run closed" + (f" with error: {short(str(error), width)}" if error else "")
+        case "checkpoint":
+            return "checkpoint"
+        case "agent_start":
+            agent = get("agent")
+            text = _quoted(_first_user_text(get("messages")), width)
+            return " ".join(x for x in ("agent", agent or "", "started", text) if x)
+        case "agent_end":
+            head = "ok" if get("ok", True) else "FAILED"
+            bits = [head, str(get("reason") or "")]
+            if get("error"):
+                bits.append(short(str(get("error")), width))
+            if get("turns"):
+                bits.append(f"{get('turns')} turns")
+            if get("usage"):
+                bits.append(format_usage(get("usage")))
+            return ", ".join(bit for bit in bits if bit)
+        case "turn_start":
+            return f"turn {get('turn_index')}"
+        case "turn_end":
+            bits = [f"turn {get('turn_index')} ended"]
+            if get("stop_reason"):
+                bits.append(f"stop={get('stop_reason')}")
+            if get("tool_call_count"):
+                bits.append(f"{get('tool_call_count')} tool calls")
+            if get("usage"):
+                bits.append(format_usage(get("usage")))
+            return ", ".join(bits)
+        case "model_request":
+            config = get("config") if isinstance(get("config"), Mapping) else {}
+            model = config.get("model") if isinstance(config, Mapping) else None
+            messages = get("messages")
+            tools = get("tools")
+            bits = [str(model or "model")]
+            if isinstance(messages, list):
+                bits.append(f"{len(messages)} messages")
+            if isinstance(tools, list) and tools:
+                bits.append(f"{len(tools)} tools")
+            return ", ".join(bits)
+        case "model_exec_start":
+            return " ".join(str(x) for x in (get("provider"), get("model")) if x) or "started"
+        case "model_exec_end":
+            message = get("message")
+            if get("error"):
+                return f"FAILED: {short(str(get('error')), width)}"
+            bits = ["ok"]
+            if get("usage"):
+                bits.append(format_usage(get("usage")))
+            if isinstance(message, Mapping) and message.get("stop_reason"):
+                bits.append(f"stop={message.get('stop_reason')}")
+            text = _quoted(message_text(message), width // 2)
+            return ", ".join(bits) + (f" {text}" if text else "")
+        case "model_response":
+            return f"length recovery: {get('length_recovery')}"
+        case "message_end":
+            message = get("message")
+            return f"{_role(message)}: {_quoted(message_text(message), width)}"
+        case "tool_queued" | "tool_exec_start" | "tool_invoke_start":
+            return f"{get('name')}({format_args(get('arguments'), width - 10)})"
+        case "tool_invoke_end" | "tool_exec_end":
+            return f"{get('name')} {_tool_result(data, width - 10)}"
+        case "retry":
+            error = get("error")
+            text = f"retry in {get('delay_seconds', 0)}s"
+            return text + (f" after: {short(str(error), width)}" if error else "")
+        case "retry_wait_start":
+            return f"waiting {get('delay_seconds', 0)}s"
+        case "retry_wait_end":
+            return "wait cancelled" if get("cancelled") else "wait over"
+        case "context_prepare_start":
+            return f"preparing context, {get('message_count', 0)} messages"
+        case "context_prepare_end":
+            if get("error"):
+                return f"FAILED: {short(str(get('error')), width)}"
+            return f"context ready, {get('message_count', 0)} messages" + (
+                f", ~{format_tokens(get('token_estimate'))} tok" if get("token_estimate") else ""
+            )
+        case "context_projected":
+            return f"{get('source_count', 0)} → {get('message_count', 0)} messages" + (
+                f" ({get('strategy')})" if get("strategy") else ""
+            )
+        case "context_compacted":
+            return (
+                f"compacted {get('compacted_count', 0)} messages, kept {get('kept_count', 0)}"
+                + (
+                    f", {format_tokens(get('tokens_before'))}→{format_tokens(get('tokens_after'))}"
+                    " tok"
+                    if get("tokens_before") is not None
+                    else ""
+                )
+            )
+        case "error":
+            fatal = "FATAL " if get("fatal") else ""
+            code = f"[{get('code')}] " if get("code") else ""
+            return f"{fatal}{code}{short(str(get('message', '')), width)}"
+    return short(_json(dict(data)), width)
+
+
+_FAILED_TYPES: Final = frozenset({"error"})
+_END_TYPES: Final = frozenset(
+    {"model_exec_end", "tool_exec_end", "tool_invoke_end", "agent_end", "run_close"}
+)
+_START_TYPES: Final = frozenset(
+    {"session_start", "run_start", "agent_start", "turn_start", "model_exec_start"}
+)
+
+
+def failed(type: str, data: Mapping[str, Any]) -> bool:
+    """Whether a record reports a failure (an error, a failed call or run)."""
+    if type in _FAILED_TYPES or type == "retry":
+        return True
+    if type == "model_exec_end" or type == "context_prepare_end":
+        return bool(data.get("error"))
+    if type in ("tool_exec_end", "tool_invoke_end"):
+        return bool(data.get("is_error")) or data.get("disposition", "ran") not in (None, "ran")
+    if type == "agent_end":
+        return not data.get("ok", True)
+    if type == "run_close":
+        return bool(data.get("error"))
+    return False
+
+
+def tail_line(record: Record, style: Style, width: int = 72) -> str:
+    """One line for ``flightlog tail``: time, seq, type, call and a short summary."""
+    data = record_data(record)
+    type = record.type
+    if failed(type, data):
+        painted = style.red(f"{type:<17}")
+    elif type in _END_TYPES:
+        painted = style.green(f"{type:<17}")
+    elif type in _START_TYPES:
+        painted = style.cyan(f"{type:<17}")
+    else:
+        painted = f"{type:<17}"
+    execution = execution_of(data)
+    call = style.yellow(f"[{call_label(*execution)}] ") if execution else ""
+    seq = style.dim(f"{record.seq:>6}")
+    return f"{style.dim(clock(record.time))} {seq} {painted} {call}{summarize(type, data, width)}"

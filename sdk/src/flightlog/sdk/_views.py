@@ -1,0 +1,228 @@
+"""The text of ``flightlog show`` and ``flightlog inspect``, from a :class:`SessionSummary`.
+
+Each function returns lines; the command writes them.  Colour comes from a
+:class:`Style`, which is plain text off a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from flightlog.protocol import Record
+
+from ._inspect import CallSummary, RunSummary, SessionSummary, TimelineItem
+from ._render import (
+    Style,
+    clock,
+    duration,
+    format_bytes,
+    format_duration,
+    format_tokens,
+    format_usage,
+    record_data,
+    short,
+    summarize,
+)
+
+__all__ = ["call_details", "inspect_lines", "session_header", "show_lines"]
+
+
+def _when(time: str | None) -> str:
+    """``2026-11-29 20:00:00Z`` from a record time."""
+    if not time:
+        return "?"
+    return f"{time[:10]} {time[11:19]}Z"
+
+
+def _short_id(run_id: str | None) -> str:
+    return run_id[:8] if run_id else "(no run)"
+
+
+def session_header(summary: SessionSummary, path: str, style: Style) -> list[str]:
+    """The session's identity and size, for ``show`` and ``inspect``."""
+    lines = [f"{style.bold('session')} {summary.session_id or '?'}  {path}"]
+    facts = [f"created {_when(summary.created)}", f"format {summary.format_version}"]
+    if summary.meta:
+        facts.append("meta " + short(json.dumps(summary.meta, ensure_ascii=False), 60))
+    lines.append("  " + " · ".join(facts))
+    runs = len(summary.runs)
+    counts = [
+        f"{summary.records:,} records (seq 1..{summary.last_seq})",
+        f"{runs} run" + ("" if runs == 1 else "s"),
+        f"{summary.checkpoints} checkpoint" + ("" if summary.checkpoints == 1 else "s"),
+    ]
+    lines.append("  " + " · ".join(counts))
+    return lines
+
+
+def _run_title(run: RunSummary, style: Style) -> str:
+    status = run.status
+    painted = style.green(status) if run.ok else style.red(status)
+    bits = [f"{style.bold(f'run {run.index}')} {_short_id(run.run_id)}", _when(run.start_time)]
+    if run.client or run.pid:
+        bits.append(f"{run.client or '?'} pid {run.pid}")
+    bits.append(painted)
+    elapsed = duration(run.start_time, run.close_time or run.last_time)
+    if elapsed is not None:
+        bits.append(format_duration(elapsed))
+    tokens_in, tokens_out = run.usage()
+    if tokens_in or tokens_out:
+        bits.append(f"{format_tokens(tokens_in)}→{format_tokens(tokens_out)} tok")
+    return "  ".join(bits)
+
+
+def _call_line(call: CallSummary, style: Style) -> str:
+    status = call.status
+    label = f"{call.kind:<5} {call.label}"
+    bits = [style.yellow(label), call.headline()]
+    if call.kind == "model" and call.usage:
+        bits.append(format_usage(call.usage))
+    elapsed = call.duration
+    if elapsed is not None:
+        bits.append(format_duration(elapsed))
+    if call.stop_reason:
+        bits.append(f"stop={call.stop_reason}")
+    if status == "ok":
+        if call.result:
+            bits.append(("→ " if call.kind == "tool" else "") + f'"{short(call.result, 60)}"')
+    elif status == "failed":
+        bits.append(style.red(f"FAILED: {short(call.error or '', 60)}"))
+    elif status == "retried":
+        error = call.retry_error or "failed"
+        bits.append(style.red(f"FAILED: {short(error, 60)}"))
+    elif status == "no end":
+        missing = call.missing() or "no end"
+        bits.append(style.red(f"NO END ({missing}): never read as a success"))
+    else:  # refused, skipped, short_circuited
+        bits.append(style.yellow(status + (f": {short(call.result, 60)}" if call.result else "")))
+    return "  ".join(bit for bit in bits if bit)
+
+
+def _item_line(item: TimelineItem, style: Style) -> str:
+    data: dict[str, Any] = item.data or {}
+    match item.type:
+        case "agent_start":
+            return summarize("agent_start", data)
+        case "agent_end":
+            text = "agent end: " + summarize("agent_end", data)
+            return style.green(text) if data.get("ok", True) else style.red(text)
+        case "turn_start":
+            return style.bold(f"turn {data.get('turn_index')}")
+        case "retry":
+            return style.yellow(summarize("retry", data))
+        case "checkpoint":
+            return f"checkpoint seq {item.seq}"
+        case "error":
+            return style.red("error: " + summarize("error", data))
+        case "run_close":
+            text = summarize("run_close", data)
+            return style.red(text) if data.get("error") else text
+    return f"{item.type}: {summarize(item.type, data)}"
+
+
+def show_lines(
+    summary: SessionSummary, path: str, style: Style, runs: Iterable[RunSummary] | None = None
+) -> Iterator[str]:
+    """The timeline of ``flightlog show``: runs, turns, model and tool calls."""
+    yield from session_header(summary, path, style)
+    for run in summary.run_list() if runs is None else runs:
+        yield ""
+        yield _run_title(run, style)
+        in_turn = False
+        for item in run.timeline:
+            if item.type == "turn_start":
+                in_turn = True
+            elif item.type in ("agent_end", "run_close", "checkpoint"):
+                in_turn = False
+            nested = in_turn and item.type != "turn_start"
+            if item.call is not None and item.call.parent_id is not None:
+                nested = True
+            indent = "    " if nested else "  "
+            text = (
+                _call_line(item.call, style) if item.call is not None else _item_line(item, style)
+            )
+            yield f"  {style.dim(clock(item.time))}{indent}{text}"
+        gaps = run.gaps()
+        if gaps:
+            for gap in gaps:
+                yield "  " + style.red(f"gap: {gap}")
+
+
+def inspect_lines(summary: SessionSummary, path: str, style: Style) -> Iterator[str]:
+    """Each run with its status and gaps, failed calls and retries, the latest checkpoint."""
+    yield from session_header(summary, path, style)
+    latest = summary.latest_checkpoint
+    if latest is not None:
+        yield (
+            f"  latest checkpoint: seq {latest.seq}, run {_short_id(latest.run_id)}, "
+            f"{_when(latest.time)}, {format_bytes(latest.size)}"
+        )
+    else:
+        yield "  latest checkpoint: none"
+    for run in summary.run_list():
+        yield ""
+        yield _run_title(run, style)
+        yield f"  run id   {run.run_id}"
+        if run.started:
+            yield f"  started  seq {run.start_seq}, {_when(run.start_time)}"
+        if run.closed:
+            closed = f"seq {run.close_seq} (run_close), {_when(run.close_time)}"
+            if run.close_error:
+                closed += ", " + style.red(f"error: {short(run.close_error, 100)}")
+            yield f"  closed   {closed}"
+        else:
+            yield "  closed   " + style.red(f"no run_close (last record seq {run.last_seq})")
+        if run.agent_end is not None:
+            yield f"  outcome  agent_end: {summarize('agent_end', run.agent_end)}"
+        elif run.agent_started:
+            yield "  outcome  " + style.red("no agent_end")
+        calls = list(run.calls.values())
+        models = [c for c in calls if c.kind == "model"]
+        tools = [c for c in calls if c.kind == "tool"]
+        yield (
+            f"  calls    {len(models)} model ({sum(c.failed for c in models)} failed), "
+            f"{len(tools)} tool ({sum(c.failed for c in tools)} failed), "
+            f"{len(run.retries)} retries, {run.turns} turns"
+        )
+        for call in run.failed_calls():
+            error = call.error or call.retry_error or "failed"
+            follow = _next_attempt(run, call)
+            text = f"{call.kind} {call.label} {call.headline()}: {short(error, 80)}"
+            text += f" (seq {call.first_seq})"
+            if follow is not None:
+                text += f"; retried as {follow.label}: {follow.status}"
+            yield "  failed   " + style.red(text)
+        for seq, label, retry_error in run.retries:
+            after = f" after: {short(retry_error, 80)}" if retry_error else ""
+            yield f"  retry    seq {seq}: {label}{after}"
+        if run.checkpoints:
+            last = run.checkpoints[-1]
+            yield (
+                f"  checkpt  {len(run.checkpoints)}, latest seq {last.seq} "
+                f"({format_bytes(last.size)})"
+            )
+        for error in run.errors:
+            yield "  error    " + style.red(short(error, 100))
+        gaps = run.gaps()
+        if gaps:
+            for gap in gaps:
+                yield "  gap      " + style.red(gap)
+        else:
+            yield "  gaps     " + style.green("none")
+
+
+def _next_attempt(run: RunSummary, call: CallSummary) -> CallSummary | None:
+    return run.calls.get((call.kind, call.id, call.attempt + 1))
+
+
+def call_details(records: list[Record], style: Style) -> Iterator[str]:
+    """Every record of one call, with its full data: ``flightlog show --call``."""
+    for record in records:
+        data = record_data(record)
+        title = f"seq {record.seq}  {record.type}  {_when(record.time)}"
+        yield style.bold(title)
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+        for line in text.splitlines():
+            yield "  " + line

@@ -83,3 +83,43 @@ def test_disconnect_releases_the_session_and_keeps_the_run_open(daemon: DaemonPr
         )
         assert isinstance(second, RunStarted)
         assert second.seq == 13
+
+
+def test_deeply_nested_data_is_refused_not_written(daemon: DaemonProcess) -> None:
+    from flightlog.protocol import RecordFailed
+    from flightlog.protocol import check as check_file
+
+    with RawClient(daemon.socket) as client:
+        opened = client.request(Create(id=client.next_id(), path="deep.jsonl"))
+        run = client.request(
+            BeginRun(id=client.next_id(), session_id=opened.session_id, time=now())
+        )
+        # Valid JSON on its own at every depth, but at 997 levels the line that would
+        # carry it nests one deeper than a reader can parse.
+        for depth in (997, 5000):
+            client.send(
+                RecordEvent(
+                    session_id=opened.session_id,
+                    run_id=run.run_id,
+                    event_type="turn_start",
+                    time=now(),
+                    data=b'{"a":' + b"[" * depth + b"]" * depth + b"}",
+                )
+            )
+            pushed = client.receive()
+            assert isinstance(pushed, RecordFailed)
+            assert pushed.code == "bad_event"
+            run = client.request(
+                CloseRun(
+                    id=client.next_id(), session_id=opened.session_id, run_id=run.run_id, time=now()
+                )
+            )
+            run = client.request(
+                BeginRun(id=client.next_id(), session_id=opened.session_id, time=now())
+            )
+        client.send(_record(opened.session_id, run.run_id, 1))
+        client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+    with (daemon.root / "deep.jsonl").open("rb") as fileobj:
+        report = check_file(fileobj)
+    assert report.sound, report
+    assert report.records == 7

@@ -278,8 +278,12 @@ class SessionActor:
                     self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
                     if not is_time(message.time):
                         raise _bad_time(message.time)
-                    _validate_json(message.snapshot)
                     _check_one_line(message.snapshot)
+                    if (problem := _json_problem(message.snapshot, depth=2)) is not None:
+                        raise LocalProtocolError(
+                            f"checkpoint snapshot is not valid JSON: {problem}",
+                            code=ErrorCode.BAD_EVENT,
+                        )
                     data = b'{"snapshot":' + message.snapshot + b"}"
                     start = len(buf)
                     seq = add(CHECKPOINT, message.time, data, message.run_id)
@@ -375,15 +379,13 @@ class SessionActor:
         if not is_time(message.time):
             return _bad_time(message.time)
         data = message.data
-        if b"\n" in data or b"\r" in data or data.lstrip(b" \t")[:1] != b"{":
+        if b"\n" in data or b"\r" in data or data[:1] != b"{":
             return LocalProtocolError(
                 "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
             )
-        try:
-            _validate_json(data)
-        except msgspec.DecodeError as exc:
+        if (problem := _json_problem(data, depth=1)) is not None:
             return LocalProtocolError(
-                f"record data is not valid JSON: {exc}", code=ErrorCode.BAD_EVENT
+                f"record data is not valid JSON: {problem}", code=ErrorCode.BAD_EVENT
             )
         return None
 
@@ -511,6 +513,28 @@ def _bad_time(time: str) -> LocalProtocolError:
         f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
         code=ErrorCode.BAD_EVENT,
     )
+
+
+# Fewer brackets than this cannot nest deep enough to reach msgspec's recursion limit.
+_DEEP_BRACKETS = 900
+
+
+def _json_problem(data: bytes, *, depth: int) -> str | None:
+    """Why ``data`` is not valid JSON once nested ``depth`` levels down in a line, or None.
+
+    A reader parses the whole line, so a payload that is valid alone but nested too
+    deeply inside the envelope would be a line the reader refuses.
+    """
+    try:
+        if data.count(b"[") + data.count(b"{") > _DEEP_BRACKETS:
+            _validate_json(b"[" * depth + data + b"]" * depth)
+        else:
+            _validate_json(data)
+    except msgspec.DecodeError as exc:
+        return str(exc)
+    except RecursionError:
+        return "nested too deeply"
+    return None
 
 
 def _check_one_line(data: bytes) -> None:

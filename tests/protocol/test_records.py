@@ -111,6 +111,13 @@ def test_time_format() -> None:
     assert parse_time("2026-11-29T20:00:00.123456789Z").microsecond == 123456
 
 
+def test_format_time_pads_early_years() -> None:
+    text = format_time(datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=UTC))
+    assert text == "0999-01-02T03:04:05.000006Z"
+    assert is_time(text)
+    assert parse_time(text) == datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+
+
 def test_format_time_refuses_a_naive_datetime() -> None:
     with pytest.raises(LocalProtocolError):
         format_time(datetime(2026, 1, 1))

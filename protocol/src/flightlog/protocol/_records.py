@@ -175,7 +175,12 @@ def format_time(moment: datetime) -> str:
     """
     if moment.tzinfo is None:
         raise LocalProtocolError("a naive datetime has no time zone; pass an aware one")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    m = moment.astimezone(UTC)
+    # Not strftime: glibc's %Y does not zero-pad years before 1000.
+    return (
+        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T"
+        f"{m.hour:02d}:{m.minute:02d}:{m.second:02d}.{m.microsecond:06d}Z"
+    )
 
 
 def now() -> str:

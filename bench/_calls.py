@@ -1,0 +1,165 @@
+"""Scenarios 3 and 5: what one call costs the agent.
+
+3. ``record()`` of a small event, one agent: each call is timed on its own, paced at
+   10,000 calls/s so that the daemon keeps up and the figure is the call's own cost in
+   the agent (encoding, framing, the ``send``), not backpressure.  The baseline is the
+   same call on the in-process JSONL recorder (encoding, the ``write``).
+5. A durable acknowledgement: ``save_checkpoint`` (round trip to the daemon, which
+   writes the line, fsyncs in a worker thread and replies) against the bare durable
+   append in the agent, ``write`` + ``fsync`` of the same checkpoint line to its own
+   file.  Ten small events precede every checkpoint, so each fsync has the same
+   fresh data to flush.  The SQLite column commits the checkpoint row with
+   ``synchronous=FULL`` (its durable commit).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from flightlog.protocol import AssistantMessage, TextPart, ToolCallPart, UserMessage
+
+from ._context import Context
+from ._events import small_event
+from ._procs import StartSignal, run_agents
+from ._report import Row, Target, percentile
+from ._systems import System
+
+__all__ = ["client_cost", "durable_ack"]
+
+
+@dataclass(frozen=True)
+class _Calls:
+    system: System
+    run: int
+    calls: int
+    interval_ns: int = 0
+    per_checkpoint: int = 0
+
+
+def _record_agent(load: _Calls, start: StartSignal) -> list[int]:
+    event = small_event()
+    agent = load.system.agent(0)
+    try:
+        sink = agent.session(f"r{load.run}/cost.jsonl")
+        for _ in range(200):  # warm-up: connection, caches, file
+            sink.record(event)
+        sink.drain()
+        start()
+        timings = []
+        clock = time.perf_counter_ns
+        due = clock()
+        for _ in range(load.calls):
+            while clock() < due:
+                pass
+            begin = clock()
+            sink.record(event)
+            timings.append(clock() - begin)
+            due = max(due + load.interval_ns, begin)
+        sink.drain()
+    finally:
+        agent.close()
+    return timings
+
+
+def client_cost(ctx: Context) -> list[Row]:
+    """Scenario 3: µs per ``record()`` of a small event in one agent."""
+    calls = 1000 if ctx.quick else 5000
+    row = Row(
+        "3",
+        "client cost of one record() (small event, 1 agent, paced 10k/s)",
+        "median per call",
+        "µs",
+        fmt="{:.1f}",
+        targets=[Target("<=", 1.5, "jsonl")],
+    )
+    p99 = Row("3b", "↳ same calls, 99th percentile", "p99 per call", "µs", fmt="{:.1f}")
+    directory = ctx.scratch("cost")
+    daemon = ctx.daemon(directory).start()
+    try:
+        for run in range(ctx.runs):
+            for system in ctx.systems(directory, daemon, run):
+                load = _Calls(system, run, calls, interval_ns=100_000)
+                (timings,) = run_agents(_record_agent, [load], timeout=120)
+                row.add(system.name, percentile(timings, 50) / 1e3)
+                p99.add(system.name, percentile(timings, 99) / 1e3)
+                ctx.say(
+                    f"record() cost run {run + 1}/{ctx.runs} {system.name}: "
+                    f"p50 {percentile(timings, 50) / 1e3:.1f} µs"
+                )
+                ctx.clean(system, run)
+    finally:
+        daemon.stop()
+    return [row, p99]
+
+
+def _snapshot() -> dict[str, object]:
+    """An agent's state as it checkpoints it mid-run: about 4 KiB of JSON."""
+    messages: list[object] = []
+    for turn in range(6):
+        messages.append(UserMessage(content=f"Step {turn}: look at module {turn} and fix it."))
+        messages.append(
+            AssistantMessage(
+                content=[
+                    TextPart(text="Reading the module first; then I will run the tests. " * 4),
+                    ToolCallPart(id=f"call_{turn}", name="read_file", arguments={"path": "a.py"}),
+                ],
+                model="claude-sonnet",
+                stop_reason="tool_use",
+            )
+        )
+    return {"turn": 6, "messages": messages, "usage": {"input": 18234, "output": 2211}}
+
+
+def _checkpoint_agent(load: _Calls, start: StartSignal) -> list[int]:
+    event = small_event()
+    snapshot = _snapshot()
+    agent = load.system.agent(0)
+    try:
+        sink = agent.session(f"r{load.run}/durable.jsonl")
+        for _ in range(3):  # warm-up
+            sink.checkpoint(snapshot)
+        start()
+        timings = []
+        clock = time.perf_counter_ns
+        for _ in range(load.calls):
+            for _ in range(load.per_checkpoint):
+                sink.record(event)
+            sink.drain()
+            begin = clock()
+            sink.checkpoint(snapshot)
+            timings.append(clock() - begin)
+    finally:
+        agent.close()
+    return timings
+
+
+def durable_ack(ctx: Context) -> list[Row]:
+    """Scenario 5: ``save_checkpoint`` round trip against a bare write + fsync."""
+    calls = 15 if ctx.quick else 60
+    row = Row(
+        "5",
+        "durable ack: save_checkpoint vs write+fsync of the same line (~4 KiB)",
+        "median round trip",
+        "ms",
+        fmt="{:.2f}",
+        targets=[Target("<=", 1.5, "jsonl")],
+    )
+    p99 = Row("5b", "↳ same calls, 99th percentile", "p99 round trip", "ms", fmt="{:.2f}")
+    directory = ctx.scratch("ack")
+    daemon = ctx.daemon(directory).start()
+    try:
+        for run in range(ctx.runs):
+            for system in ctx.systems(directory, daemon, run):
+                load = _Calls(system, run, calls, per_checkpoint=10)
+                (timings,) = run_agents(_checkpoint_agent, [load], timeout=120)
+                row.add(system.name, percentile(timings, 50) / 1e6)
+                p99.add(system.name, percentile(timings, 99) / 1e6)
+                ctx.say(
+                    f"durable ack run {run + 1}/{ctx.runs} {system.name}: "
+                    f"p50 {percentile(timings, 50) / 1e6:.2f} ms"
+                )
+                ctx.clean(system, run)
+    finally:
+        daemon.stop()
+    return [row, p99]

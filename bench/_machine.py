@@ -1,0 +1,79 @@
+"""The machine, the date and the command: printed with every table."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+__all__ = ["describe"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gb() -> float:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _filesystem(path: str) -> str:
+    """The mount holding ``path``: its device and type, from /proc/mounts."""
+    best = ("", "?", "?")
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                device, mount, fstype = line.split()[:3]
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best[0]):
+                    best = (mount, device, fstype)
+    except OSError:
+        pass
+    return f"{best[2]} on {best[1]} (mounted at {best[0]})"
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "?"
+
+
+def describe(scratch: str) -> dict[str, Any]:
+    """Everything a reader needs to place the figures."""
+    load = os.getloadavg()
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "command": "python -m bench " + shlex.join(sys.argv[1:]),
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "memory_gb": round(_memory_gb(), 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "filesystem": _filesystem(scratch),
+        "load_average_at_start": [round(x, 2) for x in load],
+        "versions": {
+            name: _version(name)
+            for name in ("flightlogd", "flightlog-sdk", "flightlog-protocol", "msgspec")
+        },
+        "sqlite": __import__("sqlite3").sqlite_version,
+    }

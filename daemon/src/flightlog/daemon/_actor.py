@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
@@ -56,17 +57,25 @@ from flightlog.protocol import (
     session_transition,
 )
 
+from ._json import check_json
 from ._storage import SessionFile, StorageError
 
 if TYPE_CHECKING:
     from ._sessions import Sessions
 
-__all__ = ["Peer", "Release", "SessionActor", "Shutdown", "Subscriber"]
+__all__ = [
+    "Peer",
+    "Release",
+    "SessionActor",
+    "Shutdown",
+    "Subscriber",
+    "payload_size",
+    "valid_time",
+]
 
 log = structlog.get_logger("flightlogd.session")
 
 _encode_json = msgspec.json.Encoder().encode
-_validate_json = msgspec.json.Decoder(msgspec.Raw).decode
 
 
 class Peer(Protocol):
@@ -236,11 +245,12 @@ class SessionActor:
             return seq
 
         for peer, message in batch:
-            if isinstance(message, RecordEvent):
-                assert peer is not None
+            if peer is not None and (size := payload_size(message)):
                 key = id(peer)
                 _, n = released_bytes.get(key, (peer, 0))
-                released_bytes[key] = (peer, n + len(message.data))
+                released_bytes[key] = (peer, n + size)
+            if isinstance(message, RecordEvent):
+                assert peer is not None
                 problem = self._check_record(peer, message)
                 if problem is None:
                     add(message.event_type, message.time, message.data, message.run_id)
@@ -262,7 +272,7 @@ class SessionActor:
                         "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
                     )
                 if isinstance(message, BeginRun):
-                    if not is_time(message.time):
+                    if not valid_time(message.time):
                         raise _bad_time(message.time)
                     self._transition(SessionOp.BEGIN_RUN)
                     self.state = SessionState.RUN_OPEN
@@ -276,14 +286,9 @@ class SessionActor:
                     )
                 elif isinstance(message, SaveCheckpoint):
                     self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
-                    if not is_time(message.time):
+                    if not valid_time(message.time):
                         raise _bad_time(message.time)
-                    _check_one_line(message.snapshot)
-                    if (problem := _json_problem(message.snapshot, depth=2)) is not None:
-                        raise LocalProtocolError(
-                            f"checkpoint snapshot is not valid JSON: {problem}",
-                            code=ErrorCode.BAD_EVENT,
-                        )
+                    check_json(message.snapshot, "checkpoint snapshot")
                     data = b'{"snapshot":' + message.snapshot + b"}"
                     start = len(buf)
                     seq = add(CHECKPOINT, message.time, data, message.run_id)
@@ -293,7 +298,7 @@ class SessionActor:
                     replies.append((peer, _reply(Ack(id=request_id, seq=seq))))
                 elif isinstance(message, CloseRun):
                     self._check_run(message.run_id, SessionOp.CLOSE_RUN)
-                    if not is_time(message.time):
+                    if not valid_time(message.time):
                         raise _bad_time(message.time)
                     self.state = session_transition(self.state, SessionOp.CLOSE_RUN)
                     data = _encode_json(RunCloseData(error=message.error))
@@ -325,10 +330,15 @@ class SessionActor:
                         code=ErrorCode.BAD_MESSAGE,
                     )
             except FlightlogError as exc:
+                self._log_refusal(peer, type(message).__name__, exc)
                 replies.append((peer, _reply(_error_reply(request_id, exc, self.session_id))))
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                error = LocalProtocolError(
-                    f"checkpoint snapshot is not valid JSON: {exc}", code=ErrorCode.BAD_EVENT
+            except Exception:
+                # A bug: answer the request rather than leave its caller waiting, and
+                # keep the session (and the daemon) serving.
+                self._log.exception("request_failed", request=type(message).__name__)
+                error = FlightlogError(
+                    f"{type(message).__name__} failed inside flightlogd; see its log",
+                    code=ErrorCode.INTERNAL,
                 )
                 replies.append((peer, _reply(_error_reply(request_id, error, self.session_id))))
 
@@ -376,17 +386,17 @@ class SessionActor:
                 f"{message.event_type!r} is not an agent fact type that may be recorded",
                 code=ErrorCode.BAD_EVENT,
             )
-        if not is_time(message.time):
+        if not valid_time(message.time):
             return _bad_time(message.time)
         data = message.data
-        if b"\n" in data or b"\r" in data or data[:1] != b"{":
+        if data[:1] != b"{":
             return LocalProtocolError(
                 "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
             )
-        if (problem := _json_problem(data, depth=1)) is not None:
-            return LocalProtocolError(
-                f"record data is not valid JSON: {problem}", code=ErrorCode.BAD_EVENT
-            )
+        try:
+            check_json(data, "record data")
+        except LocalProtocolError as exc:
+            return exc
         return None
 
     def _check_run(self, run_id: str, op: SessionOp) -> None:
@@ -408,11 +418,21 @@ class SessionActor:
         if self._failure_pushed_for == run_id:
             return
         self._failure_pushed_for = run_id
-        self._log.warning("record_refused", code=error.code, reason=error.message, pid=peer.pid)
+        self._log_refusal(peer, "RecordEvent", error)
         peer.push(
             RecordFailed(
                 session_id=self.session_id, run_id=run_id, code=error.code, message=error.message
             )
+        )
+
+    def _log_refusal(self, peer: Peer, what: str, error: FlightlogError) -> None:
+        self._log.warning(
+            "refused",
+            request=what,
+            code=error.code,
+            reason=error.message,
+            pid=peer.pid,
+            uid=peer.uid,
         )
 
     def _ack_last(self, request_id: int) -> Callable[[], Message]:
@@ -515,33 +535,28 @@ def _bad_time(time: str) -> LocalProtocolError:
     )
 
 
-# Fewer brackets than this cannot nest deep enough to reach msgspec's recursion limit.
-_DEEP_BRACKETS = 900
-
-
-def _json_problem(data: bytes, *, depth: int) -> str | None:
-    """Why ``data`` is not valid JSON once nested ``depth`` levels down in a line, or None.
-
-    A reader parses the whole line, so a payload that is valid alone but nested too
-    deeply inside the envelope would be a line the reader refuses.
-    """
+def valid_time(text: str) -> bool:
+    """Whether ``text`` is a record time that names a real moment: the protocol's
+    RFC 3339 UTC pattern, ASCII digits only, and a date and clock time that exist."""
+    if not (text.isascii() and is_time(text)):
+        return False
     try:
-        if data.count(b"[") + data.count(b"{") > _DEEP_BRACKETS:
-            _validate_json(b"[" * depth + data + b"]" * depth)
-        else:
-            _validate_json(data)
-    except msgspec.DecodeError as exc:
-        return str(exc)
-    except RecursionError:
-        return "nested too deeply"
-    return None
+        datetime(
+            int(text[0:4]), int(text[5:7]), int(text[8:10]),
+            int(text[11:13]), int(text[14:16]), int(text[17:19]),
+        )  # fmt: skip
+    except ValueError:
+        return False
+    return True
 
 
-def _check_one_line(data: bytes) -> None:
-    if b"\n" in data or b"\r" in data:
-        raise LocalProtocolError(
-            "checkpoint snapshot must be JSON on one line", code=ErrorCode.BAD_EVENT
-        )
+def payload_size(message: object) -> int:
+    """Bytes of JSON payload a message carries: what a connection's buffer counts."""
+    if isinstance(message, RecordEvent):
+        return len(message.data)
+    if isinstance(message, SaveCheckpoint):
+        return len(message.snapshot)
+    return 0
 
 
 def _text(error: FlightlogError | None) -> str | None:

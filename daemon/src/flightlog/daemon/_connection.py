@@ -12,6 +12,7 @@ the client as a full socket buffer.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
 from typing import TYPE_CHECKING, Any
@@ -149,12 +150,24 @@ class Connection:
             self.log.info("connection_closed")
 
     def stop(self) -> None:
-        """Stop reading (daemon shutdown); what was already received still lands."""
+        """Stop reading (daemon shutdown).  Frames the client sent before this moment
+        still land: the read side of the socket is shut down, so the daemon reads what
+        is in the socket buffer and then the end of the stream, and the client's later
+        sends fail (EPIPE) instead of vanishing."""
+        if self._stopping:
+            return
         self._stopping = True
-        self._read_scope.cancel()
+        sock: socket.socket = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        try:
+            # The event loop's transport socket has no shutdown(); a duplicate shares
+            # the socket itself.
+            with socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                dup.shutdown(socket.SHUT_RD)
+        except OSError:
+            self._read_scope.cancel()
 
     async def _read_loop(self) -> None:
-        while not self._stopping:
+        while True:
             try:
                 data = await self.stream.receive(_READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -174,10 +187,23 @@ class Connection:
         while True:
             try:
                 message = self._decoder.next_message()
-            except RemoteProtocolError as exc:
-                self._refuse(exc)
-                await self.send(ErrorReply(id=0, code=exc.code, message=exc.message))
-                if exc.code == ErrorCode.FRAME_TOO_LARGE:
+            except (RemoteProtocolError, RecursionError) as error:
+                # RecursionError: msgspec's depth limit; the decoder has skipped the frame.
+                bad = (
+                    error
+                    if isinstance(error, RemoteProtocolError)
+                    else RemoteProtocolError(
+                        "frame is not a valid message: nested too deeply",
+                        code=ErrorCode.BAD_MESSAGE,
+                    )
+                )
+                self._refuse(bad)
+                await self.send(ErrorReply(id=0, code=bad.code, message=bad.message))
+                # Nothing can be read after an oversized frame; and bytes that are no
+                # message before the hello mean the peer does not speak this protocol.
+                if bad.code == ErrorCode.FRAME_TOO_LARGE or (
+                    self.state is ConnectionState.AWAIT_HELLO
+                ):
                     return False
                 continue
             if message is None:
@@ -299,7 +325,9 @@ class Connection:
                     while len(buf) < _READ_SIZE:
                         try:
                             encoder.encode_into(self._outbox_receive.receive_nowait(), buf)
-                        except anyio.WouldBlock:
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            # EndOfStream: the outbox is closed and empty; the loop
+                            # above ends once this last batch is sent.
                             break
                     await self.stream.send(bytes(buf))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):

@@ -113,15 +113,22 @@ class Roots:
 
         With ``create`` the file must not exist yet and is made with mode 0600, and the
         new directory entry is synced.  Raises :class:`PathRefused` for a symlink or a
-        file that is not regular (a fifo, a device), :class:`FileExistsError` and
-        :class:`FileNotFoundError` as for ``open``.
+        file that is not regular (a fifo, a device, a directory), also when creating;
+        :class:`FileExistsError` (a regular file exists) and :class:`FileNotFoundError`
+        as for ``open``.
         """
         name = resolved.parts[-1]
         with self.parent_dir(resolved, create=create) as dir_fd:
             flags = _FILE_FLAGS | (os.O_CREAT | os.O_EXCL if create else 0)
             try:
                 fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
-            except (FileExistsError, FileNotFoundError):
+            except FileExistsError:
+                # A symlink, fifo or directory by that name is no session to keep.
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    raise PathRefused(resolved.path, f"{name!r} is not a regular file") from None
+                raise
+            except FileNotFoundError:
                 raise
             except OSError as exc:
                 raise self._refusal(resolved, name, exc) from None
@@ -135,10 +142,23 @@ class Roots:
                 raise
             return fd
 
+    def unlink_file(self, resolved: ResolvedPath, fd: int) -> None:
+        """Remove the session file, if its directory entry is still the file open as
+        ``fd``.  Raises :class:`OSError` and :class:`PathRefused`."""
+        name = resolved.parts[-1]
+        with self.parent_dir(resolved, create=False) as dir_fd:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            own = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+                os.unlink(name, dir_fd=dir_fd)
+                os.fsync(dir_fd)
+
     @staticmethod
     def _refusal(resolved: ResolvedPath, part: str, exc: OSError) -> Exception:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
             return PathRefused(resolved.path, f"{part!r} is a symlink or not a directory")
         if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EISDIR):
             return PathRefused(resolved.path, f"{part!r} is not a regular file")
+        if exc.errno == errno.ENAMETOOLONG:
+            return PathRefused(resolved.path, f"{part[:40]!r}... is too long a name")
         return exc

@@ -28,7 +28,7 @@ from anyio.abc import SocketListener, SocketStream, TaskGroup, TaskStatus
 from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
 
 from ._config import Config
-from ._connection import Connection
+from ._connection import Connection, peer_credentials
 from ._paths import Roots
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
@@ -111,6 +111,8 @@ class Daemon:
     async def _handle(self, stream: SocketStream) -> None:
         self._numbers += 1
         if len(self.connections) >= self.config.max_connections:
+            pid, uid, _ = peer_credentials(stream)
+            log.warning("refused", code=ErrorCode.TOO_MANY, pid=pid, uid=uid)
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.send(
                     encode_frame(
@@ -129,6 +131,10 @@ class Daemon:
         self._idle = anyio.Event()
         try:
             await conn.serve()
+        except Exception:
+            # A bug must cost one connection (whose sessions were released on the way
+            # out), never the daemon and everyone else's sessions.
+            log.exception("connection_failed", conn=conn.number, pid=conn.pid, uid=conn.uid)
         finally:
             self.connections.discard(conn)
             if not self.connections:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 from dataclasses import dataclass, field
 
@@ -25,12 +26,14 @@ from flightlog.protocol import (
     ErrorCode,
     FileFormatError,
     FlightlogError,
+    LocalProtocolError,
     Reader,
     Record,
     SessionStartData,
     encode_line,
 )
 
+from ._json import MAX_NESTING, nested_deeper_than
 from ._paths import ResolvedPath, Roots
 
 __all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError"]
@@ -97,26 +100,44 @@ class SessionFile:
     ) -> SessionFile:
         """Create the file, write ``session_start`` and sync file and directory entry.
 
-        Raises :class:`FileExistsError`, :class:`PathRefused`, :class:`StorageError`.
+        Raises :class:`LocalProtocolError` (``bad_message``) for a ``meta`` that cannot
+        be written, :class:`FileExistsError`, :class:`PathRefused`, :class:`StorageError`.
         """
+        try:
+            start = msgspec.json.encode(SessionStartData(meta=meta))
+        except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
+            raise LocalProtocolError(
+                f"meta cannot be written as JSON: {exc}", code=ErrorCode.BAD_MESSAGE
+            ) from None
+        if nested_deeper_than(start, MAX_NESTING):
+            raise LocalProtocolError(
+                f"meta nests more than {MAX_NESTING - 2} levels deep", code=ErrorCode.BAD_MESSAGE
+            )
+        line = encode_line(
+            Record(
+                session_id=session_id, seq=1, type=SESSION_START, time=time, data=msgspec.Raw(start)
+            )
+        )
+        try:
+            # Whatever meta a client sends, the first line must be one a reader accepts.
+            Reader(io.BytesIO(line)).read_header()
+        except FileFormatError as exc:
+            raise LocalProtocolError(
+                f"meta cannot be written as JSON a reader accepts: {exc.reason}",
+                code=ErrorCode.BAD_MESSAGE,
+            ) from None
         fd = roots.open_file(resolved, create=True)
         try:
             _lock(fd, resolved.path)
-            line = encode_line(
-                Record(
-                    session_id=session_id,
-                    seq=1,
-                    type=SESSION_START,
-                    time=time,
-                    data=msgspec.Raw(msgspec.json.encode(SessionStartData(meta=meta))),
-                )
-            )
             session = cls(roots=roots, resolved=resolved, session_id=session_id, meta=meta, fd=fd)
             session.ident = _ident(fd)
             session.write(line, count=1)
             session.sync()
             return session
         except BaseException:
+            # Leave no file without its session_start behind: it could never be opened.
+            with contextlib.suppress(OSError, FlightlogError):
+                roots.unlink_file(resolved, fd)
             os.close(fd)
             raise
 

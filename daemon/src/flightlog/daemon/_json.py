@@ -1,0 +1,77 @@
+"""Checking the JSON that clients hand in, before any of it becomes part of a line.
+
+The daemon never re-encodes a record's data or a checkpoint's snapshot: it splices
+the client's bytes into the line.  So it must know that those bytes keep the line one
+a reader accepts: valid JSON, UTF-8, no raw newline, and not nested too deeply.
+
+Nesting needs a fixed bound.  msgspec refuses JSON nested deeper than the Python
+recursion limit allows *from where it is called*, so whether a reader can parse a
+deep line depends on how deep the reader's own stack already is: a line the daemon
+could parse in a worker thread may be refused by ``flightlog check`` called from deep
+inside an application.  :data:`MAX_NESTING` is far below that limit and above anything
+the codec writes (it nests at most ``MAX_DEPTH``, 200, levels).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import msgspec
+
+from flightlog.protocol import ErrorCode, LocalProtocolError
+
+__all__ = ["MAX_NESTING", "check_json", "nested_deeper_than"]
+
+#: The deepest nesting of arrays and objects accepted in meta, data and snapshots.
+MAX_NESTING: Final = 256
+
+_validate = msgspec.json.Decoder(msgspec.Raw).decode
+# A JSON string, escapes included (unrolled so that the match is linear).
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS: Final = bytes(sorted(set(range(256)) - set(b"[]{}")))
+
+
+def nested_deeper_than(data: bytes, limit: int) -> bool:
+    """Whether the valid JSON ``data`` nests arrays and objects more than ``limit`` deep."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    # Only payloads with many brackets get here; brackets inside strings do not count.
+    depth = 0
+    for char in _STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
+        if char in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def check_json(data: bytes, what: str, *, limit: int = MAX_NESTING) -> None:
+    """Raises :class:`LocalProtocolError` (``bad_event``) unless ``data`` is one JSON
+    value, UTF-8, on one line, nested at most ``limit`` deep.  ``what`` names it in
+    the error."""
+    if b"\n" in data or b"\r" in data:
+        # Valid JSON may hold a raw newline as whitespace; it would split the line.
+        raise LocalProtocolError(f"{what} must be JSON on one line", code=ErrorCode.BAD_EVENT)
+    try:
+        _validate(data)
+        if not data.isascii():
+            # Decoding to Raw skips over strings without checking their UTF-8.
+            data.decode("utf-8")
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise LocalProtocolError(
+            f"{what} is not valid UTF-8 JSON: {exc}", code=ErrorCode.BAD_EVENT
+        ) from None
+    except RecursionError:
+        raise _too_deep(what, limit) from None
+    if nested_deeper_than(data, limit):
+        raise _too_deep(what, limit)
+
+
+def _too_deep(what: str, limit: int) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"{what} nests arrays and objects more than {limit} levels deep",
+        code=ErrorCode.BAD_EVENT,
+    )

@@ -1,0 +1,169 @@
+"""Helpers shared by the daemon's tests: sessions spoken frame by frame, file checks,
+the daemon's JSON log and what /proc says about its process."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from flightlog.protocol import (
+    Ack,
+    BeginRun,
+    CheckReport,
+    CloseRun,
+    CloseSession,
+    Create,
+    Message,
+    RecordEvent,
+    RecordFailed,
+    RunStarted,
+    SessionOpened,
+    Sync,
+    check,
+    now,
+)
+from support import DaemonProcess, RawClient, read_lines, wait_for
+
+__all__ = [
+    "assert_refusal_logged",
+    "assert_serving",
+    "begin",
+    "check_file",
+    "create",
+    "expect_record_failed",
+    "fact",
+    "log_events",
+    "open_fds",
+    "proc_status_kb",
+    "push",
+    "synced_seq",
+    "wait_for_log",
+]
+
+
+def create(client: RawClient, path: str, **meta: Any) -> SessionOpened:
+    opened = client.request(Create(id=client.next_id(), path=path, meta=meta))
+    assert isinstance(opened, SessionOpened), opened
+    return opened
+
+
+def begin(client: RawClient, session_id: str) -> RunStarted:
+    run = client.request(BeginRun(id=client.next_id(), session_id=session_id, time=now()))
+    assert isinstance(run, RunStarted), run
+    return run
+
+
+def fact(
+    session_id: str,
+    run_id: str,
+    n: int = 0,
+    *,
+    event_type: str = "turn_start",
+    time: str | None = None,
+    data: bytes | None = None,
+) -> RecordEvent:
+    """A record of one agent fact; ``data`` defaults to a small valid JSON object."""
+    return RecordEvent(
+        session_id=session_id,
+        run_id=run_id,
+        event_type=event_type,
+        time=time or now(),
+        data=b'{"turn_index":%d}' % n if data is None else data,
+    )
+
+
+def push(client: RawClient, timeout: float = 10.0) -> Message:
+    """The next message, which the test expects to be a push."""
+    return client.receive(timeout)
+
+
+def synced_seq(client: RawClient, session_id: str) -> int:
+    ack = client.request(Sync(id=client.next_id(), session_id=session_id))
+    assert isinstance(ack, Ack), ack
+    return ack.seq
+
+
+def check_file(path: Path | str) -> CheckReport:
+    with open(path, "rb") as file:
+        return check(file)
+
+
+def assert_serving(daemon: DaemonProcess, *, records: int = 5) -> None:
+    """The daemon still serves: on a new connection, a create, records, a run close and
+    a session close land in a sound file."""
+    assert daemon.alive(), daemon.log
+    path = f"serving/{uuid.uuid4().hex}.jsonl"
+    with RawClient(daemon.socket, client="serving-check") as client:
+        opened = create(client, path)
+        run = begin(client, opened.session_id)
+        for n in range(records):
+            client.send(fact(opened.session_id, run.run_id, n))
+        closed = client.request(
+            CloseRun(
+                id=client.next_id(), session_id=opened.session_id, run_id=run.run_id, time=now()
+            )
+        )
+        assert closed == Ack(id=closed.id, seq=records + 3), closed
+        done = client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+        assert isinstance(done, Ack), done
+        assert not client.pending, client.pending
+    lines = read_lines(daemon.root / path)
+    assert [line["seq"] for line in lines] == list(range(1, records + 4))
+    report = check_file(daemon.root / path)
+    assert report.sound and not report.unfinished_tail, report
+
+
+def expect_record_failed(client: RawClient, code: str, session_id: str) -> RecordFailed:
+    failed = push(client)
+    assert isinstance(failed, RecordFailed), failed
+    assert failed.code == code, failed
+    assert failed.session_id == session_id
+    return failed
+
+
+def log_events(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    """The daemon's JSON log lines, parsed (lines that are not JSON are skipped)."""
+    events = []
+    for line in daemon.log.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def wait_for_log(daemon: DaemonProcess, **fields: Any) -> dict[str, Any]:
+    """Wait until the daemon logs an event with all of ``fields``; return it."""
+    found: list[dict[str, Any]] = []
+
+    def logged() -> bool:
+        found[:] = [e for e in log_events(daemon) if all(e.get(k) == v for k, v in fields.items())]
+        return bool(found)
+
+    try:
+        wait_for(logged)
+    except TimeoutError:
+        raise AssertionError(f"no log line with {fields}:\n{daemon.log}") from None
+    return found[0]
+
+
+def assert_refusal_logged(daemon: DaemonProcess, code: str) -> dict[str, Any]:
+    """A refusal with ``code`` was logged with this process's pid and uid as the peer."""
+    return wait_for_log(daemon, code=code, pid=os.getpid(), uid=os.getuid())
+
+
+def proc_status_kb(pid: int, key: str) -> int:
+    """A ``kB`` field of /proc/PID/status, such as VmRSS or VmHWM."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))

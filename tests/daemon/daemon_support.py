@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from flightlog.protocol import (
     CloseSession,
     Create,
     Message,
+    Open,
     RecordEvent,
     RecordFailed,
     RunStarted,
@@ -28,6 +31,7 @@ from flightlog.protocol import (
 from support import DaemonProcess, RawClient, read_lines, wait_for
 
 __all__ = [
+    "agent_report",
     "assert_refusal_logged",
     "assert_serving",
     "begin",
@@ -37,8 +41,10 @@ __all__ = [
     "fact",
     "log_events",
     "open_fds",
+    "open_when_released",
     "proc_status_kb",
     "push",
+    "spawn_agent",
     "synced_seq",
     "wait_for_log",
 ]
@@ -167,3 +173,49 @@ def proc_status_kb(pid: int, key: str) -> int:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+AGENT = Path(__file__).resolve().parent / "agent_writer.py"
+
+
+def spawn_agent(*args: str) -> subprocess.Popen[str]:
+    """An agent process (``agent_writer.py``) that reports on stdout, one JSON line
+    per fact, and waits on stdin where it is told to."""
+    return subprocess.Popen(
+        [sys.executable, str(AGENT), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def agent_report(agent: subprocess.Popen[str]) -> dict[str, Any]:
+    """The agent's next report line; fails with its stderr if it died instead."""
+    assert agent.stdout is not None
+    line = agent.stdout.readline()
+    if not line:
+        agent.wait(timeout=10)
+        assert agent.stderr is not None
+        raise AssertionError(f"agent exited with {agent.returncode}: {agent.stderr.read()}")
+    result: dict[str, Any] = json.loads(line)
+    return result
+
+
+def open_when_released(client: RawClient, path: str, timeout: float = 10.0) -> SessionOpened:
+    """Open ``path`` once its writer's disconnect has reached the daemon: until then
+    the open is refused with session_busy, which is polled, not slept on."""
+    replies: list[Message] = []
+
+    def opened() -> bool:
+        reply = client.request(Open(id=client.next_id(), path=path))
+        replies.append(reply)
+        if isinstance(reply, SessionOpened):
+            return True
+        assert getattr(reply, "code", None) == "session_busy", reply
+        return False
+
+    wait_for(opened, timeout=timeout)
+    result = replies[-1]
+    assert isinstance(result, SessionOpened)
+    return result

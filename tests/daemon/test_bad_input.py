@@ -19,6 +19,7 @@ from daemon_support import (
     create,
     expect_record_failed,
     fact,
+    open_when_released,
     synced_seq,
 )
 
@@ -234,26 +235,10 @@ def test_client_hanging_up_mid_frame(daemon: DaemonProcess) -> None:
         client.send_bytes(frame[: len(frame) // 2])
     assert_serving(daemon)
     with RawClient(daemon.socket) as again:
-        reopened = _open_when_released(again, "mid-frame.jsonl")
+        reopened = open_when_released(again, "mid-frame.jsonl")
         assert reopened.last_seq == 3
     report = check_file(daemon.root / "mid-frame.jsonl")
     assert report.sound and report.records == 3 and report.open_runs == [run.run_id]
-
-
-def _open_when_released(client: RawClient, path: str) -> SessionOpened:
-    from support import wait_for
-
-    replies: list[object] = []
-
-    def opened() -> bool:
-        reply = client.request(Open(id=client.next_id(), path=path))
-        replies.append(reply)
-        return isinstance(reply, SessionOpened)
-
-    wait_for(opened)
-    result = replies[-1]
-    assert isinstance(result, SessionOpened)
-    return result
 
 
 # ------------------------------------------------------------------- records

@@ -104,8 +104,10 @@ class Sessions:
                 if not writer.closed:
                     raise _busy(resolved.path, writer)
                 # The writer is gone; its actor is still writing what it sent.
-                with anyio.fail_after(30):
+                with anyio.move_on_after(30):
                     await actor.released.wait()
+                if not actor.released.is_set():
+                    raise _busy(resolved.path, writer)
             try:
                 file = await anyio.to_thread.run_sync(SessionFile.open, self.roots, resolved)
             except FileNotFoundError:

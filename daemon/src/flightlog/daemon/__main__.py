@@ -131,6 +131,10 @@ async def _run(config: Config) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    # Past a file-size limit (RLIMIT_FSIZE) the kernel sends SIGXFSZ, which kills by
+    # default; ignored, the write fails with EFBIG and only that session fails.
+    # CPython ignores it already at start-up; this keeps it so when embedded.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     configure_logging(format=args.log_format, level=args.log_level)
     config = Config(
         socket_path=args.socket,

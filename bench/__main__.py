@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Python {machine['python']}, SQLite {machine['sqlite']}"
     )
     print(f"disk:    {machine['filesystem']}")
+    print(f"code:    {machine['revision']}")
     print(f"load:    {' '.join(map(str, machine['load_average_at_start']))} (1, 5, 15 min)")
     print(f"runs:    {runs} per scenario{' (quick workloads)' if args.quick else ''}", flush=True)
     rows: list[Row] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -57,6 +58,27 @@ def _version(name: str) -> str:
         return "?"
 
 
+def _revision() -> str:
+    """The repository's commit, and whether the tree had changes: what was measured."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit} (with uncommitted changes)" if dirty else commit or "unknown"
+
+
 def describe(scratch: str) -> dict[str, Any]:
     """Everything a reader needs to place the figures."""
     load = os.getloadavg()
@@ -69,6 +91,7 @@ def describe(scratch: str) -> dict[str, Any]:
         "memory_gb": round(_memory_gb(), 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "revision": _revision(),
         "filesystem": _filesystem(scratch),
         "load_average_at_start": [round(x, 2) for x in load],
         "versions": {

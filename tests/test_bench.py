@@ -22,9 +22,11 @@ from bench._events import LineEncoder, large_event, line_lengths, small_event  #
 ROWS = {
     # row key: the systems it must have figures for
     "1": {"flightlog", "jsonl", "sqlite"},
-    "1b": {"flightlog"},
+    "1b": {"flightlog", "jsonl", "sqlite"},
+    "1c": {"flightlog"},
     "2": {"flightlog", "jsonl", "sqlite"},
-    "2b": {"flightlog"},
+    "2b": {"flightlog", "jsonl", "sqlite"},
+    "2c": {"flightlog"},
     "3": {"flightlog", "jsonl", "sqlite"},
     "3b": {"flightlog", "jsonl", "sqlite"},
     "4-1k": {"flightlog", "sqlite"},

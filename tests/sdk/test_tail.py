@@ -18,7 +18,9 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
+    Error,
     ErrorReply,
+    Event,
     Subscribe,
     Subscribed,
     TailBatch,
@@ -38,6 +40,7 @@ def _write(
     *,
     at: Callable[[int], None] | None = None,
     close: bool = True,
+    event: Event | None = None,
 ) -> int:
     """Record ``count`` turn_start events in one run and close it; returns the last seq
     (``count + 3``: session_start, run_start, the records, run_close).
@@ -50,7 +53,7 @@ def _write(
             for i in range(count):
                 if at is not None:
                     at(i)
-                run.record(TurnStart(turn_index=i))
+                run.record(event or TurnStart(turn_index=i))
         last = session.sync()
         if close:
             session.close()
@@ -127,16 +130,25 @@ def _rss_mib(pid: int, key: str = "VmRSS") -> float:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("count", "size"),
+    [
+        pytest.param(100_000, 0, id="100k-small-records"),
+        # The same stall with records of 10 kB (a 200 MB stream): the bound must hold in
+        # bytes, not only in a number of buffered writes.
+        pytest.param(20_000, 10_000, id="20k-10kB-records"),
+    ],
+)
 def test_stalled_subscriber_gets_everything_and_daemon_memory_stays_bounded(
-    daemon: DaemonProcess,
+    daemon: DaemonProcess, count: int, size: int
 ) -> None:
-    # A subscriber that stops reading while 100,000 records are written: the daemon
+    # A subscriber that stops reading while the records are written: the daemon
     # must neither buffer them for it nor lose any; once it reads again it gets every
     # record, once, in order.  The writer's time with and without the stalled
     # subscriber is printed (a benchmark, not a timed assertion).
-    count = 100_000
+    event = Error(message="x" * size) if size else TurnStart(turn_index=0)
     started = time.monotonic()
-    _write(daemon, "baseline.jsonl", count)
+    _write(daemon, "baseline.jsonl", count, event=event)
     baseline_seconds = time.monotonic() - started
     baseline_rss = _rss_mib(daemon.pid)
 
@@ -160,8 +172,8 @@ def test_stalled_subscriber_gets_everything_and_daemon_memory_stays_bounded(
         sampler.start()
         started = time.monotonic()
         with session.begin_run() as run:
-            for i in range(count):
-                run.record(TurnStart(turn_index=i))
+            for _ in range(count):
+                run.record(event)
         last = session.sync()
         stalled_seconds = time.monotonic() - started
         session.close()
@@ -174,8 +186,7 @@ def test_stalled_subscriber_gets_everything_and_daemon_memory_stays_bounded(
             f"(x{stalled_seconds / baseline_seconds:.2f}); daemon RSS {baseline_rss:.0f} MiB "
             f"before, peak {peak[0]:.0f} MiB"
         )
-        # The records written are ~10 MB; the daemon may hold a bounded buffer for the
-        # subscriber, never the whole stream.
+        # The daemon may hold a bounded buffer for the subscriber, never the stream.
         assert peak[0] - baseline_rss < 64, f"daemon RSS grew by {peak[0] - baseline_rss:.0f} MiB"
 
         # Read again: every record, in order, once; then the end.

@@ -232,6 +232,11 @@ class ClientConnection:
                 self.connection_lost(
                     DaemonError(message.message, code=message.code, session_id=None)
                 )
+            case Subscribed(id=subscribe_id, subscription=sub) if subscribe_id in self._waiting:
+                # Its pushes follow right behind it: they must find their queue.
+                self._abandoned.discard(sub)
+                self._tails.setdefault(sub, _Tail())
+                self._replies[subscribe_id] = message
             case _:
                 request_id = getattr(message, "id", None)
                 # Replies to requests given up on are dropped, never mismatched.
@@ -445,7 +450,6 @@ class ClientConnection:
         """Tail ``path`` (every session when None); the result is the subscription."""
 
         def subscribed(reply: Subscribed) -> int:
-            self._tails.setdefault(reply.subscription, _Tail())
             return reply.subscription
 
         return self._request(

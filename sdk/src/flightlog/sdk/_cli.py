@@ -475,10 +475,10 @@ def _status_lines(reply: StatusReply, socket: str, style: Style) -> Iterator[str
         f"up {format_duration(reply.uptime)}, socket {socket}"
     )
     yield (
-        f"  {reply.connections} connections, {reply.subscribers} subscribers, "
-        f"{reply.open_files} open files"
+        f"  {_plural(reply.connections, 'connection')}, "
+        f"{_plural(reply.subscribers, 'subscriber')}, {_plural(reply.open_files, 'open file')}"
     )
-    errors = f"{reply.errors} errors"
+    errors = _plural(reply.errors, "error")
     yield (
         f"  written: {reply.records_written:,} records, {format_bytes(reply.bytes_written)}, "
         f"{reply.records_per_second:,.1f} records/s now, "
@@ -498,13 +498,17 @@ def _status_lines(reply: StatusReply, socket: str, style: Style) -> Iterator[str
             run,
             f"last seq {session.last_seq}",
             f"{session.records:,} records / {format_bytes(session.bytes)} written",
-            f"{session.subscribers} subscribers",
+            _plural(session.subscribers, "subscriber"),
         ]
         if not session.file_open:
             facts.append("file closed (idle)")
         yield "    " + ", ".join(facts)
         if session.error:
             yield "    " + style.red(f"error: {session.error}")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
 
 
 def cmd_status(args: argparse.Namespace, style: Style) -> int:

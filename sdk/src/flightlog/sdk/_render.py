@@ -283,7 +283,7 @@ def summarize(type: str, data: Mapping[str, Any], width: int = 72) -> str:
             error = get("error")
             return "run closed" + (f" with error: {short(str(error), width)}" if error else "")
         case "checkpoint":
-            return "checkpoint"
+            return "checkpoint saved"
         case "agent_start":
             agent = get("agent")
             text = _quoted(_first_user_text(get("messages")), width)
@@ -408,14 +408,18 @@ def tail_line(record: Record, style: Style, width: int = 72) -> str:
     data = record_data(record)
     type = record.type
     if failed(type, data):
-        painted = style.red(f"{type:<17}")
+        painted = style.red(f"{type:<21}")
     elif type in _END_TYPES:
-        painted = style.green(f"{type:<17}")
+        painted = style.green(f"{type:<21}")
     elif type in _START_TYPES:
-        painted = style.cyan(f"{type:<17}")
+        painted = style.cyan(f"{type:<21}")
     else:
-        painted = f"{type:<17}"
+        painted = f"{type:<21}"
     execution = execution_of(data)
     call = style.yellow(f"[{call_label(*execution)}] ") if execution else ""
     seq = style.dim(f"{record.seq:>6}")
-    return f"{style.dim(clock(record.time))} {seq} {painted} {call}{summarize(type, data, width)}"
+    if type == "checkpoint":
+        summary = f"checkpoint saved, {format_bytes(len(bytes(record.data)))}"
+    else:
+        summary = summarize(type, data, width)
+    return f"{style.dim(clock(record.time))} {seq} {painted} {call}{summary}"

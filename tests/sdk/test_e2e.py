@@ -6,6 +6,7 @@ The ``daemon`` fixture (tests/conftest.py) starts it and waits until its socket 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ from flightlog.protocol import (
     default_codec,
 )
 from flightlog.sdk import (
+    Client,
     DaemonError,
     DaemonNotRunning,
     LocalProtocolError,
@@ -346,6 +348,33 @@ async def test_tasks_share_one_client(daemon: DaemonProcess) -> None:
         records = list(read(daemon.root / "many" / f"{n}.jsonl"))
         turns = [r.decode_data()["turn_index"] for r in records if r.type == "turn_start"]
         assert turns == list(range(50))
+
+
+def test_threads_share_one_sync_client(daemon: DaemonProcess) -> None:
+    errors: list[BaseException] = []
+
+    def agent(client: Client, n: int) -> None:
+        try:
+            with client.create(f"threads/{n}.jsonl") as session, session.begin_run() as run:
+                for turn in range(50):
+                    run.record(TurnStart(turn_index=turn))
+                    if turn % 10 == 0:
+                        session.sync()
+        except BaseException as exc:
+            errors.append(exc)
+
+    with connect(daemon.socket) as client:
+        threads = [threading.Thread(target=agent, args=(client, n)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert errors == []
+    for n in range(8):
+        records = list(read(daemon.root / "threads" / f"{n}.jsonl"))
+        turns = [r.decode_data()["turn_index"] for r in records if r.type == "turn_start"]
+        assert turns == list(range(50))
+        assert records[-1].type == "run_close"
 
 
 @pytest.fixture

@@ -285,8 +285,8 @@ class AsyncClient(_AsyncResource):
                 self._conn.receive_data(data)
 
     def _poll(self) -> None:
-        # Take in what has arrived (pushed errors) without waiting; when another task
-        # is receiving, it takes it in.
+        # Take in what has arrived (pushed errors) without waiting; when someone else
+        # is receiving, they take it in.
         if not self._receive_lock.try_acquire():
             return
         try:

@@ -148,10 +148,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         anyio.run(_run, config, backend="asyncio", backend_options={"use_uvloop": True})
-    except (FlightlogError, SystemdError, OSError) as exc:
-        structlog.get_logger("flightlogd").error("failed_to_start", reason=str(exc))
-        print(f"flightlogd: {exc}", file=sys.stderr)  # noqa: T201
+    except BaseException as exc:
+        # Task groups wrap what escapes them in exception groups; a refusal to start
+        # (another daemon, a bad socket path) is one error a person should read as a
+        # sentence, not as a traceback.
+        error = _single(exc)
+        if not isinstance(error, (FlightlogError, SystemdError, OSError)):
+            raise
+        structlog.get_logger("flightlogd").error(
+            "failed_to_start", reason=str(error), code=getattr(error, "code", None)
+        )
+        print(f"flightlogd: {error}", file=sys.stderr)  # noqa: T201
         sys.exit(1)
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one error inside nested single-error exception groups, else ``exc``."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":

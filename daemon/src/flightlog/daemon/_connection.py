@@ -52,7 +52,7 @@ from flightlog.protocol import (
     server_decoder,
 )
 
-from ._actor import Release, SessionActor
+from ._actor import Release, SessionActor, payload_size
 
 if TYPE_CHECKING:
     from ._server import Daemon
@@ -245,15 +245,18 @@ class Connection:
         self.log.warning("refused", code=exc.code, reason=exc.message)
 
     async def _route(self, message: Message) -> None:
-        if isinstance(message, RecordEvent):
-            actor = self._writable(message.session_id)
-            self._inflight += len(message.data)
-            await actor.put(self, message)
-        elif isinstance(message, _SESSION_REQUESTS):
+        if isinstance(message, (RecordEvent, *_SESSION_REQUESTS)):
             actor = self._writable(message.session_id)
             if isinstance(message, CloseSession):
                 del self.sessions[message.session_id]
-            await actor.put(self, message)
+            # Counted until the actor has written it: what makes reading stop.
+            size = payload_size(message)
+            self._inflight += size
+            try:
+                await actor.put(self, message)
+            except BaseException:
+                self.release_bytes(size)
+                raise
         elif isinstance(message, Hello):
             self.client = message.client[:200]
             self.log = self.log.bind(client=self.client)

@@ -72,6 +72,9 @@ class Daemon:
         self.socket_paths: list[str] = []
         self._sessions: Sessions | None = None
         self._idle = anyio.Event()
+        self._idle.set()
+        self._accepting: list[anyio.CancelScope] = []
+        self.draining = False
 
     @property
     def sessions(self) -> Sessions:
@@ -128,7 +131,11 @@ class Daemon:
             return
         conn = Connection(self, stream, self._numbers)
         self.connections.add(conn)
-        self._idle = anyio.Event()
+        if self._idle.is_set():
+            # Only a set event is replaced: shutdown may be waiting on the unset one.
+            self._idle = anyio.Event()
+        if self.draining:  # accepted just before the listeners closed
+            conn.stop()
         try:
             await conn.serve()
         except Exception:
@@ -141,6 +148,12 @@ class Daemon:
                 self._idle.set()
 
     async def _accept(self, listener: SocketListener, task_group: TaskGroup) -> None:
+        scope = anyio.CancelScope()
+        self._accepting.append(scope)
+        with scope:
+            await self._accept_loop(listener, task_group)
+
+    async def _accept_loop(self, listener: SocketListener, task_group: TaskGroup) -> None:
         async with listener:
             while True:
                 try:
@@ -160,6 +173,9 @@ class Daemon:
 
     async def _drain(self, conns_tg: TaskGroup) -> None:
         log.info("shutdown_started", connections=len(self.connections))
+        self.draining = True
+        for scope in self._accepting:
+            scope.cancel()  # closes the listening sockets
         for path in self.socket_paths:
             with contextlib.suppress(OSError):
                 os.unlink(path)

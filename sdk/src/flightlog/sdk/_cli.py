@@ -391,7 +391,7 @@ def _show_call(summary: SessionSummary, records: list[Record], style: Style) -> 
                 facts.append(format_duration(call.duration))
             if call.error:
                 facts.append(style.red(f"error: {short(call.error, 100)}"))
-            _out("  " + " · ".join(facts))
+            _out("  " + " · ".join(fact for fact in facts if fact))
         for line in call_details(group, style):
             _out("  " + line)
 

@@ -182,12 +182,13 @@ class CallSummary:
         self.end_time = record.time
 
     def headline(self) -> str:
-        """``get_weather(city="Paris")`` or ``gpt-x``: what the call was, in short."""
+        """``get_weather(city="Paris")`` or ``gpt-x``: what the call was, in short
+        (empty when the records do not say)."""
         if self.kind == "tool":
             return f"{self.name or '?'}({format_args(self.arguments, 50)})"
         if self.kind == "model":
-            return self.model or "model"
-        return self.kind
+            return self.model or ""
+        return ""
 
 
 @dataclass

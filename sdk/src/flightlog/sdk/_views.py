@@ -189,7 +189,8 @@ def inspect_lines(summary: SessionSummary, path: str, style: Style) -> Iterator[
         for call in run.failed_calls():
             error = call.error or call.retry_error or "failed"
             follow = _next_attempt(run, call)
-            text = f"{call.kind} {call.label} {call.headline()}: {short(error, 80)}"
+            what = " ".join(x for x in (call.kind, call.label, call.headline()) if x)
+            text = f"{what}: {short(error, 80)}"
             text += f" (seq {call.first_seq})"
             if follow is not None:
                 text += f"; retried as {follow.label}: {follow.status}"

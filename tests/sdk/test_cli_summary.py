@@ -43,7 +43,8 @@ from flightlog.protocol import (
     encode_line,
     new_id,
 )
-from flightlog.sdk._cli import (
+from flightlog.sdk._cli import run
+from flightlog.sdk._commands import (
     EXIT_GAPS,
     EXIT_OK,
     EXIT_UNSOUND,
@@ -53,7 +54,6 @@ from flightlog.sdk._cli import (
     _record_types,
     daemon_path,
     local_path,
-    run,
 )
 from flightlog.sdk._inspect import SessionSummary, summarize_records
 from flightlog.sdk._render import (

@@ -58,6 +58,7 @@ from flightlog.protocol import (
     default_socket_path,
 )
 
+from ._commands import EXIT_NO_DAEMON, CommandError
 from ._exceptions import DaemonError, DaemonNotRunning
 from ._render import Style
 from ._sync import Run, connect
@@ -121,8 +122,6 @@ def start_daemon(socket_path: str, root: str) -> int:
     Waits until the socket accepts connections.  Raises :class:`CommandError` when
     ``flightlogd`` is not installed, exits early or does not listen in time.
     """
-    from ._cli import EXIT_NO_DAEMON, CommandError
-
     program = find_flightlogd()
     if program is None:
         raise CommandError(

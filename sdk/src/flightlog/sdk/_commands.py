@@ -1,0 +1,537 @@
+"""The subcommands of ``flightlog``: each takes the parsed arguments and a :class:`Style`
+and returns the exit status.
+
+Failures travel as exceptions (:class:`CommandError` for those the command explains
+itself, the SDK's errors for the rest) and become a message and a status in one place,
+:func:`flightlog.sdk._cli.run`.
+
+Where records come from:
+
+* ``tail`` always reads through the daemon (``client.tail``), which delivers what is in
+  the file and then, with ``-f``, what is written live, without gaps or duplicates.
+  Without ``-f`` and with no daemon running, it reads the file directly instead.
+* ``show`` and ``inspect`` read the file directly when they can, and through the daemon
+  when they cannot (a file only the daemon's user may read, or one under the daemon's
+  data root on another path): the socket is the access check (docs/operations.md).
+* ``check`` reads the file directly only: it verifies bytes, including the unfinished
+  tail the daemon never sends.
+
+A relative PATH is looked up in the current directory first and then under the data
+root (``$FLIGHTLOG_ROOT``, else ``$XDG_STATE_HOME/flightlog``), as the daemon resolves it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, TextIO
+
+import msgspec
+
+from flightlog.protocol import (
+    RECORD_TYPES,
+    FileFormatError,
+    Reader,
+    Record,
+    StatusReply,
+    default_root,
+    default_socket_path,
+    encode_line,
+)
+
+from ._exceptions import ConnectError, DaemonNotRunning
+from ._files import check as check_file
+from ._inspect import SessionSummary
+from ._render import Style, format_bytes, format_duration, record_data, short, tail_line
+from ._sync import connect
+from ._views import call_details, inspect_lines, show_lines
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_GAPS",
+    "EXIT_INTERRUPTED",
+    "EXIT_NO_DAEMON",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_UNSOUND",
+    "EXIT_USAGE",
+    "CommandError",
+    "cmd_check",
+    "cmd_demo",
+    "cmd_inspect",
+    "cmd_show",
+    "cmd_status",
+    "cmd_tail",
+    "daemon_path",
+    "local_path",
+]
+
+EXIT_OK: Final = 0
+EXIT_UNSOUND: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_GAPS: Final = 3
+EXIT_NO_DAEMON: Final = 4
+EXIT_REFUSED: Final = 5
+EXIT_INTERRUPTED: Final = 130
+
+#: Every exit status of ``flightlog`` and what it means (also in ``--help`` and docs/cli.md).
+EXIT_CODES: Final = {
+    EXIT_OK: "success (check: every file is sound; inspect: no run has gaps)",
+    EXIT_UNSOUND: "a session file breaks the reading rules (corrupt line, gap in seq, ...)",
+    EXIT_USAGE: "bad arguments, a file that cannot be read, or nothing matches --run/--call",
+    EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end",
+    EXIT_NO_DAEMON: "no daemon listens on the socket, or the connection to it broke",
+    EXIT_REFUSED: "the daemon refused the request or ended the tail with an error",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+_CLIENT_NAME: Final = "flightlog"
+
+
+class CommandError(Exception):
+    """A failure the command explains in one sentence and ends with ``code``."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+# -------------------------------------------------------------------------- output
+
+
+def _out(text: str = "", file: TextIO | None = None) -> None:
+    (file or sys.stdout).write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _socket(args: argparse.Namespace) -> str:
+    return args.socket or default_socket_path(os.environ, os.getuid())
+
+
+def _data_root() -> str:
+    return default_root(os.environ, os.path.expanduser("~"))
+
+
+def local_path(path: str) -> str:
+    """Where PATH is on this machine: as given (relative to the current directory) when
+    it exists there, else under the data root for a relative path, else as given."""
+    if os.path.lexists(path) or os.path.isabs(path):
+        return path
+    under_root = os.path.join(_data_root(), path)
+    return under_root if os.path.lexists(under_root) else path
+
+
+def daemon_path(path: str) -> str:
+    """PATH as the daemon should see it: a relative path that exists in the current
+    directory becomes absolute; any other stays as given (the daemon resolves relative
+    paths under its data root)."""
+    if not os.path.isabs(path) and os.path.lexists(path):
+        return os.path.realpath(path)
+    return path
+
+
+# ----------------------------------------------------------------- reading records
+
+
+class Source:
+    """The records of one session, from its file or through the daemon.
+
+    ``label`` is the path to show; ``reader`` the file's :class:`Reader` when reading
+    directly (it knows the unfinished tail), else None.
+    """
+
+    def __init__(self, label: str, records: Iterator[Record], reader: Reader | None) -> None:
+        self.label = label
+        self.records = records
+        self.reader = reader
+
+
+@contextlib.contextmanager
+def open_source(path: str, args: argparse.Namespace) -> Iterator[Source]:
+    """Open PATH for reading: the file if this process may read it, else the daemon."""
+    local = local_path(path)
+    try:
+        fileobj = open(local, "rb")  # noqa: SIM115 - closed by the with below
+    except IsADirectoryError:
+        raise CommandError(f"{path}: is a directory, not a session file", EXIT_USAGE) from None
+    except (FileNotFoundError, PermissionError) as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else "permission denied"
+        try:
+            client = connect(_socket(args), client_name=_CLIENT_NAME)
+        except ConnectError:
+            raise CommandError(
+                f"{path}: {reason}, and no daemon listens on {_socket(args)} to read it through",
+                EXIT_USAGE,
+            ) from None
+        with client, client.tail(daemon_path(path), after=0, follow=False) as tail:
+            yield Source(path, iter(tail), None)
+        return
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
+    with fileobj:
+        reader = Reader(fileobj)
+        yield Source(local, reader, reader)
+
+
+def _unfinished_tail_note(source: Source) -> str | None:
+    reader = source.reader
+    if reader is None or not reader.tail_size:
+        return None
+    return (
+        f"unfinished tail: the last {format_bytes(reader.tail_size)} have no newline "
+        "(an interrupted write, or one in progress); readers ignore it"
+    )
+
+
+def _match_run(summary: SessionSummary, wanted: str) -> str | None:
+    """The run id ``wanted`` names (a run id or a unique prefix of one)."""
+    matches = [run_id for run_id in summary.runs if run_id and run_id.startswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        known = ", ".join(run_id[:8] for run_id in summary.runs if run_id) or "none"
+        raise CommandError(f"no run {wanted!r} in this session (runs: {known})", EXIT_USAGE)
+    raise CommandError(f"{wanted!r} names {len(matches)} runs; give more of the id", EXIT_USAGE)
+
+
+# ---------------------------------------------------------------------------- tail
+
+
+def _record_types(values: Sequence[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    types = [t.strip() for value in values for t in value.split(",") if t.strip()]
+    unknown = [t for t in types if t not in RECORD_TYPES]
+    if unknown:
+        known = ", ".join(sorted(RECORD_TYPES))
+        raise CommandError(
+            f"unknown record type {', '.join(map(repr, unknown))}; the types are: {known}",
+            EXIT_USAGE,
+        )
+    return types
+
+
+class _TailPrinter:
+    """Writes tailed records: readable lines with a date marker, or raw JSONL."""
+
+    def __init__(self, args: argparse.Namespace, style: Style, *, with_path: bool) -> None:
+        self.json = args.json
+        self.style = style
+        self.flush = args.follow or with_path
+        self.with_path = with_path
+        self.date: str | None = None
+        self.count = 0
+
+    def write(self, record: Record, path: str | None = None) -> None:
+        self.count += 1
+        if self.json:
+            line = encode_line(record).decode()
+            if self.with_path:
+                # One JSON object per line, still: the path rides along as a field.
+                line = msgspec.json.encode({"path": path, **record.to_builtins()}).decode() + "\n"
+            sys.stdout.write(line)
+        else:
+            date = record.time[:10]
+            if date != self.date:
+                self.date = date
+                _out(self.style.dim(f"-- {date} (UTC) --"))
+            line = tail_line(record, self.style)
+            _out(f"{self.style.bold(path or '')} {line}" if self.with_path else line)
+        if self.flush:
+            sys.stdout.flush()
+
+
+def cmd_tail(args: argparse.Namespace, style: Style) -> int:
+    types = _record_types(args.type)
+    if args.all:
+        if args.path is not None:
+            raise CommandError("give a PATH or --all, not both", EXIT_USAGE)
+    elif args.path is None:
+        raise CommandError("tail needs a PATH (or --all for every session)", EXIT_USAGE)
+    if args.after < 0:
+        raise CommandError("--after takes a seq, 0 or more", EXIT_USAGE)
+    run_prefix: str | None = args.run
+    # A whole run id filters in the daemon; a prefix of one filters here.
+    server_run = run_prefix if run_prefix is not None and len(run_prefix) == 32 else None
+    printer = _TailPrinter(args, style, with_path=args.all)
+
+    def wanted(record: Record) -> bool:
+        if types is not None and record.type not in types:
+            return False
+        return run_prefix is None or (record.run_id or "").startswith(run_prefix)
+
+    try:
+        client = connect(_socket(args), client_name=_CLIENT_NAME)
+    except DaemonNotRunning:
+        if args.follow or args.all:
+            raise
+        return _tail_file(args, printer, wanted)
+    with client:
+        if args.all:
+            with client.tail_all(follow=True, types=types, run_id=server_run) as tail_all:
+                for path, record in tail_all:
+                    if wanted(record):
+                        printer.write(record, path)
+            _err(style.dim("-- the daemon ended the subscription --"))
+            return EXIT_OK
+        target = str(args.path)
+        tail = client.tail(
+            daemon_path(target),
+            after=args.after,
+            follow=args.follow,
+            types=types,
+            run_id=server_run,
+        )
+        last_seq = args.after
+        with tail:
+            for record in tail:
+                last_seq = record.seq
+                if wanted(record):
+                    printer.write(record)
+        if args.follow:
+            reason = getattr(tail, "end_reason", None)
+            why = "the session was closed" if reason in (None, "session_closed") else reason
+            _err(style.dim(f"-- end of {args.path}: {why} (last seq {last_seq}) --"))
+    return EXIT_OK
+
+
+def _tail_file(
+    args: argparse.Namespace, printer: _TailPrinter, wanted: Callable[[Record], bool]
+) -> int:
+    """``tail`` without ``-f`` while no daemon runs: the file's records, read directly."""
+    with open_source(args.path, args) as source:
+        for record in source.records:
+            if record.seq > args.after and wanted(record):
+                printer.write(record)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- show
+
+
+def _parse_call(text: str) -> tuple[str, int | None]:
+    exec_id, sep, attempt = text.rpartition(":")
+    if sep and exec_id and attempt.isdigit():
+        return exec_id, int(attempt)
+    return text, None
+
+
+def cmd_show(args: argparse.Namespace, style: Style) -> int:
+    summary = SessionSummary()
+    call_id, call_attempt = _parse_call(args.call) if args.call else (None, None)
+    call_records: list[Record] = []
+    failure: FileFormatError | None = None
+    with open_source(args.path, args) as source:
+        try:
+            for record in source.records:
+                summary.add(record)
+                if call_id is not None and _is_call_record(record, call_id, call_attempt):
+                    call_records.append(record)
+        except FileFormatError as exc:
+            failure = exc
+        tail_note = _unfinished_tail_note(source)
+        label = source.label
+    if summary.session_id is None and failure is not None:
+        raise failure
+    run_id = _match_run(summary, args.run) if args.run else None
+    if call_id is not None:
+        if run_id is not None:
+            call_records = [r for r in call_records if r.run_id == run_id]
+        if not call_records:
+            what = call_id + (f":{call_attempt}" if call_attempt else "")
+            raise CommandError(f"no call {what!r} in {args.path}", EXIT_USAGE)
+        _show_call(summary, call_records, style)
+    else:
+        runs = [summary.runs[run_id]] if run_id is not None else None
+        for line in show_lines(summary, label, style, runs):
+            _out(line)
+    if tail_note:
+        _out(style.yellow(tail_note))
+    if failure is not None:
+        _out(style.red(f"NOT SOUND: line {failure.line}: {failure.reason}"))
+        _out("(the timeline above ends at the last readable line)")
+        return EXIT_UNSOUND
+    return EXIT_OK
+
+
+def _is_call_record(record: Record, call_id: str, attempt: int | None) -> bool:
+    if record.run_id is None or record.type in ("run_start", "run_close", "checkpoint"):
+        return False
+    if f'"{call_id}"'.encode() not in bytes(record.data):  # cheap test before decoding
+        return False
+    execution = record_data(record).get("execution")
+    if not isinstance(execution, dict) or execution.get("id") != call_id:
+        return False
+    return attempt is None or execution.get("attempt", 1) == attempt
+
+
+def _show_call(summary: SessionSummary, records: list[Record], style: Style) -> None:
+    groups: dict[tuple[str | None, str, int], list[Record]] = {}
+    for record in records:
+        execution = record_data(record)["execution"]
+        key = (record.run_id, str(execution.get("kind")), int(execution.get("attempt", 1)))
+        groups.setdefault(key, []).append(record)
+    first = True
+    for (run_id, kind, attempt), group in groups.items():
+        run = summary.runs.get(run_id)
+        exec_id = record_data(group[0])["execution"]["id"]
+        call = run.calls.get((kind, exec_id, attempt)) if run else None
+        if not first:
+            _out()
+        first = False
+        title = f"{kind} call {exec_id} attempt {attempt}"
+        where = f"run {run.index} {(run_id or '')[:8]}" if run else "run ?"
+        _out(style.bold(title) + f"  ({where}, seq {group[0].seq}..{group[-1].seq})")
+        if call is not None:
+            facts = [f"status {call.status}", call.headline()]
+            if call.duration is not None:
+                facts.append(format_duration(call.duration))
+            if call.error:
+                facts.append(style.red(f"error: {short(call.error, 100)}"))
+            _out("  " + " · ".join(fact for fact in facts if fact))
+        for line in call_details(group, style):
+            _out("  " + line)
+
+
+# ------------------------------------------------------------------- check, inspect
+
+
+def cmd_check(args: argparse.Namespace, style: Style) -> int:
+    unsound = unreadable = False
+    for path in args.paths:
+        local = local_path(path)
+        try:
+            report = check_file(local)
+        except OSError as exc:
+            unreadable = True
+            _out(f"{path}: " + style.red(f"cannot read: {exc.strerror or exc}"))
+            continue
+        if report.sound:
+            runs = f"{report.runs} run" + ("" if report.runs == 1 else "s")
+            if report.open_runs:
+                runs += f" ({len(report.open_runs)} without run_close)"
+            _out(
+                f"{path}: "
+                + style.green("sound")
+                + f", {report.records:,} records (last seq {report.last_seq}), {runs}, "
+                f"{report.checkpoints} checkpoints"
+            )
+        else:
+            unsound = True
+            _out(f"{path}: " + style.red(f"NOT SOUND: line {report.error_line}: {report.error}"))
+            _out(
+                f"{path}: the first {report.records:,} records ({report.valid_bytes:,} bytes) "
+                "are readable"
+            )
+        if report.unfinished_tail:
+            _out(
+                f"{path}: "
+                + style.yellow(f"unfinished tail of {report.tail_bytes:,} bytes")
+                + " (an interrupted write, or one in progress): readers ignore it, "
+                "the next open for writing truncates it; not an error"
+            )
+        for warning in report.warnings:
+            _out(f"{path}: " + style.yellow(f"warning: {warning}"))
+    if unsound:
+        return EXIT_UNSOUND
+    return EXIT_USAGE if unreadable else EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace, style: Style) -> int:
+    summary = SessionSummary()
+    failure: FileFormatError | None = None
+    with open_source(args.path, args) as source:
+        try:
+            for record in source.records:
+                summary.add(record)
+        except FileFormatError as exc:
+            failure = exc
+        tail_note = _unfinished_tail_note(source)
+        label = source.label
+    if summary.session_id is None and failure is not None:
+        raise failure
+    for line in inspect_lines(summary, label, style):
+        _out(line)
+    if tail_note:
+        _out()
+        _out(style.yellow(tail_note))
+    if failure is not None:
+        _out()
+        _out(style.red(f"NOT SOUND: line {failure.line}: {failure.reason}"))
+        _out("(what is above was read before that line; nothing after it was)")
+        return EXIT_UNSOUND
+    return EXIT_GAPS if summary.gaps() else EXIT_OK
+
+
+# -------------------------------------------------------------------------- status
+
+
+def _status_lines(reply: StatusReply, socket: str, style: Style) -> Iterator[str]:
+    yield (
+        f"{style.bold('flightlogd')} {reply.version}, pid {reply.pid}, "
+        f"up {format_duration(reply.uptime)}, socket {socket}"
+    )
+    yield (
+        f"  {_plural(reply.connections, 'connection')}, "
+        f"{_plural(reply.subscribers, 'subscriber')}, {_plural(reply.open_files, 'open file')}"
+    )
+    errors = _plural(reply.errors, "error")
+    yield (
+        f"  written: {reply.records_written:,} records, {format_bytes(reply.bytes_written)}, "
+        f"{reply.records_per_second:,.1f} records/s now, "
+        + (style.red(errors) if reply.errors else errors)
+    )
+    if not reply.sessions:
+        yield "  no open sessions"
+        return
+    yield ""
+    yield style.bold(f"open sessions ({len(reply.sessions)}):")
+    for session in sorted(reply.sessions, key=lambda s: s.path):
+        writer = f"writer pid {session.writer_pid}" if session.writer_pid else "no writer"
+        run = f"run {session.run_id[:8]}" if session.run_id else "no open run"
+        yield f"  {session.path}"
+        facts = [
+            writer,
+            run,
+            f"last seq {session.last_seq}",
+            f"{session.records:,} records / {format_bytes(session.bytes)} written",
+            _plural(session.subscribers, "subscriber"),
+        ]
+        if not session.file_open:
+            facts.append("file closed (idle)")
+        yield "    " + ", ".join(facts)
+        if session.error:
+            yield "    " + style.red(f"error: {session.error}")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
+def cmd_status(args: argparse.Namespace, style: Style) -> int:
+    socket = _socket(args)
+    with connect(socket, client_name=_CLIENT_NAME) as client:
+        reply = client.status()
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(reply).decode() + "\n")
+    else:
+        for line in _status_lines(reply, socket, style):
+            _out(line)
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, style: Style) -> int:
+    from ._demo import run_demo
+
+    return run_demo(args, style, show=cmd_show)

@@ -253,10 +253,12 @@ class ClientConnection:
         return DaemonError(reply.message, code=reply.code, session_id=session_id)
 
     def _stick(self, session_id: str, run_id: str | None, error: RecordingError) -> None:
+        view = self._sessions.get(session_id)
+        if view is None:
+            return  # not a session this client writes (any more)
         # The first error is the one that explains the rest: later ones do not replace it.
         self._sticky.setdefault((session_id, run_id), error)
-        view = self._sessions.get(session_id)
-        if view is not None and error.code == ErrorCode.WRITE_FAILED:
+        if error.code == ErrorCode.WRITE_FAILED:
             view.state = SessionState.FAILED
 
     # ------------------------------------------------------------------ requests

@@ -248,7 +248,10 @@ def test_a_session_sticky_error_applies_to_every_run(link: Link) -> None:
     assert link.conn.sticky_error(session_id, run_id) is link.conn.sticky_error(session_id, None)
     with pytest.raises(RecordingError):
         link.conn.save_checkpoint(session_id, run_id, {})
-    # Reading still works; the daemon answers sync with the error itself.
+    with pytest.raises(RecordingError) as on_sync:
+        link.conn.sync(session_id)
+    assert on_sync.value is link.conn.sticky_error(session_id, None)
+    # Reading still works.
     assert link.conn.load_checkpoint(session_id) is not None
 
 

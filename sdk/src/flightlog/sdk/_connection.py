@@ -549,7 +549,14 @@ class ClientConnection:
             if sticky is not None:
                 raise sticky
         view = self._view(session_id)
-        session_transition(view.state, op)
+        try:
+            session_transition(view.state, op)
+        except LocalProtocolError:
+            # A failed session refuses writes: the error that failed it says more.
+            sticky = self.sticky_error(session_id, None)
+            if view.state is SessionState.FAILED and sticky is not None:
+                raise sticky from None
+            raise
         if run_id is not None and view.run_id != run_id:
             raise LocalProtocolError(
                 f"{op.value} refused: run {run_id} is closed", code=ErrorCode.RUN_NOT_OPEN

@@ -419,7 +419,8 @@ def test_tail_follow_ends_cleanly_when_the_writer_closes_the_session(
     seqs = [int(line.split()[1]) for line in _tail_lines("".join(lines) + out)]
     assert seqs == [1, 2, 3, 4, 5]
     assert "run_close" in out
-    assert "-- end of cli/follow.jsonl: the session was closed (last seq 5) --" in err
+    assert "-- end of cli/follow.jsonl: the writer closed the session" in err
+    assert "(last seq 5) --" in err
 
 
 def test_tail_follow_is_stopped_by_ctrl_c(recorded: Recorded) -> None:

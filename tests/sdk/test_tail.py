@@ -39,13 +39,15 @@ def _write(
     count: int,
     *,
     at: Callable[[int], None] | None = None,
+    before_close: Callable[[], None] | None = None,
     close: bool = True,
     event: Event | None = None,
 ) -> int:
     """Record ``count`` turn_start events in one run and close it; returns the last seq
     (``count + 3``: session_start, run_start, the records, run_close).
 
-    ``at(i)`` is called before the i-th record, to start subscribers mid-write.
+    ``at(i)`` is called before the i-th record, to start subscribers mid-write;
+    ``before_close()`` before the session is closed.
     """
     with connect(daemon.socket, client_name="writer") as client:
         session = client.create(path)
@@ -55,6 +57,8 @@ def _write(
                     at(i)
                 run.record(event or TurnStart(turn_index=i))
         last = session.sync()
+        if before_close is not None:
+            before_close()
         if close:
             session.close()
     return last
@@ -103,14 +107,20 @@ def test_catch_up_to_live_handover_under_concurrent_writing(daemon: DaemonProces
         19_000: _Follower(daemon, "handover.jsonl", after=19_990),
     }
 
-    def start_followers(i: int) -> None:
+    def start_follower(i: int) -> None:
+        # The writer goes on at once: each subscription lands wherever the writing is.
         follower = followers.get(i)
         if follower is not None:
             follower.start()
+
+    def all_subscribed() -> None:
+        # A follow ends when the writer closes the session: every follower must have
+        # subscribed by then (one subscribing later would follow a file at rest).
+        for follower in followers.values():
             assert follower.subscribed.wait(10)
 
     # The first follower subscribes once the session exists: record 0 starts it.
-    final = _write(daemon, "handover.jsonl", count, at=start_followers)
+    final = _write(daemon, "handover.jsonl", count, at=start_follower, before_close=all_subscribed)
     assert final == count + 3
     for follower in followers.values():
         follower.join(30)

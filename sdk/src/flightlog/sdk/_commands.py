@@ -252,6 +252,13 @@ class _TailPrinter:
             sys.stdout.flush()
 
 
+_END_REASONS: Final[dict[str | None, str]] = {
+    "session_closed": "the writer closed the session",
+    "shutting_down": "the daemon is shutting down",
+    None: "the writer closed the session, or the daemon stopped",
+}
+
+
 def cmd_tail(args: argparse.Namespace, style: Style) -> int:
     types = _record_types(args.type)
     if args.all:
@@ -300,8 +307,9 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
                 if wanted(record):
                     printer.write(record)
         if args.follow:
+            # The SDK may tell why the daemon ended the tail (TailEnd.reason).
             reason = getattr(tail, "end_reason", None)
-            why = "the session was closed" if reason in (None, "session_closed") else reason
+            why = _END_REASONS.get(reason, str(reason))
             _err(style.dim(f"-- end of {args.path}: {why} (last seq {last_seq}) --"))
     return EXIT_OK
 

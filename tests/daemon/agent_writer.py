@@ -10,12 +10,17 @@ one JSON line per fact on stdout, what it sent and which acknowledgements it got
         checkpoint every few records and a run_close at the end of each run; every
         acknowledgement is reported as {"ack": "checkpoint"|"run_close", "seq"} the
         moment it arrives.
+
+    python agent_writer.py flood SOCKET PATH MEGABYTES
+        create PATH, begin a run, report {"flooding": true}, send MEGABYTES of 64 KiB
+        records as fast as the socket takes them, then sync and report {"synced": seq}.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -25,10 +30,12 @@ from flightlog.protocol import (
     BeginRun,
     CloseRun,
     Create,
+    Message,
     RecordEvent,
     RunStarted,
     SaveCheckpoint,
     SessionOpened,
+    Sync,
     encode_frame,
     now,
 )
@@ -98,9 +105,45 @@ def load(socket_path: str, path: str) -> None:
         report(gone=True)
 
 
+def flood(socket_path: str, path: str, megabytes: int) -> None:
+    client = RawClient(socket_path, client="agent-flood")
+    opened = client.request(Create(id=client.next_id(), path=path))
+    assert isinstance(opened, SessionOpened), opened
+    session_id = opened.session_id
+    run = client.request(BeginRun(id=client.next_id(), session_id=session_id, time=now()))
+    assert isinstance(run, RunStarted), run
+    frame = encode_frame(
+        RecordEvent(
+            session_id=session_id,
+            run_id=run.run_id,
+            event_type="model_request",
+            time=now(),
+            data=b'{"pad":"%s"}' % (b"f" * (64 * 1024 - 10)),
+        )
+    )
+    # Each MiB ends with a sync, so the daemon's writes wait for the disk; replies are
+    # read on another thread, so only the daemon's reading can hold the sender back.
+    first_sync = client.next_id()
+    acks: list[Message] = []
+    reader = threading.Thread(
+        target=lambda: acks.extend(client.receive(120) for _ in range(megabytes))
+    )
+    reader.start()
+    report(flooding=True, records=megabytes * 16)
+    for mb in range(megabytes):
+        client.send_bytes(
+            frame * 16 + encode_frame(Sync(id=first_sync + mb, session_id=session_id))
+        )
+    reader.join()
+    assert all(isinstance(ack, Ack) for ack in acks), acks[-1]
+    report(synced=acks[-1].seq)  # type: ignore[attr-defined]
+
+
 if __name__ == "__main__":
     mode, socket_path, path, *rest = sys.argv[1:]
     if mode == "hold":
         hold(socket_path, path, int(rest[0]))
+    elif mode == "flood":
+        flood(socket_path, path, int(rest[0]))
     else:
         load(socket_path, path)

@@ -25,6 +25,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from flightlog.protocol import (
     PROTOCOL_VERSION,
     BeginRun,
+    CheckpointLoaded,
     CloseRun,
     CloseSession,
     ConnectionState,
@@ -46,6 +47,7 @@ from flightlog.protocol import (
     Status,
     Subscribe,
     Sync,
+    TailBatch,
     Unsubscribe,
     Welcome,
     connection_transition,
@@ -64,6 +66,8 @@ log = structlog.get_logger("flightlogd.connection")
 _SESSION_REQUESTS = (BeginRun, SaveCheckpoint, CloseRun, CloseSession, Sync, LoadCheckpoint)
 _READ_SIZE = 256 * 1024
 _OUTBOX_SIZE = 256
+#: Payload bytes (checkpoints loaded, tailed lines) queued for one client at most.
+_OUTBOX_BYTES = 8 * 1024 * 1024
 
 
 def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
@@ -96,6 +100,9 @@ class Connection:
             _OUTBOX_SIZE
         )
         self._inflight = 0
+        self._outbox_bytes = 0  # payload bytes of the replies queued and not yet sent
+        self._outbox_room = anyio.Event()
+        self._writer_gone = False
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
@@ -105,8 +112,18 @@ class Connection:
     # ------------------------------------------------------------ Peer protocol
 
     async def send(self, message: Message) -> None:
-        """Queue a reply; waits while the outbox is full."""
-        # A client that is gone has nobody left to tell.
+        """Queue a reply; waits while the outbox is full, in messages or in bytes."""
+        size = _reply_bytes(message)
+        # One big reply always fits an empty outbox; more wait for the writer.
+        while size and self._outbox_bytes and self._outbox_bytes + size > _OUTBOX_BYTES:
+            if self._writer_gone:
+                return
+            if self._outbox_room.is_set():
+                self._outbox_room = anyio.Event()
+            await self._outbox_room.wait()
+        if self._writer_gone:
+            return  # a client that is gone has nobody left to tell
+        self._outbox_bytes += size
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await self._outbox.send(message)
 
@@ -325,14 +342,31 @@ class Connection:
                 async for message in self._outbox_receive:
                     buf = bytearray()
                     encoder.encode_into(message, buf)
+                    sizes = _reply_bytes(message)
                     while len(buf) < _READ_SIZE:
                         try:
-                            encoder.encode_into(self._outbox_receive.receive_nowait(), buf)
+                            more = self._outbox_receive.receive_nowait()
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             # EndOfStream: the outbox is closed and empty; the loop
                             # above ends once this last batch is sent.
                             break
+                        encoder.encode_into(more, buf)
+                        sizes += _reply_bytes(more)
                     await self.stream.send(bytes(buf))
+                    self._outbox_bytes -= sizes
+                    self._outbox_room.set()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             # The client went away; the reader sees the end of the stream too.
             self._read_scope.cancel()
+        finally:
+            self._writer_gone = True
+            self._outbox_room.set()
+
+
+def _reply_bytes(message: Message) -> int:
+    """The payload a reply carries: what makes it big, and what the outbox counts."""
+    if isinstance(message, TailBatch):
+        return sum(len(line) for line in message.lines)
+    if isinstance(message, CheckpointLoaded):
+        return len(message.snapshot or b"")
+    return 0

@@ -350,6 +350,10 @@ class SessionActor:
                 self._fail(exc)
         for peer, n in released_bytes.values():
             peer.release_bytes(n)
+        if stop:
+            # From the acknowledgement on, the session is closed: a new subscriber
+            # must find the file at rest, not this actor on its way out.
+            self.closing = True
         for peer, make_reply in replies:
             await peer.send(make_reply())
         if stop:

@@ -81,7 +81,9 @@ class Sessions:
                     f"cannot create {resolved.path}: {exc.strerror or exc}",
                     code=ErrorCode.WRITE_FAILED,
                 ) from None
-            return self._start(file, peer)
+            actor = self._start(file, peer)
+            self.tails.publish_all(file.created_line, 1, 1, file.size, file.path)
+            return actor
 
     async def open(self, peer: Peer, path: str) -> SessionActor:
         """Open an existing session and make ``peer`` its writer.

@@ -81,6 +81,8 @@ class SessionFile:
     checkpoint: CheckpointRef | None = None
     interrupted_runs: list[str] = field(default_factory=list)
     truncated_bytes: int = 0
+    #: The ``session_start`` line, for a file this daemon created (tail_all sees it).
+    created_line: bytes = b""
 
     @property
     def path(self) -> str:
@@ -129,7 +131,14 @@ class SessionFile:
         fd = roots.open_file(resolved, create=True)
         try:
             _lock(fd, resolved.path)
-            session = cls(roots=roots, resolved=resolved, session_id=session_id, meta=meta, fd=fd)
+            session = cls(
+                roots=roots,
+                resolved=resolved,
+                session_id=session_id,
+                meta=meta,
+                fd=fd,
+                created_line=line,
+            )
             session.ident = _ident(fd)
             session.write(line, count=1)
             session.sync()

@@ -44,7 +44,9 @@ __all__ = ["Tails"]
 
 log = structlog.get_logger("flightlogd.tail")
 
-_BATCH_BYTES = 512 * 1024
+_BATCH_BYTES = 256 * 1024
+#: Bytes of live records a subscriber buffers before it falls back to the file.
+_LIVE_BYTES = 4 * 1024 * 1024
 
 
 class _Head(msgspec.Struct):
@@ -77,6 +79,7 @@ class Subscription:
         self.next_seq = request.after + 1
         self.offset = 0  # file offset of the line with seq == next_seq, once known
         self.live: deque[tuple[bytes, int, int, int, str]] = deque()
+        self.live_bytes = 0
         self.overflowed = False
         self.behind = True  # the file holds records the live buffer does not
         self.closed_at: int | None = None  # the writer closed the session at this seq
@@ -93,14 +96,22 @@ class Subscription:
     def publish(
         self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
     ) -> None:
-        if len(self.live) >= self.tails.config.subscriber_buffer:
+        if (
+            len(self.live) >= self.tails.config.subscriber_buffer
+            or self.live_bytes + len(chunk) > _LIVE_BYTES
+        ):
             # Fallen behind: forget the buffer, the file has it all.
-            self.live.clear()
+            self._clear_live()
             self.behind = True
             self.overflowed = True
         elif not self.behind:
             self.live.append((chunk, first_seq, last_seq, end_offset, path))
+            self.live_bytes += len(chunk)
         self.wakeup.set()
+
+    def _clear_live(self) -> None:
+        self.live.clear()
+        self.live_bytes = 0
 
     def session_closed(self, last_seq: int) -> None:
         self.closed_at = last_seq
@@ -146,7 +157,7 @@ class Subscription:
                 self.wakeup = anyio.Event()
                 # Anything published from here on is also in the file past our offset.
                 self.behind = False
-                self.live.clear()
+                self._clear_live()
                 await self._catch_up()
             await self._send_live()
             if self.closed_at is not None and self.next_seq > self.closed_at:
@@ -170,13 +181,14 @@ class Subscription:
                     break
                 self.next_seq = reader.next_seq
                 self.offset = reader.offset
-                await self._send(lines, None)
+                await self._send([line for line in lines if self._wanted(line)], None)
         finally:
             reader.close()
 
     async def _send_live(self) -> None:
         while self.live and not self.behind:
             chunk, first_seq, last_seq, end_offset, path = self.live.popleft()
+            self.live_bytes -= len(chunk)
             if self.resolved is not None:
                 if last_seq < self.next_seq:
                     continue
@@ -207,14 +219,14 @@ class _FileTail:
     """Reads complete lines with ``seq >= next_seq`` from a session file (blocking)."""
 
     def __init__(self, roots: Roots, resolved: ResolvedPath, offset: int, next_seq: int) -> None:
-        with roots.parent_dir(resolved, create=False) as dir_fd:
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-            try:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            with roots.parent_dir(resolved, create=False) as dir_fd:
                 self.fd = os.open(resolved.parts[-1], flags, dir_fd=dir_fd)
-            except FileNotFoundError:
-                raise LocalProtocolError(
-                    f"{resolved.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
-                ) from None
+        except FileNotFoundError:
+            raise LocalProtocolError(
+                f"{resolved.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
+            ) from None
         self.offset = offset
         self.next_seq = next_seq
         self._pending = b""
@@ -294,7 +306,7 @@ class Tails:
             self.all.add(sub)
         else:
             actor = self.sessions.by_path.get(resolved.path)
-            if actor is not None:
+            if actor is not None and not actor.closing:
                 self.attach(sub, actor)
             elif sub.follow:
                 self.waiting.setdefault(resolved.path, set()).add(sub)

@@ -283,7 +283,6 @@ def test_tail_reads_what_was_written(daemon: DaemonProcess) -> None:
         session.close()
 
 
-@pytest.mark.xfail(reason="flightlogd does not filter lines it catches up from the file")
 def test_tail_filters_by_type_and_run(daemon: DaemonProcess) -> None:
     with connect(daemon.socket) as client:
         session = client.create("filtered.jsonl")

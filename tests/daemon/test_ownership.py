@@ -25,6 +25,7 @@ from daemon_support import (
 
 from flightlog.protocol import (
     Ack,
+    BeginRun,
     CloseRun,
     CloseSession,
     Create,
@@ -257,3 +258,24 @@ def test_file_whose_only_line_is_unfinished_is_refused(daemon: DaemonProcess) ->
         reply = client.request(Create(id=client.next_id(), path="stub.jsonl"))
         assert isinstance(reply, ErrorReply) and reply.code == "session_exists", reply
     assert path.stat().st_size == size - 1
+
+
+def test_open_racing_a_close_session_gets_a_live_session(daemon: DaemonProcess) -> None:
+    """An open that arrives while the session's close is being synced must not be
+    handed the actor that is about to stop."""
+    with RawClient(daemon.socket) as first, RawClient(daemon.socket) as second:
+        session_id = create(first, "relay.jsonl").session_id
+        holder, taker = first, second
+        for _ in range(30):
+            holder.send(CloseSession(id=holder.next_id(), session_id=session_id))
+            while True:
+                reply = taker.request(Open(id=taker.next_id(), path="relay.jsonl"))
+                if isinstance(reply, SessionOpened):
+                    break
+                assert isinstance(reply, ErrorReply) and reply.code == "session_busy", reply
+            assert isinstance(holder.receive(), Ack)
+            run = taker.request(BeginRun(id=taker.next_id(), session_id=session_id, time=now()))
+            assert isinstance(run, RunStarted), run
+            holder, taker = taker, holder
+    report = check_file(daemon.root / "relay.jsonl")
+    assert report.sound and report.runs == 30, report

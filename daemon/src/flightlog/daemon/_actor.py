@@ -15,7 +15,6 @@ sent them, so a reply never overtakes the records sent before its request.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -198,9 +197,11 @@ class SessionActor:
 
     async def _finish(self) -> None:
         self.closing = True
-        if self.file.fd is not None and self.error is None:
-            with contextlib.suppress(StorageError):
+        if self.error is None:
+            try:
                 await self._sync()
+            except StorageError as exc:
+                self._fail(exc)
         self.file.close()
         self.sessions.file_closed(self)
         for subscriber in list(self.subscribers):
@@ -262,7 +263,7 @@ class SessionActor:
                 if isinstance(message, Release) and peer is self.writer:
                     self._release()
                 if isinstance(message, Shutdown):
-                    stop = True
+                    stop = self.closing = True
                 continue
             assert peer is not None
             request_id = getattr(message, "id", 0)
@@ -320,9 +321,12 @@ class SessionActor:
                     replies.append((peer, _reply(_checkpoint_reply(request_id, record))))
                 elif isinstance(message, CloseSession):
                     self.state = session_transition(self.state, SessionOp.CLOSE_SESSION)
+                    # Closing from now on: an open that comes while this batch is
+                    # written and synced waits for the actor to finish, and is not
+                    # handed the released actor just before it stops.
+                    stop = self.closing = True
                     self._release()
                     needs_sync = True
-                    stop = True
                     replies.append((peer, self._close_reply(request_id)))
                 else:
                     raise LocalProtocolError(
@@ -472,7 +476,7 @@ class SessionActor:
             tails.publish_all(chunk, first_seq, last_seq, end, self.path)
 
     async def _sync(self) -> None:
-        if self.file.fd is None:
+        if not self.file.dirty:
             return
         self.busy = True
         try:

@@ -81,6 +81,8 @@ class SessionFile:
     checkpoint: CheckpointRef | None = None
     interrupted_runs: list[str] = field(default_factory=list)
     truncated_bytes: int = 0
+    #: Written since the last fsync: a sync is owed, even after the descriptor closed.
+    dirty: bool = False
     #: The ``session_start`` line, for a file this daemon created (tail_all sees it).
     created_line: bytes = b""
 
@@ -171,6 +173,7 @@ class SessionFile:
                     raise StorageError(
                         resolved.path, "truncating the unfinished tail", exc
                     ) from None
+                session.dirty = True
                 session.sync()
             return session
         except BaseException:
@@ -226,16 +229,22 @@ class SessionFile:
         finally:
             view.release()
             self.size += written
+            if written:
+                self.dirty = True
         self.last_seq += count
 
     def sync(self) -> None:
-        """fsync the file.  Blocking: call from a worker thread.  Raises StorageError."""
-        if self.fd is None:
+        """fsync what was written since the last sync, reopening the file if its
+        descriptor was closed meanwhile (fsync flushes the file, whichever descriptor
+        wrote it).  Blocking: call from a worker thread.  Raises StorageError."""
+        if not self.dirty:
             return
+        fd = self.ensure_open()
         try:
-            os.fsync(self.fd)
+            os.fsync(fd)
         except OSError as exc:
             raise StorageError(self.path, "fsync", exc) from None
+        self.dirty = False
 
     def read_checkpoint(self) -> Record | None:
         """The latest checkpoint record, read back from the file (blocking)."""

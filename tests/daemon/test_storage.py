@@ -1,0 +1,135 @@
+"""The daemon's file layer in process: what a sync owes after the descriptor closed,
+and the JSON checks that keep every line readable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from flightlog.daemon._actor import valid_time
+from flightlog.daemon._json import MAX_NESTING, check_json, nested_deeper_than
+from flightlog.daemon._paths import Roots
+from flightlog.daemon._storage import SessionFile, StorageError
+from flightlog.protocol import LocalProtocolError, Record, encode_line, new_id, now
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> SessionFile:
+    roots = Roots(str(tmp_path))
+    return SessionFile.create(
+        roots, roots.resolve("s.jsonl"), session_id=new_id(), meta={}, time=now()
+    )
+
+
+def _line(session: SessionFile, seq: int) -> bytes:
+    return encode_line(
+        Record(
+            session_id=session.session_id,
+            seq=seq,
+            type="turn_start",
+            time=now(),
+            data=msgspec.Raw(b"{}"),
+        )
+    )
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The inodes fsynced from now on (the real fsync still runs)."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return synced
+
+
+def test_sync_after_the_descriptor_was_closed_still_fsyncs(
+    session: SessionFile, fsyncs: list[int]
+) -> None:
+    inode = session.ident[1]
+    session.write(_line(session, 2), count=1)
+    session.close()  # idle, or the least recently used: the write is not durable yet
+    session.sync()
+    assert fsyncs == [inode]
+    session.sync()  # nothing new written: nothing to do
+    assert fsyncs == [inode]
+    session.close()
+
+
+def test_sync_of_a_clean_file_with_a_closed_descriptor_does_not_reopen(
+    session: SessionFile, fsyncs: list[int]
+) -> None:
+    session.close()
+    session.sync()
+    assert fsyncs == []
+    assert session.fd is None
+
+
+def test_sync_owed_to_a_replaced_file_fails(session: SessionFile, tmp_path: Path) -> None:
+    session.write(_line(session, 2), count=1)
+    session.close()
+    (tmp_path / "other").write_bytes((tmp_path / "s.jsonl").read_bytes())
+    (tmp_path / "other").rename(tmp_path / "s.jsonl")
+    with pytest.raises(StorageError, match="replaced or changed"):
+        session.sync()
+
+
+# ----------------------------------------------------------------- JSON checks
+
+
+@pytest.mark.parametrize(
+    ("data", "deeper"),
+    [
+        (b"{}", False),
+        (b"[" * MAX_NESTING + b"]" * MAX_NESTING, False),
+        (b"[" * (MAX_NESTING + 1) + b"]" * (MAX_NESTING + 1), True),
+        (b'{"a":"' + b"[" * 1000 + b'"}', False),  # brackets in a string
+        (b'{"a":"\\"[[[[\\\\"' + b',"b":' + b"[" * 300 + b"]" * 300 + b"}", True),
+        (b"[" + b"[]," * 5000 + b"[]]", False),  # many brackets, shallow
+    ],
+)
+def test_nested_deeper_than(data: bytes, deeper: bool) -> None:
+    msgspec.json.decode(data)  # every case is valid JSON
+    assert nested_deeper_than(data, MAX_NESTING) is deeper
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a":\n1}',
+        b'{"a":\r1}',
+        b"{",
+        b'{"a":"\xff"}',
+        b'{"a":"\\ud800"}',
+        b"[" * 300 + b"]" * 300,
+    ],
+)
+def test_check_json_refuses(data: bytes) -> None:
+    with pytest.raises(LocalProtocolError) as info:
+        check_json(data, "data")
+    assert info.value.code == "bad_event"
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        ("2026-11-29T20:00:00Z", True),
+        ("2026-11-29T20:00:00.123456789Z", True),
+        ("2028-02-29T23:59:59.999999Z", True),
+        ("2026-02-29T20:00:00Z", False),
+        ("2026-11-29T24:00:00Z", False),
+        ("2026-11-29T20:00:60Z", False),
+        ("2026-11-29 20:00:00Z", False),
+        ("2026-11-29T20:00:00+00:00", False),
+        ("\u0662\u0660\u0662\u0666-11-29T20:00:00Z", False),
+    ],
+)
+def test_valid_time(text: str, valid: bool) -> None:
+    assert valid_time(text) is valid

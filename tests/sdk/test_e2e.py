@@ -404,3 +404,18 @@ def test_a_stopped_daemon(daemon: DaemonProcess) -> None:
     daemon.stop()
     with pytest.raises(DaemonNotRunning):
         connect(daemon.socket)
+
+
+def test_tail_says_how_the_daemon_ended_it(daemon: DaemonProcess) -> None:
+    with connect(daemon.socket) as client:
+        session = client.create("ended.jsonl")
+        with client.tail("ended.jsonl") as at_rest:
+            assert [r.seq for r in at_rest] == [1]
+        assert at_rest.end_reason == "end_of_file"
+        assert at_rest.end is not None and at_rest.end.last_seq == 1
+        with client.tail("ended.jsonl", after=1, follow=True) as follow:  # subscribes now
+            with session.begin_run() as run:
+                run.record(TurnStart())
+            session.close()
+            assert [r.type for r in follow] == ["run_start", "turn_start", "run_close"]
+        assert follow.end_reason == "session_closed"

@@ -33,6 +33,7 @@ from flightlog.protocol import (
     RunStarted,
     SessionOpened,
     StatusReply,
+    TailEnd,
     Welcome,
     default_codec,
     default_socket_path,
@@ -439,6 +440,14 @@ class AsyncTail(_AsyncResource, Generic[T]):
         self._subscription: int | None = None
         self._buffer: deque[T] = deque()
         self._done = False
+        #: How the daemon ended the subscription, once it has: ``end.reason`` is
+        #: ``end_of_file``, ``session_closed``, ``unsubscribed`` or ``shutting_down``.
+        self.end: TailEnd | None = None
+
+    @property
+    def end_reason(self) -> str | None:
+        """``end.reason``, or None while the subscription goes on."""
+        return self.end.reason if self.end is not None else None
 
     async def _start(self) -> int:
         if self._subscription is None:
@@ -454,7 +463,10 @@ class AsyncTail(_AsyncResource, Generic[T]):
                 raise StopAsyncIteration
             subscription = await self._start()
             await self._client._receive_until(partial(self._conn.tail_ready, subscription))
-            batch = self._conn.next_tail(subscription)
+            try:
+                batch = self._conn.next_tail(subscription)
+            finally:
+                self.end = self.end or self._conn.pop_tail_end(subscription)
             if batch is None:
                 self._done = True
             else:

@@ -153,6 +153,7 @@ class ClientConnection:
         self._sessions: dict[str, _SessionView] = {}
         self._sticky: dict[tuple[str, str | None], RecordingError] = {}
         self._tails: dict[int, _Tail] = {}
+        self._tail_ends: dict[int, TailEnd] = {}
         self._abandoned: set[int] = set()
         self._outbox = bytearray()
 
@@ -503,12 +504,17 @@ class ClientConnection:
             return [(item.path, _decode_line(line)) for line in item.lines]
         tail.ended = True
         del self._tails[subscription]
+        self._tail_ends[subscription] = item
         if item.reason == "error":
             raise DaemonError(
                 item.message or "the subscription failed",
                 code=item.code or ErrorCode.INTERNAL,
             )
         return None
+
+    def pop_tail_end(self, subscription: int) -> TailEnd | None:
+        """The daemon's TailEnd of an ended subscription (once), or None."""
+        return self._tail_ends.pop(subscription, None)
 
     def tail_ended(self, subscription: int) -> bool:
         """Whether the daemon ended the subscription (or it was never made)."""

@@ -32,6 +32,7 @@ from flightlog.protocol import (
     RunStarted,
     SessionOpened,
     StatusReply,
+    TailEnd,
     Welcome,
     default_codec,
     default_socket_path,
@@ -436,6 +437,14 @@ class Tail(_Resource, Generic[T]):
         self._subscription: int | None = None
         self._buffer: deque[T] = deque()
         self._done = False
+        #: How the daemon ended the subscription, once it has: ``end.reason`` is
+        #: ``end_of_file``, ``session_closed``, ``unsubscribed`` or ``shutting_down``.
+        self.end: TailEnd | None = None
+
+    @property
+    def end_reason(self) -> str | None:
+        """``end.reason``, or None while the subscription goes on."""
+        return self.end.reason if self.end is not None else None
 
     def _start(self) -> int:
         if self._subscription is None:
@@ -451,7 +460,10 @@ class Tail(_Resource, Generic[T]):
                 raise StopIteration
             subscription = self._start()
             self._client._receive_until(partial(self._conn.tail_ready, subscription))
-            batch = self._conn.next_tail(subscription)
+            try:
+                batch = self._conn.next_tail(subscription)
+            finally:
+                self.end = self.end or self._conn.pop_tail_end(subscription)
             if batch is None:
                 self._done = True
             else:

@@ -255,7 +255,8 @@ class _TailPrinter:
 _END_REASONS: Final[dict[str | None, str]] = {
     "session_closed": "the writer closed the session",
     "shutting_down": "the daemon is shutting down",
-    None: "the writer closed the session, or the daemon stopped",
+    "unsubscribed": "unsubscribed",
+    None: "the connection to the daemon ended",
 }
 
 
@@ -307,8 +308,7 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
                 if wanted(record):
                     printer.write(record)
         if args.follow:
-            # The SDK may tell why the daemon ended the tail (TailEnd.reason).
-            reason = getattr(tail, "end_reason", None)
+            reason = tail.end_reason
             why = _END_REASONS.get(reason, str(reason))
             _err(style.dim(f"-- end of {args.path}: {why} (last seq {last_seq}) --"))
     return EXIT_OK

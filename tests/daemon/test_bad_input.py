@@ -19,26 +19,65 @@ from daemon_support import (
     create,
     expect_record_failed,
     fact,
+    log_events,
     open_when_released,
     synced_seq,
 )
 
 from flightlog.protocol import (
     PROTOCOL_VERSION,
+    BeginRun,
+    CloseSession,
+    Create,
     ErrorReply,
     Hello,
     Open,
     Record,
+    SaveCheckpoint,
     SessionOpened,
     Status,
     StatusReply,
     Welcome,
     encode_line,
     new_id,
+    now,
 )
-from support import DaemonProcess, RawClient, read_lines
+from support import DaemonProcess, RawClient, read_lines, wait_for
 
 _msgpack = msgspec.msgpack.Encoder()
+
+
+class _SharedDaemon(DaemonProcess):
+    """One daemon for the whole module (starting one per test would cost most of the
+    module's time); each test sees only its own part of the log, and each checks that
+    the daemon still serves after what it did to it."""
+
+    mark = 0
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[self.mark :]
+
+    def next_test(self) -> None:
+        self.mark = len(self.log_path.read_text(errors="replace"))
+
+
+@pytest.fixture(scope="module")
+def shared_daemon() -> Iterator[_SharedDaemon]:
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    daemon = _SharedDaemon(base, "--log-format", "json").start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(shared_daemon: _SharedDaemon) -> _SharedDaemon:
+    assert shared_daemon.alive(), shared_daemon.log
+    shared_daemon.next_test()
+    return shared_daemon
 
 
 def _frame(payload: bytes) -> bytes:
@@ -269,8 +308,8 @@ class _Run:
 
 
 @pytest.fixture
-def run(daemon: DaemonProcess) -> Iterator[_Run]:
-    session = _Run(daemon, "records/bad.jsonl")
+def run(daemon: DaemonProcess, request: pytest.FixtureRequest) -> Iterator[_Run]:
+    session = _Run(daemon, f"records/{request.node.name}.jsonl")
     try:
         yield session
     finally:
@@ -415,7 +454,6 @@ def test_only_the_first_refused_record_of_a_run_is_pushed(run: _Run) -> None:
 
 
 def test_begin_run_twice_is_refused(run: _Run) -> None:
-    from flightlog.protocol import BeginRun, now
 
     reply = run.client.request(
         BeginRun(id=run.client.next_id(), session_id=run.session_id, time=now())
@@ -429,7 +467,6 @@ def test_begin_run_twice_is_refused(run: _Run) -> None:
 
 
 def test_checkpoint_snapshot_nested_too_deeply(run: _Run) -> None:
-    from flightlog.protocol import SaveCheckpoint, now
 
     reply = run.client.request(
         SaveCheckpoint(
@@ -446,7 +483,6 @@ def test_checkpoint_snapshot_nested_too_deeply(run: _Run) -> None:
 
 
 def test_checkpoint_snapshot_that_is_not_utf8(run: _Run) -> None:
-    from flightlog.protocol import SaveCheckpoint, now
 
     reply = run.client.request(
         SaveCheckpoint(
@@ -494,8 +530,6 @@ def _refused_path(
             if op == "open":
                 reply = client.request(Open(id=client.next_id(), path=path))
             else:
-                from flightlog.protocol import Create
-
                 reply = client.request(Create(id=client.next_id(), path=path))
             assert isinstance(reply, ErrorReply), (op, reply)
             assert reply.code == "path_refused", (op, reply)
@@ -593,7 +627,6 @@ def test_file_in_place_of_a_directory(daemon: DaemonProcess) -> None:
 def test_create_of_an_existing_file(daemon: DaemonProcess) -> None:
     with RawClient(daemon.socket) as client:
         first = create(client, "exists.jsonl")
-        from flightlog.protocol import CloseSession, Create
 
         client.request(CloseSession(id=client.next_id(), session_id=first.session_id))
         reply = client.request(Create(id=client.next_id(), path="exists.jsonl"))
@@ -607,7 +640,6 @@ def test_create_of_an_existing_file(daemon: DaemonProcess) -> None:
 def test_create_of_a_path_held_open(daemon: DaemonProcess) -> None:
     with RawClient(daemon.socket) as client, RawClient(daemon.socket) as other:
         create(client, "held.jsonl")
-        from flightlog.protocol import Create
 
         reply = other.request(Create(id=other.next_id(), path="held.jsonl"))
         assert isinstance(reply, ErrorReply) and reply.code == "session_exists", reply
@@ -668,3 +700,47 @@ def test_open_of_a_file_that_is_not_a_session(daemon: DaemonProcess) -> None:
             assert isinstance(reply, ErrorReply) and reply.code == "session_corrupt", reply
     assert (daemon.root / "empty.jsonl").read_bytes() == b""
     assert_serving(daemon)
+
+
+# ------------------------------------------------------------------- the log
+
+
+def test_every_refusal_is_logged_with_the_peers_pid_and_uid(
+    daemon: DaemonProcess, outside: Path
+) -> None:
+
+    with RawClient(daemon.socket) as client, RawClient(daemon.socket) as other:
+        opened = create(client, "log.jsonl")
+        run = begin(client, opened.session_id)
+        client.send(fact(opened.session_id, run.run_id, data=b"[]"))  # bad_event
+        client.request(BeginRun(id=client.next_id(), session_id=opened.session_id, time=now()))
+        client.request(Create(id=client.next_id(), path=str(outside / "x.jsonl")))
+        client.request(Open(id=client.next_id(), path="missing.jsonl"))
+        other.request(Open(id=other.next_id(), path="log.jsonl"))  # session_busy
+        other.send(fact(opened.session_id, run.run_id))  # not_writer
+        other.send_bytes(_raw_message(type="frobnicate", id=9))
+        received = [other.receive(), other.receive()]
+        assert {type(m).__name__ for m in received} == {"RecordFailed", "ErrorReply"}, received
+        assert synced_seq(client, opened.session_id) == 2
+    with RawClient(daemon.socket, hello=False) as stranger:
+        stranger.send(Hello(id=1, version=99))
+        assert stranger.closed_by_daemon()
+    wanted = {
+        "bad_event",
+        "run_open",
+        "path_refused",
+        "session_not_found",
+        "session_busy",
+        "not_writer",
+        "bad_message",
+        "unsupported_version",
+    }
+
+    def refusals() -> list[dict[str, object]]:
+        return [e for e in log_events(daemon) if e.get("event") == "refused"]
+
+    wait_for(lambda: {e["code"] for e in refusals()} >= wanted)
+    for event in refusals():
+        assert (event["pid"], event["uid"]) == (os.getpid(), os.getuid()), event
+        assert event["level"] == "warning"
+        assert event["reason"]

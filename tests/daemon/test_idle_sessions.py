@@ -4,12 +4,14 @@ replaced or changed while it was closed."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from daemon_support import (
+    assert_serving,
     begin,
     check_file,
     create,
@@ -29,6 +31,7 @@ from flightlog.protocol import (
     SessionStatus,
     Status,
     StatusReply,
+    Sync,
     now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
@@ -181,3 +184,35 @@ def test_released_session_closes_when_idle(idle_daemon: DaemonProcess) -> None:
         begin(writer, opened.session_id)
     with RawClient(idle_daemon.socket) as client:
         wait_for(lambda: _status(client).sessions == [])
+
+
+def test_file_locked_by_another_process_while_closed_is_not_written(
+    idle_daemon: DaemonProcess,
+) -> None:
+    with RawClient(idle_daemon.socket) as client:
+        session_id, run_id, path = _idle_session(idle_daemon, client, "locked.jsonl")
+        content = path.read_bytes()
+        with path.open("rb") as other:
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _assert_refused_and_untouched(client, session_id, run_id, path, content)
+    assert idle_daemon.alive()
+    assert_serving(idle_daemon)
+
+
+def test_sync_owed_when_the_file_is_locked_by_another_process(
+    idle_daemon: DaemonProcess,
+) -> None:
+    with RawClient(idle_daemon.socket) as client:
+        opened = create(client, "owed.jsonl")
+        run = begin(client, opened.session_id)
+        client.send(fact(opened.session_id, run.run_id, 1))
+        # Written, not synced; then the file closes while idle.
+        wait_for(lambda: len(read_lines(idle_daemon.root / "owed.jsonl")) == 3)
+        _wait_file_closed(client, opened.session_id)
+        path = idle_daemon.root / "owed.jsonl"
+        with path.open("rb") as other:
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            reply = client.request(Sync(id=client.next_id(), session_id=opened.session_id))
+            assert isinstance(reply, ErrorReply) and reply.code == "write_failed", reply
+    assert idle_daemon.alive()
+    assert_serving(idle_daemon)

@@ -245,3 +245,72 @@ def test_file_size_limit_is_sticky_and_nothing_follows_the_torn_write(short_tmp:
         assert_serving(daemon)
     finally:
         daemon.stop()
+
+
+def _fill(fs: Path) -> None:
+    """Fill the file system to the last block."""
+    fd = os.open(fs / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"x" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+def test_checkpoint_that_cannot_be_written_is_not_acknowledged(
+    short_tmp: Path, small_fs: Path
+) -> None:
+    daemon = DaemonProcess(short_tmp, "--allow", str(small_fs)).start()
+    try:
+        with RawClient(daemon.socket) as client:
+            opened = create(client, str(small_fs / "ckpt.jsonl"))
+            run = begin(client, opened.session_id)
+            reply = client.request(
+                SaveCheckpoint(
+                    id=client.next_id(),
+                    session_id=opened.session_id,
+                    run_id=run.run_id,
+                    time=now(),
+                    snapshot=b'{"big":"%s"}' % (b"s" * 2 * 1024 * 1024),
+                )
+            )
+            assert isinstance(reply, ErrorReply) and reply.code == "write_failed", reply
+            failed = client.pending.pop(0)
+            assert isinstance(failed, RecordFailed) and failed.message == reply.message
+            loaded = client.request(
+                LoadCheckpoint(id=client.next_id(), session_id=opened.session_id)
+            )
+            assert isinstance(loaded, CheckpointLoaded | ErrorReply), loaded
+            assert getattr(loaded, "snapshot", None) is None, loaded
+        assert check_file(small_fs / "ckpt.jsonl").checkpoints == 0
+    finally:
+        daemon.stop()
+
+
+def test_run_start_that_cannot_be_written_is_not_acknowledged(
+    short_tmp: Path, small_fs: Path
+) -> None:
+    daemon = DaemonProcess(short_tmp, "--allow", str(small_fs)).start()
+    try:
+        with RawClient(daemon.socket) as client:
+            # Make the session_start line end 16 bytes short of a page boundary, so
+            # that the run_start needs a page the full file system does not have.
+            probe = create(client, str(small_fs / "probe.jsonl"), pad="")
+            base = (small_fs / "probe.jsonl").stat().st_size
+            path = small_fs / "edge.jsonl"
+            opened = create(client, str(path), pad="p" * (4096 - 16 - base))
+            assert path.stat().st_size == 4096 - 16
+            del probe
+            _fill(small_fs)
+            reply = client.request(
+                BeginRun(id=client.next_id(), session_id=opened.session_id, time=now())
+            )
+            assert isinstance(reply, ErrorReply) and reply.code == "write_failed", reply
+        report = check_file(path)
+        assert report.sound and report.runs == 0, report
+    finally:
+        daemon.stop()

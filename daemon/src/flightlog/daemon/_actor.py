@@ -189,7 +189,12 @@ class SessionActor:
                             batch.append(self._receive.receive_nowait())
                         except anyio.WouldBlock:
                             break
-                    if await self._process(batch):
+                    try:
+                        done = await self._process(batch)
+                    except Exception:
+                        self._fail_unexpectedly("processing a batch")
+                        done = False
+                    if done:
                         return
         finally:
             with anyio.CancelScope(shield=True):
@@ -224,6 +229,8 @@ class SessionActor:
         needs_sync = False
         stop = False
         released_bytes: dict[int, tuple[Peer, int]] = {}
+        # (seq, offset, length) of checkpoints in the buffer, indexed once written.
+        checkpoints: list[tuple[int, int, int]] = []
 
         def next_seq() -> int:
             return first_seq + count
@@ -283,7 +290,7 @@ class SessionActor:
                     data = _encode_json(RunStartData(pid=message.pid, client=message.client))
                     seq = add(RUN_START, message.time, data, run_id)
                     replies.append(
-                        (peer, _reply(RunStarted(id=request_id, run_id=run_id, seq=seq)))
+                        (peer, self._durable(RunStarted(id=request_id, run_id=run_id, seq=seq)))
                     )
                 elif isinstance(message, SaveCheckpoint):
                     self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
@@ -294,9 +301,9 @@ class SessionActor:
                     start = len(buf)
                     seq = add(CHECKPOINT, message.time, data, message.run_id)
                     offset = self.file.size + start
-                    self.file.note_checkpoint(seq, offset, len(buf) - start)
+                    checkpoints.append((seq, offset, len(buf) - start))
                     needs_sync = True
-                    replies.append((peer, _reply(Ack(id=request_id, seq=seq))))
+                    replies.append((peer, self._durable(Ack(id=request_id, seq=seq))))
                 elif isinstance(message, CloseRun):
                     self._check_run(message.run_id, SessionOp.CLOSE_RUN)
                     if not valid_time(message.time):
@@ -306,7 +313,7 @@ class SessionActor:
                     seq = add(RUN_CLOSE, message.time, data, message.run_id)
                     self.run_id = None
                     needs_sync = True
-                    replies.append((peer, _reply(Ack(id=request_id, seq=seq))))
+                    replies.append((peer, self._durable(Ack(id=request_id, seq=seq))))
                 elif isinstance(message, Sync):
                     self._transition(SessionOp.SYNC)
                     needs_sync = True
@@ -314,7 +321,7 @@ class SessionActor:
                 elif isinstance(message, LoadCheckpoint):
                     self._transition(SessionOp.LOAD_CHECKPOINT)
                     # The checkpoint may be in this very batch: write first, then read.
-                    await self._flush(buf, count, first_seq)
+                    await self._flush(buf, count, first_seq, checkpoints)
                     first_seq, count = self.file.last_seq + 1, 0
                     buf = bytearray()
                     record = await self._read_checkpoint()
@@ -346,12 +353,14 @@ class SessionActor:
                 )
                 replies.append((peer, _reply(_error_reply(request_id, error, self.session_id))))
 
-        await self._flush(buf, count, first_seq)
+        await self._flush(buf, count, first_seq, checkpoints)
         if needs_sync and self.error is None:
             try:
                 await self._sync()
             except StorageError as exc:
                 self._fail(exc)
+            except Exception:
+                self._fail_unexpectedly("sync")
         for peer, n in released_bytes.values():
             peer.release_bytes(n)
         if stop:
@@ -443,6 +452,18 @@ class SessionActor:
             uid=peer.uid,
         )
 
+    def _durable(self, reply: Message) -> Callable[[], Message]:
+        """The reply to a request whose line is in this batch: made once the batch is
+        written (and synced), and an error instead if that failed."""
+        request_id: int = getattr(reply, "id", 0)
+
+        def make() -> Message:
+            if self.error is not None:
+                return _error_reply(request_id, self.error, self.session_id)
+            return reply
+
+        return make
+
     def _ack_last(self, request_id: int) -> Callable[[], Message]:
         def make() -> Message:
             if self.error is not None:
@@ -456,7 +477,13 @@ class SessionActor:
 
     # ----------------------------------------------------------------- storage
 
-    async def _flush(self, buf: bytearray, count: int, first_seq: int) -> None:
+    async def _flush(
+        self,
+        buf: bytearray,
+        count: int,
+        first_seq: int,
+        checkpoints: list[tuple[int, int, int]],
+    ) -> None:
         if not count or self.error is not None:
             return
         try:
@@ -464,6 +491,12 @@ class SessionActor:
         except StorageError as exc:
             self._fail(exc)
             return
+        except Exception:
+            self._fail_unexpectedly("write")
+            return
+        for seq, offset, length in checkpoints:
+            self.file.note_checkpoint(seq, offset, length)
+        checkpoints.clear()
         self.records_written += count
         self.bytes_written += len(buf)
         self.sessions.file_used(self, count, len(buf))
@@ -495,6 +528,17 @@ class SessionActor:
             raise
         finally:
             self.busy = False
+
+    def _fail_unexpectedly(self, what: str) -> None:
+        # A bug, not the disk: still final for the session (what reached the file is
+        # unknown), never for the daemon.
+        self._log.exception("unexpected_error", during=what)
+        self._fail(
+            FlightlogError(
+                f"{what} of {self.path} failed inside flightlogd; see its log",
+                code=ErrorCode.INTERNAL,
+            )
+        )
 
     def _fail(self, error: FlightlogError) -> None:
         if self.error is not None:

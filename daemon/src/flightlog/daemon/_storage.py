@@ -265,8 +265,8 @@ class SessionFile:
     def ensure_open(self) -> int:
         """The descriptor, reopening the file if it was closed while idle.
 
-        Raises :class:`StorageError` when the file is gone, was replaced, or changed
-        size behind the daemon's back.
+        Raises :class:`StorageError` when the file is gone, was replaced, changed size
+        or was locked behind the daemon's back (its lock is let go while it is closed).
         """
         if self.fd is not None:
             return self.fd
@@ -275,7 +275,12 @@ class SessionFile:
         except (OSError, FlightlogError) as exc:
             raise StorageError(self.path, "reopening", str(exc)) from None
         try:
-            _lock(fd, self.path)
+            try:
+                _lock(fd, self.path)
+            except SessionBusy:
+                raise StorageError(
+                    self.path, "reopening", "the file is locked by another process"
+                ) from None
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != self.ident or st.st_size != self.size:
                 raise StorageError(

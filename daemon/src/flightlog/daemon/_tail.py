@@ -128,6 +128,10 @@ class Subscription:
                 reason, code, message = "error", exc.code, exc.message
             except OSError as exc:
                 reason, code, message = "error", ErrorCode.INTERNAL, f"reading the file: {exc}"
+            except Exception:
+                # A bug ends this subscription, not the daemon.
+                log.exception("subscription_failed", conn=self.conn.number, path=self.path)
+                reason, code, message = "error", ErrorCode.INTERNAL, "see flightlogd's log"
         self.tails.detach(self)
         if self.scope.cancel_called and self.tails.stopping:
             reason = "shutting_down"

@@ -570,6 +570,11 @@ def test_name_too_long(daemon: DaemonProcess) -> None:
     _refused_path(daemon, "x" * 300 + ".jsonl")
 
 
+def test_path_deeper_than_path_max(daemon: DaemonProcess) -> None:
+    _refused_path(daemon, "d/" * 3000 + "s.jsonl")
+    assert not (daemon.root / "d").exists()
+
+
 def test_absolute_path_inside_an_allowed_root(short_tmp: Path, outside: Path) -> None:
     daemon = DaemonProcess(short_tmp, "--allow", str(outside)).start()
     try:

@@ -25,7 +25,9 @@ from daemon_support import (
 
 from flightlog.protocol import (
     Ack,
+    ErrorReply,
     LoadCheckpoint,
+    Open,
     SaveCheckpoint,
     Status,
     encode_frame,
@@ -81,6 +83,27 @@ def test_stale_socket_of_a_killed_daemon_is_removed(short_tmp: Path) -> None:
         wait_for_log(second, event="stale_socket_removed", socket=second.socket)
         assert_serving(second)
     finally:
+        second.stop()
+
+
+def test_a_second_daemon_cannot_write_a_session_the_first_holds(
+    short_tmp: Path, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    first = DaemonProcess(short_tmp / "a", "--allow", str(shared)).start()
+    second = DaemonProcess(short_tmp / "b", "--allow", str(shared)).start()
+    try:
+        with RawClient(first.socket) as one, RawClient(second.socket) as two:
+            opened = create(one, str(shared / "s.jsonl"))
+            reply = two.request(Open(id=two.next_id(), path=str(shared / "s.jsonl")))
+            assert isinstance(reply, ErrorReply) and reply.code == "session_busy", reply
+            assert "locked by another process" in reply.message
+            run = begin(one, opened.session_id)
+            assert run.seq == 2
+        assert check_file(shared / "s.jsonl").sound
+    finally:
+        first.stop()
         second.stop()
 
 

@@ -20,6 +20,7 @@ from flightlog.protocol import ErrorCode, FlightlogError
 __all__ = ["PathRefused", "ResolvedPath", "Roots"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_MAX = 4096
 _FILE_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -52,11 +53,14 @@ class Roots:
     def resolve(self, path: str) -> ResolvedPath:
         """Split ``path`` into a root and components.
 
-        Raises :class:`PathRefused` for an empty path, a NUL byte, a ``..`` or ``.``
-        component, or an absolute path under no root.
+        Raises :class:`PathRefused` for an empty path, a NUL byte, a path of 4096 bytes
+        or more, a ``..`` or ``.`` component, or an absolute path under no root.
         """
         if not path or "\x00" in path:
             raise PathRefused(path, "empty or contains a NUL byte")
+        if len(path.encode(errors="surrogatepass")) >= _PATH_MAX:
+            # Also bounds how many directories one create may make.
+            raise PathRefused(path[:64] + "...", f"longer than {_PATH_MAX - 1} bytes")
         if os.path.isabs(path):
             for root in sorted(self.allowed, key=len, reverse=True):
                 if path == root or path.startswith(root.rstrip("/") + "/"):

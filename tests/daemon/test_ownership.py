@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from flightlog.protocol import (
     Record,
     RunStarted,
     SessionOpened,
+    Sync,
     encode_line,
     new_id,
     now,
@@ -279,3 +281,21 @@ def test_open_racing_a_close_session_gets_a_live_session(daemon: DaemonProcess) 
             holder, taker = taker, holder
     report = check_file(daemon.root / "relay.jsonl")
     assert report.sound and report.runs == 30, report
+
+
+def test_writer_that_stops_reading_still_has_everything_it_sends_written(
+    daemon: DaemonProcess,
+) -> None:
+    """A client that shuts down its read side makes the daemon's replies fail (EPIPE);
+    what it sends after that is still read and written."""
+    with RawClient(daemon.socket) as client:
+        opened = create(client, "deaf.jsonl")
+        run = begin(client, opened.session_id)
+        client.sock.shutdown(socket.SHUT_RD)
+        client.send(Sync(id=client.next_id(), session_id=opened.session_id))
+        for n in range(RECORDS):
+            client.send(fact(opened.session_id, run.run_id, n))
+    with RawClient(daemon.socket) as again:
+        reopened = open_when_released(again, "deaf.jsonl")
+        assert reopened.last_seq == RECORDS + 2
+    _assert_everything_sent_is_there(daemon.root / "deaf.jsonl", run.run_id, RECORDS)

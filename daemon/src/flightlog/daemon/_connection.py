@@ -356,8 +356,10 @@ class Connection:
                     self._outbox_bytes -= sizes
                     self._outbox_room.set()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            # The client went away; the reader sees the end of the stream too.
-            self._read_scope.cancel()
+            # The client went away (or stopped reading for good).  The reader goes on
+            # to the end of the stream: what the client sent before it went is still
+            # in the socket buffer and must land.  Replies are dropped from now on.
+            pass
         finally:
             self._writer_gone = True
             self._outbox_room.set()

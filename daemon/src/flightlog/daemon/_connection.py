@@ -3,10 +3,15 @@
 The reader decodes frames as they arrive and routes each message: records and session
 requests go to the session's actor mailbox (in the order received, so a reply never
 overtakes earlier records), the rest is answered here.  Replies and pushes go through
-a bounded outbox drained by a writer task, so a client that does not read cannot make
-an actor buffer without limit.  A connection that has handed more than its budget of
-bytes to actors stops reading its socket until they are written: backpressure reaches
-the client as a full socket buffer.
+an outbox drained by a writer task, bounded in messages and in payload bytes, so a
+client that does not read cannot make an actor buffer without limit.  A connection
+that has handed more than its budget of bytes to actors stops reading its socket until
+they are written: backpressure reaches the client as a full socket buffer.
+
+The reader always reads to the end of the stream, even when replies can no longer be
+sent, so whatever a client sent before it went away is written.  At shutdown the read
+side of the socket is shut down, which makes that end come right after what the client
+has already sent.
 """
 
 from __future__ import annotations

@@ -87,12 +87,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load:    {' '.join(map(str, machine['load_average_at_start']))} (1, 5, 15 min)")
     print(f"runs:    {runs} per scenario{' (quick workloads)' if args.quick else ''}", flush=True)
     rows: list[Row] = []
+    loads: dict[str, list[float]] = {}  # 1-minute load average before and after each scenario
     started = time.monotonic()
     try:
         for key in args.only.split(","):
-            began = time.monotonic()
+            began, load = time.monotonic(), os.getloadavg()[0]
             rows += SCENARIOS[key](ctx)
-            ctx.say(f"scenario {key} done in {time.monotonic() - began:.0f} s")
+            loads[key] = [round(load, 2), round(os.getloadavg()[0], 2)]
+            ctx.say(
+                f"scenario {key} done in {time.monotonic() - began:.0f} s "
+                f"(load {loads[key][0]} before, {loads[key][1]} after)"
+            )
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
@@ -110,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs": runs,
             "quick": args.quick,
             "seconds": round(elapsed, 1),
+            "load_average_by_scenario": loads,
             "rows": [row.to_json() for row in rows],
         }
         Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")

@@ -139,7 +139,7 @@ def _checkpoint_agent(load: _Calls, start: StartSignal) -> list[int]:
 
 def durable_ack(ctx: Context) -> list[Row]:
     """Scenario 5: ``save_checkpoint`` round trip against a bare write + fsync."""
-    calls = 15 if ctx.quick else 60
+    calls = 15 if ctx.quick else 200
     row = Row(
         "5",
         "durable ack: save_checkpoint vs write+fsync of the same line (~4 KiB)",

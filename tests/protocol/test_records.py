@@ -241,3 +241,17 @@ def test_any_envelope_round_trips_through_one_line(
     parsed = parse_line(encoded[:-1], lineno=1, session_id=SID, expected_seq=seq)
     assert parsed == record
     assert parsed.decode_data() == data
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-02-30T20:00:00Z",  # no such day
+        "2026-11-29T24:00:00Z",
+        "2026-11-29T20:60:00Z",
+        "2026-11-29T20:00:60Z",  # leap seconds are not record times
+        "\uff12\uff10\uff12\uff16-11-29T20:00:00Z",  # fullwidth digits, not ASCII ones
+    ],
+)
+def test_impossible_or_non_ascii_times_are_not_record_times(text: str) -> None:
+    assert not is_time(text)

@@ -130,6 +130,11 @@ class FrameDecoder(Generic[M]):
                 f"frame of {length} bytes is not a valid message: {exc}",
                 code=ErrorCode.BAD_MESSAGE,
             ) from None
+        except RecursionError:
+            raise RemoteProtocolError(
+                f"frame of {length} bytes nests too deeply to be a valid message",
+                code=ErrorCode.BAD_MESSAGE,
+            ) from None
         finally:
             # Release the export now, or the next feed() cannot compact the buffer.
             frame.release()

@@ -164,7 +164,9 @@ def append_line(buf: bytearray, record: Record) -> None:
     buf.extend(b"\n")
 
 
-_TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z")
+_TIME_RE: Final = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?Z", re.ASCII
+)
 _SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 
 
@@ -198,8 +200,17 @@ def parse_time(text: str) -> datetime:
 
 
 def is_time(text: str) -> bool:
-    """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix."""
-    return _TIME_RE.fullmatch(text) is not None
+    """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix, a real date."""
+    match = _TIME_RE.fullmatch(text)
+    if match is None:
+        return False
+    year, month, day, hour, minute, second = map(int, match.groups())
+    try:
+        datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        # RFC 3339 allows a leap second; datetime does not, and neither do records.
+        return False
+    return True
 
 
 def is_session_id(text: str) -> bool:

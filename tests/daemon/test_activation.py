@@ -7,6 +7,7 @@ socket in the test stands in for systemd's ``NOTIFY_SOCKET``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import BeginRun, CloseRun, CloseSession, Create, RecordEvent, now
-from support import RawClient, read_lines
+from support import DaemonProcess, RawClient, read_lines
 
 pytestmark = pytest.mark.skipif(
     shutil.which("systemd-socket-activate") is None, reason="systemd-socket-activate not installed"
@@ -177,3 +178,52 @@ def test_sigterm_under_activation_drains_a_connected_writer(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_log_lines_carry_syslog_priorities_when_stderr_is_the_journal(short_tmp: Path) -> None:
+    # journald sets JOURNAL_STREAM to the device and inode of the stream it hands the
+    # service as stderr; here that stream is the log file itself.
+    log_path = short_tmp / "journal.log"
+    log_path.touch()
+    st = log_path.stat()
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flightlog.daemon",
+                "--socket",
+                str(short_tmp / "j.sock"),
+                "--root",
+                str(short_tmp / "root"),
+            ],
+            stderr=log,
+            env={**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"},
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while not (short_tmp / "j.sock").exists():
+            assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
+            time.sleep(0.01)
+        with RawClient(str(short_tmp / "j.sock")) as client:
+            client.request(Create(id=client.next_id(), path="../escape.jsonl"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = log_path.read_text().splitlines()
+    assert lines
+    priorities = {line[: line.index(">") + 1] for line in lines}
+    assert priorities <= {"<3>", "<4>", "<6>", "<7>"}
+    assert any(line.startswith("<6>") and '"listening"' in line for line in lines)
+    assert any(line.startswith("<4>") and '"refused"' in line for line in lines)
+
+
+def test_plain_json_lines_when_stderr_is_not_the_journal(daemon: DaemonProcess) -> None:
+    with RawClient(daemon.socket):
+        pass
+    first = daemon.log.splitlines()[0]
+    assert first.startswith("{")
+    assert json.loads(first)["event"] == "listening"

@@ -448,3 +448,50 @@ def test_a_realistic_loop_round_trips_in_one_file() -> None:
     assert request.config.extra == {}
     assert request.headers == {"anthropic-version": "2023-06-01"}
     assert decoded[4] == events[6]  # model_exec_end, the reply restored as typed parts
+
+
+# --- the codec's fast path writes what the careful walk writes ------------------------------
+
+
+@pytest.mark.parametrize("tag", sorted(AGENT_FACT_TYPES))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_fast_path_writes_the_same_bytes_as_the_careful_walk(
+    tag: str, data: st.DataObject
+) -> None:
+    from flightlog.protocol._codec import _EVENT_SHAPES
+
+    event = data.draw(events_of(EVENT_CLASSES[tag]))
+    shape = _EVENT_SHAPES[type(event)]
+    fast = default_codec._encode_fast(event, shape)
+    if fast is not None:
+        assert fast == default_codec._encode_careful(event, shape)
+
+
+def test_plain_events_take_the_fast_path_and_typed_values_do_not() -> None:
+    from flightlog.protocol import ToolExecStart, UserMessage
+    from flightlog.protocol._codec import _EVENT_SHAPES
+
+    shape = _EVENT_SHAPES[ToolExecStart]
+    execution = Execution(id="t1", kind="tool", turn_index=0)
+    plain = ToolExecStart(
+        execution=execution, tool_call_id="c", name="n", arguments={"q": [1, 2.5, None, "é"]}
+    )
+    assert default_codec._encode_fast(plain, shape) is not None
+    typed = ToolExecStart(
+        execution=execution, tool_call_id="c", name="n", arguments={"m": UserMessage(content="x")}
+    )
+    assert default_codec._encode_fast(typed, shape) is None
+    assert b'"$type":"user"' in default_codec.encode_event(typed).data  # type: ignore[union-attr]
+
+
+def test_the_fast_path_still_refuses_fields_of_the_wrong_type() -> None:
+    from flightlog.protocol import RecordingError, ToolExecStart
+
+    wrong = ToolExecStart(
+        execution=Execution(id="t1", kind="tool", attempt=0), tool_call_id="c", name="n"
+    )
+    with pytest.raises(RecordingError) as caught:
+        default_codec.encode_event(wrong)
+    assert caught.value.code == "bad_event"
+    assert "attempt" in caught.value.message

@@ -30,6 +30,14 @@ decoding with the same registry gives back the same type.  The rules, in order:
 
 An event is then validated against its own class, so a field of the wrong type fails in
 the caller's process, at ``record()``, and never later in a reader.
+
+Most events an agent records are small and hold only plain JSON values besides their
+declared fields (a tool call's arguments, a turn's summary).  For those the walk would
+rebuild the same values, so :meth:`Codec.encode_event` takes a fast path: it checks
+that every free-form field holds plain JSON values only, lets msgspec write the fields
+directly, and validates the result against a mirror of the event's class that lacks the
+envelope's ``time``.  Anything else (typed objects, credentials to remove, values msgspec
+refuses, deep nesting) goes the careful way; both ways write the same bytes.
 """
 
 from __future__ import annotations
@@ -205,7 +213,16 @@ def _holds_value_types(tp: Any) -> bool:
 class _Shape:
     """How objects of one class are lowered, and restored from a dict."""
 
-    __slots__ = ("cls", "fields", "keeps_type_key", "own_tag", "scrubbed", "tag")
+    __slots__ = (
+        "cls",
+        "fast_fields",
+        "fields",
+        "keeps_type_key",
+        "own_tag",
+        "scrubbed",
+        "tag",
+        "validate_data",
+    )
 
     def __init__(
         self,
@@ -223,6 +240,9 @@ class _Shape:
         self.own_tag = own_tag
         self.keeps_type_key = keeps_type_key
         self.scrubbed = _SCRUBBED_FIELDS.get(cls, frozenset())
+        # Set for events that may take the fast path (see the module docstring).
+        self.fast_fields: tuple[tuple[str, str, bool], ...] | None = None
+        self.validate_data: Any = None
 
 
 def _shape_of(
@@ -297,6 +317,67 @@ _EVENT_SHAPES: Final = {
     cls: _shape_of(cls, tag, omit=_OMITTED_FIELDS.get(cls, _ALWAYS_OMITTED), own_tag_written=False)
     for tag, cls in EVENT_CLASSES.items()
 }
+
+# Value types that msgspec writes exactly as the walk does: no free-form fields inside.
+_NATIVE_VALUE_TYPES: Final = (Execution, Usage)
+# Plain values nested deeper than this take the careful way (which bounds the depth).
+_FAST_DEPTH: Final = 32
+
+
+def _data_mirror(cls: type[Event], omit: frozenset[str]) -> Any:
+    """A Struct with the event's fields less ``omit``: what a record's data decodes to."""
+    fields: list[Any] = []
+    for info in msgspec.structs.fields(cls):
+        if info.name in omit:
+            continue
+        if info.required:
+            fields.append((info.name, info.type))
+        elif info.default is not msgspec.NODEFAULT:
+            fields.append((info.name, info.type, info.default))
+        else:
+            fields.append(
+                (info.name, info.type, msgspec.field(default_factory=info.default_factory))
+            )
+    mirror = msgspec.defstruct(f"{cls.__name__}Data", fields, kw_only=True, module=__name__)
+    return msgspec.json.Decoder(mirror).decode
+
+
+def _prepare_fast_paths() -> None:
+    for cls, shape in _EVENT_SHAPES.items():
+        omit = _OMITTED_FIELDS.get(cls, _ALWAYS_OMITTED)
+        renamed = any(f.name != f.encode_name for f in msgspec.structs.fields(cls))
+        if shape.scrubbed or cls in _OMITTED_FIELDS or renamed:
+            continue
+        shape.fast_fields = shape.fields
+        shape.validate_data = _data_mirror(cls, omit)
+
+
+_prepare_fast_paths()
+
+
+def _is_plain(value: Any, depth: int) -> bool:
+    """Whether ``value`` is made of str, int, float, bool, None, lists and str-keyed dicts."""
+    cls = type(value)
+    if cls is str or cls is int or cls is float or cls is bool or value is None:
+        return True
+    if depth >= _FAST_DEPTH:
+        return False
+    if cls is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _is_plain(item, depth + 1):
+                return False
+        return True
+    if cls is list:
+        return all(_is_plain(item, depth + 1) for item in value)
+    return False
+
+
+def _is_native_value(value: Any) -> bool:
+    """Whether a field declared as a value type holds what msgspec writes like the walk."""
+    if value is None or type(value) in _NATIVE_VALUE_TYPES:
+        return True
+    return type(value) is list and all(type(v) in _NATIVE_VALUE_TYPES for v in value)
+
 
 _json_encoder: Final = msgspec.json.Encoder()
 _json_decoder: Final = msgspec.json.Decoder()
@@ -399,15 +480,40 @@ class Codec:
                 f"(like 2026-11-29T20:00:00.000000Z), not {event.time!r}",
                 code=ErrorCode.BAD_EVENT,
             )
-        data = self._lower_object(event, shape, depth=0, active=set(), tagged=False)
-        self._validate(data, shape)
+        encoded = self._encode_fast(event, shape)
+        if encoded is None:
+            encoded = self._encode_careful(event, shape)
+        return EncodedEvent(type=shape.tag, data=encoded, time=event.time)
+
+    def _encode_fast(self, event: Event, shape: _Shape) -> bytes | None:
+        """The event's data when it holds plain values only, else None."""
+        if shape.fast_fields is None:
+            return None
+        data: dict[str, Any] = {}
+        for attr, key, declared_value_type in shape.fast_fields:
+            value = getattr(event, attr)
+            if not (_is_native_value(value) if declared_value_type else _is_plain(value, 0)):
+                return None
+            data[key] = value
         try:
             encoded = _json_encoder.encode(data)
         except _ENCODE_ERRORS:
+            return None  # the careful way puts a diagnostic where msgspec refuses
+        try:
+            shape.validate_data(encoded)
+        except msgspec.ValidationError as exc:
+            raise self._invalid(shape, exc) from None
+        return encoded
+
+    def _encode_careful(self, event: Event, shape: _Shape) -> bytes:
+        data = self._lower_object(event, shape, depth=0, active=set(), tagged=False)
+        self._validate(data, shape)
+        try:
+            return _json_encoder.encode(data)
+        except _ENCODE_ERRORS:
             data = self._clean(data)
             self._validate(data, shape)
-            encoded = _json_encoder.encode(data)
-        return EncodedEvent(type=shape.tag, data=encoded, time=event.time)
+            return _json_encoder.encode(data)
 
     def decode_event(self, record: Record) -> Event:
         """The typed event a record holds, registered application types restored.
@@ -598,9 +704,13 @@ class Codec:
         try:
             msgspec.convert(data, shape.cls)
         except msgspec.ValidationError as exc:
-            raise RecordingError(
-                f"cannot record {shape.cls.__name__}: {exc}", code=ErrorCode.BAD_EVENT
-            ) from None
+            raise self._invalid(shape, exc) from None
+
+    @staticmethod
+    def _invalid(shape: _Shape, exc: msgspec.ValidationError) -> RecordingError:
+        return RecordingError(
+            f"cannot record {shape.cls.__name__}: {exc}", code=ErrorCode.BAD_EVENT
+        )
 
     # --- raising ------------------------------------------------------------------------
 

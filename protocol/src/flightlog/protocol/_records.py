@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Final
 
 import msgspec
@@ -165,7 +165,9 @@ def append_line(buf: bytearray, record: Record) -> None:
 
 
 _TIME_RE: Final = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?Z", re.ASCII
+    r"(\d{4})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d"
+    r"(?:\.\d{1,9})?Z",
+    re.ASCII,
 )
 _SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 
@@ -201,15 +203,17 @@ def parse_time(text: str) -> datetime:
 
 def is_time(text: str) -> bool:
     """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix, a real date."""
+    # The pattern admits no leap second (RFC 3339 does; records do not) and checks
+    # every field's range; only the 29th to 31st need the calendar.
     match = _TIME_RE.fullmatch(text)
     if match is None:
         return False
-    year, month, day, hour, minute, second = map(int, match.groups())
-    try:
-        datetime(year, month, day, hour, minute, second)
-    except ValueError:
-        # RFC 3339 allows a leap second; datetime does not, and neither do records.
-        return False
+    year, month, day = match.group(1, 2, 3)
+    if day > "28":
+        try:
+            date(int(year), int(month), int(day))
+        except ValueError:
+            return False
     return True
 
 

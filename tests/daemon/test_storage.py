@@ -9,11 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flightlog.daemon._actor import valid_time
 from flightlog.daemon._json import MAX_NESTING, check_json, nested_deeper_than
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._storage import SessionFile, StorageError
-from flightlog.protocol import LocalProtocolError, Record, encode_line, new_id, now
+from flightlog.protocol import LocalProtocolError, Record, encode_line, is_time, new_id, now
 
 
 @pytest.fixture
@@ -131,5 +130,5 @@ def test_check_json_refuses(data: bytes) -> None:
         ("\u0662\u0660\u0662\u0666-11-29T20:00:00Z", False),
     ],
 )
-def test_valid_time(text: str, valid: bool) -> None:
-    assert valid_time(text) is valid
+def test_record_times_the_daemon_accepts(text: str, valid: bool) -> None:
+    assert is_time(text) is valid

@@ -16,7 +16,6 @@ sent them, so a reply never overtakes the records sent before its request.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
@@ -69,7 +68,6 @@ __all__ = [
     "Shutdown",
     "Subscriber",
     "payload_size",
-    "valid_time",
 ]
 
 log = structlog.get_logger("flightlogd.session")
@@ -280,7 +278,7 @@ class SessionActor:
                         "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
                     )
                 if isinstance(message, BeginRun):
-                    if not valid_time(message.time):
+                    if not is_time(message.time):
                         raise _bad_time(message.time)
                     self._transition(SessionOp.BEGIN_RUN)
                     self.state = SessionState.RUN_OPEN
@@ -294,7 +292,7 @@ class SessionActor:
                     )
                 elif isinstance(message, SaveCheckpoint):
                     self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
-                    if not valid_time(message.time):
+                    if not is_time(message.time):
                         raise _bad_time(message.time)
                     check_json(message.snapshot, "checkpoint snapshot")
                     data = b'{"snapshot":' + message.snapshot + b"}"
@@ -306,7 +304,7 @@ class SessionActor:
                     replies.append((peer, self._durable(Ack(id=request_id, seq=seq))))
                 elif isinstance(message, CloseRun):
                     self._check_run(message.run_id, SessionOp.CLOSE_RUN)
-                    if not valid_time(message.time):
+                    if not is_time(message.time):
                         raise _bad_time(message.time)
                     self.state = session_transition(self.state, SessionOp.CLOSE_RUN)
                     data = _encode_json(RunCloseData(error=message.error))
@@ -403,7 +401,7 @@ class SessionActor:
                 f"{message.event_type!r} is not an agent fact type that may be recorded",
                 code=ErrorCode.BAD_EVENT,
             )
-        if not valid_time(message.time):
+        if not is_time(message.time):
             return _bad_time(message.time)
         data = message.data
         if data[:1] != b"{":
@@ -585,21 +583,6 @@ def _bad_time(time: str) -> LocalProtocolError:
         f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
         code=ErrorCode.BAD_EVENT,
     )
-
-
-def valid_time(text: str) -> bool:
-    """Whether ``text`` is a record time that names a real moment: the protocol's
-    RFC 3339 UTC pattern, ASCII digits only, and a date and clock time that exist."""
-    if not (text.isascii() and is_time(text)):
-        return False
-    try:
-        datetime(
-            int(text[0:4]), int(text[5:7]), int(text[8:10]),
-            int(text[11:13]), int(text[14:16]), int(text[17:19]),
-        )  # fmt: skip
-    except ValueError:
-        return False
-    return True
 
 
 def payload_size(message: object) -> int:

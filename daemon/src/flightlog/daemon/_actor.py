@@ -200,6 +200,7 @@ class SessionActor:
 
     async def _finish(self) -> None:
         self.closing = True
+        self._send.close()  # later puts fail with session_closed
         if self.error is None:
             try:
                 await self._sync()

@@ -9,9 +9,11 @@ root (``O_NOFOLLOW`` alone guards only the last component).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
@@ -22,6 +24,8 @@ __all__ = ["PathRefused", "ResolvedPath", "Roots"]
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_MAX = 4096
 _FILE_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# A file with no name yet is linked into place through /proc (see open(2), O_TMPFILE).
+_PROC_FD = os.path.isdir("/proc/self/fd")
 
 
 class PathRefused(FlightlogError):
@@ -112,26 +116,16 @@ class Roots:
         except OSError as exc:
             raise self._refusal(resolved, part, exc) from None
 
-    def open_file(self, resolved: ResolvedPath, *, create: bool) -> int:
-        """Open the session file for appending, never through a symlink.
+    def open_file(self, resolved: ResolvedPath) -> int:
+        """Open an existing session file for appending, never through a symlink.
 
-        With ``create`` the file must not exist yet and is made with mode 0600, and the
-        new directory entry is synced.  Raises :class:`PathRefused` for a symlink or a
-        file that is not regular (a fifo, a device, a directory), also when creating;
-        :class:`FileExistsError` (a regular file exists) and :class:`FileNotFoundError`
-        as for ``open``.
+        Raises :class:`PathRefused` for a symlink or a file that is not regular (a fifo,
+        a device, a directory), :class:`FileNotFoundError` and :class:`OSError`.
         """
         name = resolved.parts[-1]
-        with self.parent_dir(resolved, create=create) as dir_fd:
-            flags = _FILE_FLAGS | (os.O_CREAT | os.O_EXCL if create else 0)
+        with self.parent_dir(resolved, create=False) as dir_fd:
             try:
-                fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
-            except FileExistsError:
-                # A symlink, fifo or directory by that name is no session to keep.
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if not stat.S_ISREG(st.st_mode):
-                    raise PathRefused(resolved.path, f"{name!r} is not a regular file") from None
-                raise
+                fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
             except FileNotFoundError:
                 raise
             except OSError as exc:
@@ -139,23 +133,59 @@ class Roots:
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise PathRefused(resolved.path, "not a regular file")
-                if create:
-                    os.fsync(dir_fd)
             except BaseException:
                 os.close(fd)
                 raise
             return fd
 
-    def unlink_file(self, resolved: ResolvedPath, fd: int) -> None:
-        """Remove the session file, if its directory entry is still the file open as
-        ``fd``.  Raises :class:`OSError` and :class:`PathRefused`."""
+    def create_file(self, resolved: ResolvedPath, fill: Callable[[int], None]) -> int:
+        """Create the session file whole: ``fill`` writes and syncs its first line into
+        a file that has no name yet, and only then does it appear under its name (mode
+        0600), so a crash never leaves a file without its first line behind, which
+        could be neither opened nor created again.  Missing directories are made (mode
+        0700); the new directory entry is synced.
+
+        Returns the descriptor, open for appending.  Raises :class:`PathRefused` when a
+        symlink, fifo, device or directory has the name, :class:`FileExistsError` when
+        a regular file has it, what ``fill`` raises, and :class:`OSError`.
+        """
         name = resolved.parts[-1]
-        with self.parent_dir(resolved, create=False) as dir_fd:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            own = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
-                os.unlink(name, dir_fd=dir_fd)
-                os.fsync(dir_fd)
+        with self.parent_dir(resolved, create=True) as dir_fd:
+            fd, temp = _unnamed_file(dir_fd)
+            try:
+                fill(fd)
+                try:
+                    if temp is None:
+                        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd)
+                    else:
+                        os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except FileExistsError:
+                    # A symlink, fifo or directory by that name is no session to keep.
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise PathRefused(
+                            resolved.path, f"{name!r} is not a regular file"
+                        ) from None
+                    raise
+                except OSError as exc:
+                    raise self._refusal(resolved, name, exc) from None
+                try:
+                    os.fsync(dir_fd)
+                except BaseException:
+                    # The client is told the create failed: take the name back.
+                    with suppress(OSError):
+                        if _same_file(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), fd):
+                            os.unlink(name, dir_fd=dir_fd)
+                    raise
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+                return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            finally:
+                if temp is not None:
+                    with suppress(OSError):
+                        os.unlink(temp, dir_fd=dir_fd)
 
     @staticmethod
     def _refusal(resolved: ResolvedPath, part: str, exc: OSError) -> Exception:
@@ -166,3 +196,22 @@ class Roots:
         if exc.errno == errno.ENAMETOOLONG:
             return PathRefused(resolved.path, f"{part[:40]!r}... is too long a name")
         return exc
+
+
+def _unnamed_file(dir_fd: int) -> tuple[int, str | None]:
+    """A new, empty file in the directory, with no name yet (O_TMPFILE), or, where the
+    file system cannot make one, with a hidden temporary name (returned) to link from."""
+    flags = os.O_RDWR | os.O_CLOEXEC
+    if _PROC_FD:
+        try:
+            return os.open(".", flags | os.O_TMPFILE, 0o600, dir_fd=dir_fd), None
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    temp = f".flightlog-{secrets.token_hex(8)}.creating"
+    return os.open(temp, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd), temp
+
+
+def _same_file(st: os.stat_result, fd: int) -> bool:
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)

@@ -39,6 +39,17 @@ from ._paths import ResolvedPath, Roots
 __all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError"]
 
 
+# The two calls that put a session's bytes on disk.  Nothing in the daemon changes
+# them; they are the seam through which the fault tests (tests/faults) make one file's
+# writes stop part-way or fail with EIO, and its fsync fail.
+def _os_write(fd: int, data: memoryview) -> int:
+    return os.write(fd, data)
+
+
+def _os_fsync(fd: int) -> None:
+    os.fsync(fd)
+
+
 class StorageError(FlightlogError):
     """A write, sync or reopen failed; final for the session (code ``write_failed``)."""
 
@@ -130,27 +141,23 @@ class SessionFile:
                 f"meta cannot be written as JSON a reader accepts: {exc.reason}",
                 code=ErrorCode.BAD_MESSAGE,
             ) from None
-        fd = roots.open_file(resolved, create=True)
-        try:
-            _lock(fd, resolved.path)
-            session = cls(
-                roots=roots,
-                resolved=resolved,
-                session_id=session_id,
-                meta=meta,
-                fd=fd,
-                created_line=line,
-            )
+        session = cls(
+            roots=roots, resolved=resolved, session_id=session_id, meta=meta, created_line=line
+        )
+
+        def fill(fd: int) -> None:
+            _lock(fd, resolved.path)  # before the file has a name: it appears locked
+            session.fd = fd
             session.ident = _ident(fd)
             session.write(line, count=1)
             session.sync()
-            return session
+
+        try:
+            roots.create_file(resolved, fill)
         except BaseException:
-            # Leave no file without its session_start behind: it could never be opened.
-            with contextlib.suppress(OSError, FlightlogError):
-                roots.unlink_file(resolved, fd)
-            os.close(fd)
+            session.fd = None  # closed by create_file
             raise
+        return session
 
     @classmethod
     def open(cls, roots: Roots, resolved: ResolvedPath) -> SessionFile:
@@ -160,7 +167,7 @@ class SessionFile:
         :class:`FileFormatError` (the reader's error, naming the line),
         :class:`StorageError`.
         """
-        fd = roots.open_file(resolved, create=False)
+        fd = roots.open_file(resolved)
         try:
             _lock(fd, resolved.path)
             session = cls._scan(roots, resolved, fd)
@@ -223,7 +230,14 @@ class SessionFile:
         written = 0
         try:
             while written < len(view):
-                written += os.write(fd, view[written:])
+                n = _os_write(fd, view[written:])
+                if n <= 0:
+                    # A regular file that takes nothing would have this loop spin on the
+                    # event loop for ever; no later write would fare better.
+                    raise StorageError(
+                        self.path, "write", f"the file took 0 of {len(view) - written} bytes"
+                    )
+                written += n
         except OSError as exc:
             raise StorageError(self.path, "write", exc) from None
         finally:
@@ -241,7 +255,7 @@ class SessionFile:
             return
         fd = self.ensure_open()
         try:
-            os.fsync(fd)
+            _os_fsync(fd)
         except OSError as exc:
             raise StorageError(self.path, "fsync", exc) from None
         self.dirty = False
@@ -271,7 +285,7 @@ class SessionFile:
         if self.fd is not None:
             return self.fd
         try:
-            fd = self.roots.open_file(self.resolved, create=False)
+            fd = self.roots.open_file(self.resolved)
         except (OSError, FlightlogError) as exc:
             raise StorageError(self.path, "reopening", str(exc)) from None
         try:

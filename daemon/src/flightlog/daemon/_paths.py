@@ -9,7 +9,6 @@ root (``O_NOFOLLOW`` alone guards only the last component).
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import secrets
 import stat
@@ -145,9 +144,10 @@ class Roots:
         could be neither opened nor created again.  Missing directories are made (mode
         0700); the new directory entry is synced.
 
-        Returns the descriptor, open for appending.  Raises :class:`PathRefused` when a
-        symlink, fifo, device or directory has the name, :class:`FileExistsError` when
-        a regular file has it, what ``fill`` raises, and :class:`OSError`.
+        Returns a descriptor of the file, opened by its name for appending.  Raises
+        :class:`PathRefused` when a symlink, fifo, device or directory has the name,
+        :class:`FileExistsError` when a regular file has it, what ``fill`` raises, and
+        :class:`OSError`.
         """
         name = resolved.parts[-1]
         with self.parent_dir(resolved, create=True) as dir_fd:
@@ -171,18 +171,21 @@ class Roots:
                     raise self._refusal(resolved, name, exc) from None
                 try:
                     os.fsync(dir_fd)
+                    # The descriptor that wrote the file knows it by no name (or by the
+                    # temporary one): /proc/PID/fd and lsof would show a deleted file.
+                    named = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
                 except BaseException:
                     # The client is told the create failed: take the name back.
                     with suppress(OSError):
                         if _same_file(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), fd):
                             os.unlink(name, dir_fd=dir_fd)
                     raise
-                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-                return fd
-            except BaseException:
-                os.close(fd)
-                raise
+                if not _same_file(os.fstat(named), fd):
+                    os.close(named)
+                    raise PathRefused(resolved.path, "replaced by another file while created")
+                return named
             finally:
+                os.close(fd)
                 if temp is not None:
                     with suppress(OSError):
                         os.unlink(temp, dir_fd=dir_fd)

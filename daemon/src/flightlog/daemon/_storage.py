@@ -146,17 +146,21 @@ class SessionFile:
         )
 
         def fill(fd: int) -> None:
-            _lock(fd, resolved.path)  # before the file has a name: it appears locked
             session.fd = fd
             session.ident = _ident(fd)
             session.write(line, count=1)
             session.sync()
 
         try:
-            roots.create_file(resolved, fill)
+            fd = roots.create_file(resolved, fill)
+        finally:
+            session.fd = None  # the descriptor that wrote it is closed
+        try:
+            _lock(fd, resolved.path)
         except BaseException:
-            session.fd = None  # closed by create_file
+            os.close(fd)
             raise
+        session.fd = fd
         return session
 
     @classmethod

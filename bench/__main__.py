@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from ._calls import client_cost, durable_ack
 from ._context import Context
-from ._machine import describe
+from ._machine import CpuMeter, describe
 from ._report import DASH, Row, format_table
 from ._scale import backpressure, scale
 from ._tail import tail_latency
@@ -87,16 +86,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load:    {' '.join(map(str, machine['load_average_at_start']))} (1, 5, 15 min)")
     print(f"runs:    {runs} per scenario{' (quick workloads)' if args.quick else ''}", flush=True)
     rows: list[Row] = []
-    loads: dict[str, list[float]] = {}  # 1-minute load average before and after each scenario
+    noise: dict[str, dict[str, float]] = {}  # CPU other processes took, per scenario
     started = time.monotonic()
     try:
         for key in args.only.split(","):
-            began, load = time.monotonic(), os.getloadavg()[0]
+            began, meter = time.monotonic(), CpuMeter()
             rows += SCENARIOS[key](ctx)
-            loads[key] = [round(load, 2), round(os.getloadavg()[0], 2)]
+            seconds, share = meter.others()
+            noise[key] = {"cpu_seconds": round(seconds, 1), "share": round(share, 3)}
             ctx.say(
-                f"scenario {key} done in {time.monotonic() - began:.0f} s "
-                f"(load {loads[key][0]} before, {loads[key][1]} after)"
+                f"scenario {key} done in {time.monotonic() - began:.0f} s; other processes "
+                f"used {seconds:.1f} CPU-s meanwhile ({share:.0%} of the machine)"
             )
     finally:
         if not args.keep:
@@ -107,7 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(
         f"median (min{DASH}max) of {runs} runs; ratios are flightlogd / baseline on medians; "
-        f"total {elapsed:.0f} s; load at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"total {elapsed:.0f} s"
+    )
+    print(
+        "other processes' share of the machine's CPU, by scenario (noise): "
+        + ", ".join(f"{key}: {value['share']:.0%}" for key, value in noise.items())
     )
     if args.json:
         report = {
@@ -115,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs": runs,
             "quick": args.quick,
             "seconds": round(elapsed, 1),
-            "load_average_by_scenario": loads,
+            "other_processes_cpu_by_scenario": noise,
             "rows": [row.to_json() for row in rows],
         }
         Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")

@@ -7,11 +7,42 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["describe"]
+__all__ = ["CpuMeter", "describe"]
+
+
+class CpuMeter:
+    """CPU time the rest of the machine used while the harness measured.
+
+    The machine's busy time (``/proc/stat``) minus the CPU of the harness, its agents
+    and its daemons (``os.times``: its own and its waited-for children's): what other
+    users of the machine took, the noise behind a run's figures.
+    """
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float, float]:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal: everything but idle and iowait
+        busy = sum(fields[:8]) - fields[3] - fields[4]
+        times = os.times()
+        mine = times.user + times.system + times.children_user + times.children_system
+        return busy / os.sysconf("SC_CLK_TCK"), mine, time.monotonic()
+
+    def others(self) -> tuple[float, float]:
+        """CPU-seconds others used since the meter started, and their share of the
+        machine's CPU over that time (0 to 1)."""
+        busy, mine, moment = self._read()
+        used = max(0.0, (busy - self._start[0]) - (mine - self._start[1]))
+        capacity = (moment - self._start[2]) * (os.cpu_count() or 1)
+        return used, used / capacity if capacity else 0.0
 
 
 def _cpu_model() -> str:
@@ -59,7 +90,8 @@ def _version(name: str) -> str:
 
 
 def _revision() -> str:
-    """The repository's commit, and whether the tree had changes: what was measured."""
+    """The repository's commit, and whether the measured code (protocol, SDK, daemon)
+    had changes not in it."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         commit = subprocess.run(
@@ -69,7 +101,7 @@ def _revision() -> str:
             timeout=10,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", here, "status", "--porcelain", "--", "protocol", "sdk", "daemon"],
             capture_output=True,
             text=True,
             timeout=10,

@@ -135,6 +135,7 @@ class SessionActor:
             sessions.config.mailbox_size
         )
         self._log = log.bind(session_id=file.session_id, path=file.path)
+        self._disk = sessions.disk(file.resolved.root)
 
     @property
     def session_id(self) -> str:
@@ -512,7 +513,7 @@ class SessionActor:
             return
         self.busy = True
         try:
-            await anyio.to_thread.run_sync(self.file.sync)
+            await anyio.to_thread.run_sync(self.file.sync, limiter=self._disk)
         finally:
             self.busy = False
 
@@ -521,7 +522,7 @@ class SessionActor:
             raise self.error
         self.busy = True
         try:
-            return await anyio.to_thread.run_sync(self.file.read_checkpoint)
+            return await anyio.to_thread.run_sync(self.file.read_checkpoint, limiter=self._disk)
         except StorageError as exc:
             self._fail(exc)
             raise

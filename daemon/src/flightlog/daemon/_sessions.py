@@ -32,9 +32,14 @@ from ._paths import Roots
 from ._storage import SessionFile
 from ._tail import Tails
 
-__all__ = ["Sessions"]
+__all__ = ["DISK_THREADS", "Sessions"]
 
 log = structlog.get_logger("flightlogd.sessions")
+
+#: Worker threads that the blocking file work (create, open, fsync, reading) under one
+#: root may use at once.  A disk that hangs holds at most these; the sessions under
+#: every other root go on (a single pool would be exhausted by the hung disk's fsyncs).
+DISK_THREADS = 16
 
 
 class Sessions:
@@ -55,6 +60,14 @@ class Sessions:
         self._rate_mark = (self.started, 0)
         self.rate = 0.0
         self.tails = Tails(self, roots, task_group)
+        self._disks: dict[str, anyio.CapacityLimiter] = {}
+
+    def disk(self, root: str) -> anyio.CapacityLimiter:
+        """The worker threads for blocking file work under ``root`` (see DISK_THREADS)."""
+        limiter = self._disks.get(root)
+        if limiter is None:
+            limiter = self._disks[root] = anyio.CapacityLimiter(DISK_THREADS)
+        return limiter
 
     # ------------------------------------------------------- create and open
 
@@ -72,7 +85,8 @@ class Sessions:
                 file = await anyio.to_thread.run_sync(
                     lambda: SessionFile.create(
                         self.roots, resolved, session_id=new_id(), meta=meta, time=now()
-                    )
+                    ),
+                    limiter=self.disk(resolved.root),
                 )
             except FileExistsError:
                 raise _exists(resolved.path) from None
@@ -111,7 +125,9 @@ class Sessions:
                 if not actor.released.is_set():
                     raise _busy(resolved.path, writer)
             try:
-                file = await anyio.to_thread.run_sync(SessionFile.open, self.roots, resolved)
+                file = await anyio.to_thread.run_sync(
+                    SessionFile.open, self.roots, resolved, limiter=self.disk(resolved.root)
+                )
             except FileNotFoundError:
                 raise FlightlogError(
                     f"{resolved.path} does not exist; create it first",

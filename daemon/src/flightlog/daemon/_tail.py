@@ -180,7 +180,9 @@ class Subscription:
         reader = _FileTail(self.tails.roots, self.resolved, self.offset, self.next_seq)
         try:
             while True:
-                lines = await anyio.to_thread.run_sync(reader.read_batch)
+                lines = await anyio.to_thread.run_sync(
+                    reader.read_batch, limiter=self.tails.sessions.disk(self.resolved.root)
+                )
                 if not lines:
                     break
                 self.next_seq = reader.next_seq

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import resource
 import signal
 import sys
 from collections.abc import Sequence
@@ -96,6 +98,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="session files kept open at once (default: %(default)s)",
     )
     parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=defaults.max_connections,
+        metavar="N",
+        help="client connections served at once; more are refused with too_many "
+        "(default: %(default)s, lowered to fit the descriptor limit)",
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=float,
         default=defaults.shutdown_grace,
@@ -135,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # default; ignored, the write fails with EFBIG and only that session fails.
     # CPython ignores it already at start-up; this keeps it so when embedded.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _raise_descriptor_limit()
     configure_logging(format=args.log_format, level=args.log_level)
     config = Config(
         socket_path=args.socket,
@@ -144,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_frame_size=args.max_frame_size,
         idle_timeout=args.idle_timeout,
         max_open_files=args.max_open_files,
+        max_connections=args.max_connections,
         shutdown_grace=args.shutdown_grace,
     )
     try:
@@ -160,6 +172,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         print(f"flightlogd: {error}", file=sys.stderr)  # noqa: T201
         sys.exit(1)
+
+
+def _raise_descriptor_limit() -> None:
+    """Raise the soft descriptor limit to the hard one: the soft default (1024) is kept
+    low for programs that still use select(), which the daemon does not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _single(exc: BaseException) -> BaseException:

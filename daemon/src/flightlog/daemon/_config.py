@@ -36,4 +36,6 @@ class Config:
     shutdown_grace: float = 10.0
     #: Pending pushes a subscriber may have before it falls back to reading the file.
     subscriber_buffer: int = 1024
+    #: Client connections served at once; more are refused with ``too_many``.  This and
+    #: ``max_open_files`` are lowered at start to fit the descriptor limit.
     max_connections: int = 4096

@@ -73,6 +73,10 @@ _READ_SIZE = 256 * 1024
 _OUTBOX_SIZE = 256
 #: Payload bytes (checkpoints loaded, tailed lines) queued for one client at most.
 _OUTBOX_BYTES = 8 * 1024 * 1024
+#: Frames in a row that are no message, after which the connection is closed: a peer
+#: that sends only garbage does not speak the protocol, and reading on (a GiB of it,
+#: each frame earning a reply) would help nobody.
+_BAD_FRAMES_IN_A_ROW = 8
 
 
 def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
@@ -105,12 +109,17 @@ class Connection:
             _OUTBOX_SIZE
         )
         self._inflight = 0
+        self._bad_frames = 0  # frames in a row that were no message
         self._outbox_bytes = 0  # payload bytes of the replies queued and not yet sent
         self._outbox_room = anyio.Event()
         self._writer_gone = False
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
+        # The tails of this connection read one batch from a file at a time, and their
+        # live buffers share one budget (see _tail).
+        self.tail_reading = anyio.Lock()
+        self.tail_live_bytes = 0
         self._stopping = False
         self.log = log.bind(conn=number, pid=self.pid, uid=self.uid)
 
@@ -220,16 +229,25 @@ class Connection:
                     )
                 )
                 self._refuse(bad)
-                await self.send(ErrorReply(id=0, code=bad.code, message=bad.message))
+                self._bad_frames += 1
                 # Nothing can be read after an oversized frame; and bytes that are no
-                # message before the hello mean the peer does not speak this protocol.
-                if bad.code == ErrorCode.FRAME_TOO_LARGE or (
-                    self.state is ConnectionState.AWAIT_HELLO
-                ):
+                # message before the hello, or frame after frame of them, mean the
+                # peer does not speak this protocol.
+                hang_up = (
+                    bad.code == ErrorCode.FRAME_TOO_LARGE
+                    or self.state is ConnectionState.AWAIT_HELLO
+                    or self._bad_frames >= _BAD_FRAMES_IN_A_ROW
+                )
+                text = bad.message
+                if self._bad_frames >= _BAD_FRAMES_IN_A_ROW:
+                    text += f"; {self._bad_frames} frames in a row were no message: closing"
+                await self.send(ErrorReply(id=0, code=bad.code, message=text))
+                if hang_up:
                     return False
                 continue
             if message is None:
                 return True
+            self._bad_frames = 0
             try:
                 self.state = connection_transition(self.state, message)
             except RemoteProtocolError as exc:

@@ -10,15 +10,17 @@ period, cancel the rest, then have every session write, sync and close.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
 import os
+import resource
 import socket
 import stat
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 import anyio
@@ -30,14 +32,21 @@ from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusRepl
 from ._config import Config
 from ._connection import Connection, peer_credentials
 from ._paths import Roots
-from ._sessions import Sessions
+from ._sessions import DISK_THREADS, Sessions
 from ._systemd import Notifier, watchdog_loop
+from ._tail import Tails
 
 __all__ = ["AlreadyRunning", "Daemon", "serve"]
 
 log = structlog.get_logger("flightlogd")
 
 _STATUS_INTERVAL = 5.0
+
+#: accept() errors that pass: out of descriptors or memory for now, or a peer that
+#: went away before it was accepted.
+_ACCEPT_TRANSIENT = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EPROTO}
+)
 
 
 class AlreadyRunning(FlightlogError):
@@ -62,11 +71,11 @@ class Daemon:
     """The running daemon: its settings, sessions and connections."""
 
     def __init__(self, config: Config) -> None:
-        self.config = config
         self.pid = os.getpid()
         self.version = _daemon_version()
         self.started = time.monotonic()
         self.roots = Roots(config.root, config.allow)
+        self.config = _fit_descriptors(config, len(self.roots.allowed))
         self.connections: set[Connection] = set()
         self._numbers = 0
         self.socket_paths: list[str] = []
@@ -82,7 +91,7 @@ class Daemon:
         return self._sessions
 
     @property
-    def tails(self):  # type: ignore[no-untyped-def]
+    def tails(self) -> Tails:
         return self.sessions.tails
 
     def status(self, request_id: int) -> StatusReply:
@@ -158,12 +167,14 @@ class Daemon:
             while True:
                 try:
                     stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                        log.error("accept_failed", reason=str(exc))
-                        await anyio.sleep(0.1)
-                        continue
-                    raise
+                except (OSError, anyio.BrokenResourceError) as exc:
+                    # anyio wraps the accept() error; the listener stays usable.
+                    error = exc if isinstance(exc, OSError) else exc.__cause__
+                    if not isinstance(error, OSError) or error.errno not in _ACCEPT_TRANSIENT:
+                        raise
+                    log.error("accept_failed", reason=str(error), connections=len(self.connections))
+                    await anyio.sleep(0.1)
+                    continue
                 task_group.start_soon(self._handle, stream)
 
     async def _report_status(self, notifier: Notifier) -> None:
@@ -208,6 +219,7 @@ async def serve(
     daemon serves the same socket or data root.
     """
     daemon = Daemon(config)
+    config = daemon.config
     os.makedirs(daemon.roots.root, mode=0o700, exist_ok=True)
     with _root_lock(daemon.roots.root):
         if not listeners:
@@ -245,8 +257,32 @@ async def serve(
         log.info("stopped")
 
 
+def _fit_descriptors(config: Config, roots: int) -> Config:
+    """``config`` with connections and open session files lowered to fit the process's
+    descriptor limit (RLIMIT_NOFILE), so that a flood of connections never takes the
+    descriptors sessions need to reopen their files (a failed reopen would fail the
+    session for good).  What stays beyond both is kept for the listening sockets, the
+    event loop, and what worker threads open while they walk a path."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return config
+    room = soft - (64 + 3 * DISK_THREADS * roots)
+    files = max(1, min(config.max_open_files, room // 2))
+    connections = max(1, min(config.max_connections, room - files))
+    if (files, connections) == (config.max_open_files, config.max_connections):
+        return config
+    log.warning(
+        "limits_lowered",
+        nofile=soft,
+        max_connections=connections,
+        max_open_files=files,
+        reason="the descriptor limit (RLIMIT_NOFILE) does not hold the configured ones",
+    )
+    return dataclasses.replace(config, max_open_files=files, max_connections=connections)
+
+
 @contextlib.contextmanager
-def _root_lock(root: str):  # type: ignore[no-untyped-def]
+def _root_lock(root: str) -> Iterator[None]:
     path = os.path.join(root, ".flightlogd.lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:

@@ -12,6 +12,7 @@ daemon's memory beyond its buffer; it just reads from disk until it catches up.
 from __future__ import annotations
 
 import os
+import stat
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -33,20 +34,26 @@ from flightlog.protocol import (
     Unsubscribe,
 )
 
-from ._paths import ResolvedPath, Roots
+from ._paths import PathRefused, ResolvedPath, Roots
 
 if TYPE_CHECKING:
     from ._actor import SessionActor
     from ._connection import Connection
     from ._sessions import Sessions
 
-__all__ = ["Tails"]
+__all__ = ["MAX_SUBSCRIPTIONS", "Tails"]
 
 log = structlog.get_logger("flightlogd.tail")
 
 _BATCH_BYTES = 256 * 1024
 #: Bytes of live records a subscriber buffers before it falls back to the file.
 _LIVE_BYTES = 4 * 1024 * 1024
+#: Bytes of live records all the subscriptions of one connection buffer at most.
+_CONNECTION_LIVE_BYTES = 16 * 1024 * 1024
+#: What a line adds to the payload of the largest frame: its envelope.
+_LINE_OVERHEAD = 64 * 1024
+#: Subscriptions one connection may hold at once.
+MAX_SUBSCRIPTIONS = 1024
 
 
 class _Head(msgspec.Struct):
@@ -99,6 +106,7 @@ class Subscription:
         if (
             len(self.live) >= self.tails.config.subscriber_buffer
             or self.live_bytes + len(chunk) > _LIVE_BYTES
+            or self.conn.tail_live_bytes + len(chunk) > _CONNECTION_LIVE_BYTES
         ):
             # Fallen behind: forget the buffer, the file has it all.
             self._clear_live()
@@ -107,10 +115,12 @@ class Subscription:
         elif not self.behind:
             self.live.append((chunk, first_seq, last_seq, end_offset, path))
             self.live_bytes += len(chunk)
+            self.conn.tail_live_bytes += len(chunk)
         self.wakeup.set()
 
     def _clear_live(self) -> None:
         self.live.clear()
+        self.conn.tail_live_bytes -= self.live_bytes
         self.live_bytes = 0
 
     def session_closed(self, last_seq: int) -> None:
@@ -133,6 +143,7 @@ class Subscription:
                 log.exception("subscription_failed", conn=self.conn.number, path=self.path)
                 reason, code, message = "error", ErrorCode.INTERNAL, "see flightlogd's log"
         self.tails.detach(self)
+        self._clear_live()
         if self.scope.cancel_called and self.tails.stopping:
             reason = "shutting_down"
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
@@ -177,9 +188,17 @@ class Subscription:
 
     async def _catch_up(self) -> None:
         assert self.resolved is not None
-        reader = _FileTail(self.tails.roots, self.resolved, self.offset, self.next_seq)
-        try:
-            while True:
+        reader = _FileTail(
+            self.tails.roots,
+            self.resolved,
+            self.offset,
+            self.next_seq,
+            self.tails.config.max_frame_size + _LINE_OVERHEAD,
+        )
+        while True:
+            # One batch read and sent at a time per connection: a client that tails many
+            # sessions and reads slowly holds one batch in the daemon, not one each.
+            async with self.conn.tail_reading:
                 lines = await anyio.to_thread.run_sync(
                     reader.read_batch, limiter=self.tails.sessions.disk(self.resolved.root)
                 )
@@ -188,13 +207,12 @@ class Subscription:
                 self.next_seq = reader.next_seq
                 self.offset = reader.offset
                 await self._send([line for line in lines if self._wanted(line)], None)
-        finally:
-            reader.close()
 
     async def _send_live(self) -> None:
         while self.live and not self.behind:
             chunk, first_seq, last_seq, end_offset, path = self.live.popleft()
             self.live_bytes -= len(chunk)
+            self.conn.tail_live_bytes -= len(chunk)
             if self.resolved is not None:
                 if last_seq < self.next_seq:
                     continue
@@ -222,33 +240,84 @@ class Subscription:
 
 
 class _FileTail:
-    """Reads complete lines with ``seq >= next_seq`` from a session file (blocking)."""
+    """Reads complete lines with ``seq >= next_seq`` from a session file (blocking: call
+    :meth:`read_batch` from a worker thread).
 
-    def __init__(self, roots: Roots, resolved: ResolvedPath, offset: int, next_seq: int) -> None:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    The file is opened for each batch and closed before the batch is sent, so a
+    subscriber that does not read holds no descriptor while it keeps the daemon waiting.
+    Every batch must come from the same file (inode); only regular files are read; and
+    no more than ``max_line`` bytes of a line are held: a longer unfinished tail (the
+    NUL bytes a power cut leaves) is skipped, a longer complete line is an error.
+    """
+
+    def __init__(
+        self, roots: Roots, resolved: ResolvedPath, offset: int, next_seq: int, max_line: int
+    ) -> None:
+        self.roots = roots
+        self.resolved = resolved
+        self.offset = offset
+        self.next_seq = next_seq
+        self.max_line = max_line
+        self._pending = b""
+        self._ident: tuple[int, int] | None = None
+
+    def _open(self) -> int:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        resolved = self.resolved
         try:
-            with roots.parent_dir(resolved, create=False) as dir_fd:
-                self.fd = os.open(resolved.parts[-1], flags, dir_fd=dir_fd)
+            with self.roots.parent_dir(resolved, create=False) as dir_fd:
+                st = os.stat(resolved.parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    # Never opened: a fifo could block, a device could be endless.
+                    raise PathRefused(resolved.path, "not a regular file")
+                fd = os.open(resolved.parts[-1], flags, dir_fd=dir_fd)
         except FileNotFoundError:
             raise LocalProtocolError(
                 f"{resolved.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
             ) from None
-        self.offset = offset
-        self.next_seq = next_seq
-        self._pending = b""
+        st = os.fstat(fd)
+        ident = (st.st_dev, st.st_ino)
+        if self._ident is None:
+            self._ident = ident
+        if ident != self._ident or not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise LocalProtocolError(
+                f"{resolved.path} was replaced while it was read", code=ErrorCode.SESSION_CORRUPT
+            )
+        return fd
 
     def read_batch(self) -> list[bytes]:
         lines: list[bytes] = []
         size = 0
-        while size < _BATCH_BYTES:
-            data = os.pread(self.fd, 256 * 1024, self.offset + len(self._pending))
-            if not data:
-                break
-            self._pending += data
-            for line in self._complete_lines():
-                size += len(line)
-                lines.append(line)
+        fd = self._open()
+        try:
+            while size < _BATCH_BYTES:
+                data = os.pread(fd, 256 * 1024, self.offset + len(self._pending))
+                if not data:
+                    break
+                self._pending += data
+                for line in self._complete_lines():
+                    size += len(line)
+                    lines.append(line)
+                if len(self._pending) > self.max_line:
+                    # No line this daemon writes is this long.  If it never ends it is
+                    # an unfinished tail, which readers ignore; if it does, it is corrupt.
+                    self._skip_overlong(fd)
+                    break
+        finally:
+            os.close(fd)
         return lines
+
+    def _skip_overlong(self, fd: int) -> None:
+        position = self.offset + len(self._pending)
+        self._pending = b""
+        while data := os.pread(fd, 1 << 20, position):
+            if b"\n" in data:
+                raise LocalProtocolError(
+                    f"the file has a line longer than {self.max_line} bytes at byte {self.offset}",
+                    code=ErrorCode.SESSION_CORRUPT,
+                )
+            position += len(data)
 
     def _complete_lines(self) -> Iterator[bytes]:
         start = 0
@@ -268,9 +337,6 @@ class _FileTail:
                 self.next_seq = head.seq + 1
                 yield line
         self._pending = pending[start:]
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 class Tails:
@@ -302,6 +368,12 @@ class Tails:
             sub.scope.cancel()
             await conn.send(Ack(id=request.id))
             return
+        if len(self.by_conn.get(conn, ())) >= MAX_SUBSCRIPTIONS:
+            raise LocalProtocolError(
+                f"this connection holds {MAX_SUBSCRIPTIONS} subscriptions, the most it may; "
+                "unsubscribe first",
+                code=ErrorCode.TOO_MANY,
+            )
         resolved = self.roots.resolve(request.path) if request.path is not None else None
         self._numbers += 1
         sub = Subscription(self, conn, self._numbers, request, resolved)

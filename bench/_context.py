@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ._daemon import Daemon
@@ -21,7 +21,6 @@ class Context:
     base: Path
     quick: bool
     runs: int
-    notes: dict[str, str] = field(default_factory=dict)
     _counter: int = 0
 
     def scratch(self, name: str) -> Path:

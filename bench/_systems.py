@@ -58,6 +58,10 @@ class Sink(Protocol):
     def record(self, event: Event) -> None:
         """Record one event (not durable)."""
 
+    def record_new(self, event: Event) -> None:
+        """Record an event built for this call (the tail's stamped events); flightlogd's
+        :meth:`drain` does not account for these."""
+
     def checkpoint(self, snapshot: Any) -> None:
         """Record a checkpoint and return once it is durable."""
 

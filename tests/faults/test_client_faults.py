@@ -5,7 +5,9 @@ serving everyone else, and its memory (VmRSS, VmHWM) and descriptors stay bounde
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import resource
 import select
@@ -29,6 +31,7 @@ from daemon_support import (
     open_when_released,
     proc_status_kb,
     synced_seq,
+    wait_for_log,
 )
 
 from flightlog.protocol import (
@@ -40,13 +43,14 @@ from flightlog.protocol import (
     StatusReply,
     Subscribe,
     Welcome,
+    client_decoder,
     encode_frame,
     encode_line,
     new_id,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 
-from .harness import raised_nofile
+from .harness import InProcessDaemon, raised_nofile
 
 #: What the daemon may grow by while a client misbehaves: a frame of up to 16 MiB being
 #: collected (and the buffer it grows in), replies queued, allocator slack.
@@ -394,3 +398,36 @@ def test_max_connections_turns_newcomers_away_with_too_many(short_tmp: Path) -> 
                 client.close()
     finally:
         daemon.stop()
+
+
+def test_out_of_descriptors_accept_waits_and_the_daemon_goes_on(short_tmp: Path) -> None:
+    """Regression: accept() failing with EMFILE reached anyio as BrokenResourceError,
+    which the accept loop let through: the daemon ended, for everyone.  The daemon runs
+    in process here, so the test can take the descriptors it would accept with."""
+    with InProcessDaemon(short_tmp) as daemon:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        held: list[socket.socket] = []
+        client = None
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+            with contextlib.suppress(OSError):
+                while True:
+                    held.append(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            held.pop().close()
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(daemon.socket)  # queued; the daemon has no descriptor for it
+            wait_for_log(daemon, event="accept_failed")  # type: ignore[arg-type]
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            for sock in held:
+                sock.close()
+        assert client is not None
+        with client:
+            client.settimeout(10)
+            client.sendall(encode_frame(Hello(id=1, version=PROTOCOL_VERSION)))
+            decoder = client_decoder()
+            while (welcome := decoder.next_message()) is None:
+                decoder.feed(client.recv(4096))
+            assert isinstance(welcome, Welcome), welcome
+        assert daemon.alive()
+        assert_serving(daemon)  # type: ignore[arg-type]

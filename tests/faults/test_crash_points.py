@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,10 @@ class _Ledger:
 
 def _record(ledger: _Ledger, run_id: str, rng: random.Random) -> RecordEvent:
     assert ledger.session_id is not None
-    pad = "x" * rng.choice((0, 10, 100, 1000, 5000))
+    # Now and then a record of megabytes: a kill in the middle of its write() can cut
+    # it short (the kernel checks for a fatal signal between pages), leaving a torn tail.
+    size = 2_000_000 if rng.random() < 0.01 else rng.choice((0, 10, 100, 1000, 5000))
+    pad = "x" * size
     return RecordEvent(
         session_id=ledger.session_id,
         run_id=run_id,
@@ -282,77 +286,102 @@ def _verify(root: Path, ledger: _Ledger) -> CheckReport:
     return report
 
 
-def _chain(base: Path, chain: int, cycles: int) -> int:
-    """Run ``cycles`` crash cycles on one root; the number of kills."""
+@dataclass
+class _Cycle:
+    """One daemon lifetime of a chain: what runs in it, up to the kill."""
+
+    daemon: DaemonProcess
+    progress: _Progress = field(default_factory=_Progress)
+    failures: list[BaseException] = field(default_factory=list)
+    clients: list[RawClient] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    #: The storm's creates that were acknowledged.
+    created: list[str] = field(default_factory=list)
+
+    def connect(self, name: str) -> RawClient:
+        client = RawClient(self.daemon.socket, client=name)
+        self.clients.append(client)
+        return client
+
+    def reopen(self, paths: list[str]) -> None:
+        """Open (each must open: sound, and no file without its first line) and close."""
+        with RawClient(self.daemon.socket, client="crash-check") as checker:
+            for path in paths:
+                reopened = checker.request(Open(id=checker.next_id(), path=path))
+                assert isinstance(reopened, SessionOpened), (path, reopened)
+                checker.request(CloseSession(id=checker.next_id(), session_id=reopened.session_id))
+
+    def opening(self, ledgers: list[_Ledger]) -> None:
+        """Send every writer's open, and wait for no reply: the kill comes while the
+        sessions are opened (their torn tails truncated)."""
+        for ledger in ledgers:
+            self.connect(f"crash-w{ledger.number}").send(Open(id=1_000_000, path=ledger.path))
+            ledger.lifetimes.append(range(ledger.next_n, ledger.next_n))
+
+    def load(self, ledgers: list[_Ledger], rng: random.Random, storm_prefix: str) -> None:
+        """Open the writers' sessions, start them and the storm, and return once the
+        cycle's seeded number of records is sent: the moment of the kill."""
+        for ledger in ledgers:
+            _attach(self.connect(f"crash-w{ledger.number}"), ledger)
+            ledger.lifetimes.append(range(ledger.next_n, ledger.next_n))
+        for ledger, client in zip(ledgers, list(self.clients), strict=True):
+            args = (client, ledger, random.Random(rng.random()), self.progress, self.failures)
+            self.threads.append(threading.Thread(target=_drive, args=args))
+        storm = self.connect("crash-storm")
+        args = (storm, storm_prefix, self.created, self.progress, self.failures)
+        self.threads.append(threading.Thread(target=_storm, args=args))
+        for thread in self.threads:
+            thread.start()
+        self.progress.wait_for(rng.randint(0, 400), self.threads)
+
+    def kill(self) -> None:
+        self.daemon.kill()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        for client in self.clients:
+            client.close()
+        assert not self.failures, self.failures
+        assert not any(t.is_alive() for t in self.threads)
+
+
+def _chain(base: Path, chain: int, cycles: int) -> Counter[str]:
+    """Run ``cycles`` crash cycles on one root; counts of what the kills hit."""
     rng = random.Random(f"crash-chain-{chain}")
     ledgers = [_Ledger(number=i, path=f"writers/w{i}.jsonl") for i in range(WRITERS)]
     storm_files: list[str] = []
-    created: list[str] = []
-    kills = 0
-    for cycle in range(cycles):
-        context = f"chain {chain} cycle {cycle}"
-        daemon = DaemonProcess(base).start()
-        progress = _Progress()
-        failures: list[BaseException] = []
-        clients: list[RawClient] = []
-        threads: list[threading.Thread] = []
+    seen: Counter[str] = Counter()
+    for number in range(cycles):
+        cycle = _Cycle(DaemonProcess(base).start())
+        root = cycle.daemon.root
         try:
-            # The storm's files of the last cycle open (each must be sound), and close.
-            with RawClient(daemon.socket, client="crash-check") as checker:
-                for path in storm_files:
-                    reopened = checker.request(Open(id=checker.next_id(), path=path))
-                    assert isinstance(reopened, SessionOpened), (context, path, reopened)
-                    checker.request(
-                        CloseSession(id=checker.next_id(), session_id=reopened.session_id)
-                    )
-            created: list[str] = []
+            try:
+                cycle.reopen(storm_files)  # the storm's files of the last cycle
+                if number and rng.random() < 0.15:
+                    cycle.opening(ledgers)
+                    seen["kills while opening"] += 1
+                else:
+                    cycle.load(ledgers, rng, f"storm/c{chain}-{number}")
+            finally:
+                cycle.kill()
+                seen["kills"] += 1
             for ledger in ledgers:
-                client = RawClient(daemon.socket, client=f"crash-w{ledger.number}")
-                clients.append(client)
-                _attach(client, ledger)
-                ledger.lifetimes.append(range(ledger.next_n, ledger.next_n))
-            for ledger, client in zip(ledgers, clients, strict=True):
-                worker_rng = random.Random(rng.random())
-                threads.append(
-                    threading.Thread(
-                        target=_drive, args=(client, ledger, worker_rng, progress, failures)
-                    )
-                )
-            storm = RawClient(daemon.socket, client="crash-storm")
-            clients.append(storm)
-            threads.append(
-                threading.Thread(
-                    target=_storm,
-                    args=(storm, f"storm/c{chain}-{cycle}", created, progress, failures),
-                )
-            )
-            for thread in threads:
-                thread.start()
-            progress.wait_for(rng.randint(0, 400), threads)
-        finally:
-            daemon.kill()
-            kills += 1
-            for thread in threads:
-                thread.join(timeout=30)
-            for client in clients:
-                client.close()
-        assert not failures, (context, failures)
-        assert not any(t.is_alive() for t in threads), context
-        try:
-            for ledger in ledgers:
-                ledger.expected = _verify(daemon.root, ledger)
-            assert_every_file_sound(daemon.root)
+                ledger.expected = _verify(root, ledger)
+            reports = assert_every_file_sound(root)
+            seen["torn tails"] += sum(r.unfinished_tail for r in reports.values())
+            seen["acknowledged lines checked"] += sum(len(ledger.acks) for ledger in ledgers)
+            for path in cycle.created:
+                # An acknowledged create is there, whatever came after it.
+                assert (root / path).is_file(), path
         except AssertionError as exc:
-            raise AssertionError(f"{context}: {exc}\n{daemon.log[-3000:]}") from exc
-        for path in created:
-            # An acknowledged create is there, whatever came after it.
-            assert (daemon.root / path).is_file(), (context, path)
+            log = cycle.daemon.log[-3000:]
+            raise AssertionError(f"chain {chain} cycle {number}: {exc}\n{log}") from exc
         storm_files = [
-            str(file.relative_to(daemon.root))
-            for file in session_files(daemon.root)
-            if file.name.startswith(f"c{chain}-{cycle}-")
+            str(file.relative_to(root))
+            for file in session_files(root)
+            if file.name.startswith(f"c{chain}-{number}-")
         ]
-    return kills
+    seen["records"] = sum(ledger.next_n for ledger in ledgers)
+    return seen
 
 
 def test_a_new_session_file_has_no_name_until_its_first_line_is_synced(
@@ -393,13 +422,17 @@ def crash_root() -> Any:
 
 @pytest.mark.parametrize("chain", range(CI_CHAINS))
 def test_kill_9_at_random_moments(crash_root: Path, chain: int) -> None:
-    assert _chain(crash_root, chain, CI_CYCLES) == CI_CYCLES
+    seen = _chain(crash_root, chain, CI_CYCLES)
+    assert seen["kills"] == CI_CYCLES
+    print(f"crash chain {chain}: {dict(seen)}")
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("chain", range(100, 100 + SOAK_CHAINS))
 def test_kill_9_at_random_moments_soak(crash_root: Path, chain: int) -> None:
-    assert _chain(crash_root, chain, SOAK_CYCLES) == SOAK_CYCLES
+    seen = _chain(crash_root, chain, SOAK_CYCLES)
+    assert seen["kills"] == SOAK_CYCLES
+    print(f"crash chain {chain}: {dict(seen)}")
 
 
 def test_without_o_tmpfile_the_file_is_linked_from_a_hidden_name(

@@ -66,5 +66,6 @@ def test_twenty_agents_two_sessions_two_thousand_events(daemon: DaemonProcess) -
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(3600)
 def test_fifty_agents_four_sessions_twenty_thousand_events(daemon: DaemonProcess) -> None:
     _load(daemon, 50, 4, 20_000)

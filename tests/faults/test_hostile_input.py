@@ -436,6 +436,7 @@ def test_fuzzed_frames_against_a_live_daemon(hostile: Hostile) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(SOAK_FUZZ_SECONDS + 600)
 def test_fuzzed_frames_against_a_live_daemon_soak(hostile: Hostile) -> None:
     examples = _fuzz_for(hostile, SOAK_FUZZ_SECONDS, 100_000)
     _assert_sound_after_fuzzing(hostile)

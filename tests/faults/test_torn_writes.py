@@ -43,7 +43,7 @@ from support import DaemonProcess, RawClient, read_lines
 
 from .harness import DiskFaults, InProcessDaemon
 
-CI_CUTS = 24
+CI_CUTS = 60
 SOAK_CUTS = 500
 
 

@@ -42,10 +42,13 @@ from hypothesis import strategies as st
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
     PROTOCOL_VERSION,
+    CloseSession,
+    Create,
     ErrorReply,
     Hello,
     Open,
     Record,
+    SessionOpened,
     Status,
     StatusReply,
     Subscribe,
@@ -392,6 +395,8 @@ class _Fuzz:
                     ):
                         key = getattr(message, "code", None) or type(message).__name__
                         h.stats[key] = h.stats.get(key, 0) + 1
+                        # "internal" is a bug in the daemon, never the client's doing.
+                        assert key != "internal", message
                     h.stats["answered"] = h.stats.get("answered", 0) + 1
             except (EOFError, ConnectionResetError, BrokenPipeError):
                 h.stats["hung_up"] = h.stats.get("hung_up", 0) + 1
@@ -499,6 +504,38 @@ def test_devices_and_fifos_in_place_of_a_session_file_are_never_opened(
     finally:
         watch.close()
     assert_serving(hostile.daemon)
+
+
+def test_every_hostile_path_is_refused_with_its_code_for_open_create_and_tail(
+    hostile: Hostile,
+) -> None:
+    """Regression (found by the fuzzer's soak): a tail of a name too long for the file
+    system ended with code "internal" (an OSError nobody named) instead of
+    path_refused, as open and create say."""
+    daemon = hostile.daemon
+    with RawClient(daemon.socket) as client:
+        for template in _HOSTILE_PATHS[1:]:
+            path = template.replace("{root}", str(daemon.root))
+            path = path.replace("{outside}", str(hostile.outside))
+            for message in (
+                Open(id=client.next_id(), path=path),
+                Create(id=client.next_id(), path=path),
+                Subscribe(id=client.next_id(), path=path, follow=False),
+            ):
+                reply = client.request(message)
+                while not isinstance(reply, ErrorReply | TailEnd | SessionOpened):
+                    reply = client.receive()
+                if isinstance(reply, SessionOpened):
+                    # A path under the root after all: nothing to refuse.
+                    assert Path(reply.path).is_relative_to(daemon.root), reply
+                    client.request(CloseSession(id=client.next_id(), session_id=reply.session_id))
+                    continue
+                if reply.code is None:
+                    continue  # the tail of a session under the root: it ended
+                allowed = {"path_refused", "session_not_found", "session_exists", "session_busy"}
+                assert reply.code in allowed, (path, message, reply)
+    _assert_outside_untouched(hostile)
+    assert_serving(daemon)
 
 
 def test_tailing_an_endless_device_is_refused_and_costs_no_memory(hostile: Hostile) -> None:

@@ -23,6 +23,7 @@ __all__ = ["PathRefused", "ResolvedPath", "Roots"]
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_MAX = 4096
 _FILE_FLAGS = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 # A file with no name yet is linked into place through /proc (see open(2), O_TMPFILE).
 _PROC_FD = os.path.isdir("/proc/self/fd")
 
@@ -115,22 +116,24 @@ class Roots:
         except OSError as exc:
             raise self._refusal(resolved, part, exc) from None
 
-    def open_file(self, resolved: ResolvedPath) -> int:
-        """Open an existing session file for appending, never through a symlink.
+    def open_file(self, resolved: ResolvedPath, *, write: bool = True) -> int:
+        """Open an existing session file for appending (or, without ``write``, for
+        reading), never through a symlink.
 
         A fifo, a device or a directory by that name is never opened (opening one can
         block, rewind a tape, or make a terminal the daemon's own), only refused.
-        Raises :class:`PathRefused` for a symlink or a file that is not regular,
-        :class:`FileNotFoundError` and :class:`OSError`.
+        Raises :class:`PathRefused` for a symlink, a file that is not regular or a name
+        too long, :class:`FileNotFoundError` and :class:`OSError`.
         """
         name = resolved.parts[-1]
+        flags = _FILE_FLAGS if write else _READ_FLAGS
         with self.parent_dir(resolved, create=False) as dir_fd:
             try:
                 st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 if not stat.S_ISREG(st.st_mode):
                     kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                     raise PathRefused(resolved.path, f"{name!r} is {kind}")
-                fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+                fd = os.open(name, flags, dir_fd=dir_fd)
             except FileNotFoundError:
                 raise
             except OSError as exc:

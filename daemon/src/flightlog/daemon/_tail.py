@@ -12,7 +12,6 @@ daemon's memory beyond its buffer; it just reads from disk until it catches up.
 from __future__ import annotations
 
 import os
-import stat
 from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ from flightlog.protocol import (
     Unsubscribe,
 )
 
-from ._paths import PathRefused, ResolvedPath, Roots
+from ._paths import ResolvedPath, Roots
 
 if TYPE_CHECKING:
     from ._actor import SessionActor
@@ -262,27 +261,21 @@ class _FileTail:
         self._ident: tuple[int, int] | None = None
 
     def _open(self) -> int:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-        resolved = self.resolved
         try:
-            with self.roots.parent_dir(resolved, create=False) as dir_fd:
-                st = os.stat(resolved.parts[-1], dir_fd=dir_fd, follow_symlinks=False)
-                if not stat.S_ISREG(st.st_mode):
-                    # Never opened: a fifo could block, a device could be endless.
-                    raise PathRefused(resolved.path, "not a regular file")
-                fd = os.open(resolved.parts[-1], flags, dir_fd=dir_fd)
+            fd = self.roots.open_file(self.resolved, write=False)
         except FileNotFoundError:
             raise LocalProtocolError(
-                f"{resolved.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
+                f"{self.resolved.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
             ) from None
         st = os.fstat(fd)
         ident = (st.st_dev, st.st_ino)
         if self._ident is None:
             self._ident = ident
-        if ident != self._ident or not stat.S_ISREG(st.st_mode):
+        if ident != self._ident:
             os.close(fd)
             raise LocalProtocolError(
-                f"{resolved.path} was replaced while it was read", code=ErrorCode.SESSION_CORRUPT
+                f"{self.resolved.path} was replaced while it was read",
+                code=ErrorCode.SESSION_CORRUPT,
             )
         return fd
 

@@ -334,7 +334,7 @@ class SessionActor:
                     stop = self.closing = True
                     self._release()
                     needs_sync = True
-                    replies.append((peer, self._close_reply(request_id)))
+                    replies.append((peer, self._ack_last(request_id)))
                 else:
                     raise LocalProtocolError(
                         f"{type(message).__name__} is not a session request",
@@ -471,9 +471,6 @@ class SessionActor:
             return Ack(id=request_id, seq=self.file.last_seq)
 
         return make
-
-    def _close_reply(self, request_id: int) -> Callable[[], Message]:
-        return self._ack_last(request_id)
 
     # ----------------------------------------------------------------- storage
 

@@ -218,16 +218,8 @@ class Connection:
         while True:
             try:
                 message = self._decoder.next_message()
-            except (RemoteProtocolError, RecursionError) as error:
-                # RecursionError: msgspec's depth limit; the decoder has skipped the frame.
-                bad = (
-                    error
-                    if isinstance(error, RemoteProtocolError)
-                    else RemoteProtocolError(
-                        "frame is not a valid message: nested too deeply",
-                        code=ErrorCode.BAD_MESSAGE,
-                    )
-                )
+            except RemoteProtocolError as bad:
+                # The decoder turns every undecodable frame (too deep too) into this.
                 self._refuse(bad)
                 self._bad_frames += 1
                 # Nothing can be read after an oversized frame; and bytes that are no

@@ -1,36 +1,35 @@
 """One client connection: read frames, route them, write replies and pushes.
 
-The reader decodes frames as they arrive and routes each message: records and session
-requests go to the session's actor mailbox (in the order received, so a reply never
-overtakes earlier records), the rest is answered here.  Replies and pushes go through
-an outbox drained by a writer task, bounded in messages and in payload bytes, so a
-client that does not read cannot make an actor buffer without limit.  A connection
-that has handed more than its budget of bytes to actors stops reading its socket until
-they are written: backpressure reaches the client as a full socket buffer.
+The socket is driven by a :class:`~._channel.Channel`: the event loop reads it into
+the frame decoder whenever it is readable, and replies are written straight to it.
+The connection's task routes each decoded message: records and session requests go
+to the session's actor mailbox (in the order received, so a reply never overtakes
+earlier records), the rest is answered here.  Replies and pushes that the socket does
+not take at once are queued, bounded in bytes, so a client that does not read cannot
+make an actor buffer without limit.  A connection that has handed more than its budget
+of bytes to actors stops taking frames until they are written, and its channel stops
+reading once a buffer's worth is waiting: backpressure reaches the client as a full
+socket buffer.
 
-The reader always reads to the end of the stream, even when replies can no longer be
-sent, so whatever a client sent before it went away is written.  At shutdown the read
-side of the socket is shut down, which makes that end come right after what the client
-has already sent.
+The connection always reads to the end of the stream, even when replies can no longer
+be sent, so whatever a client sent before it went away is written.  At shutdown the
+read side of the socket is shut down, which makes that end come right after what the
+client has already sent.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from anyio.abc import SocketStream
-from anyio.streams.memory import MemoryObjectSendStream
 
 from flightlog.protocol import (
     PROTOCOL_VERSION,
     BeginRun,
-    CheckpointLoaded,
     CloseRun,
     CloseSession,
     ConnectionState,
@@ -52,7 +51,6 @@ from flightlog.protocol import (
     Status,
     Subscribe,
     Sync,
-    TailBatch,
     Unsubscribe,
     Welcome,
     connection_transition,
@@ -60,6 +58,7 @@ from flightlog.protocol import (
 )
 
 from ._actor import Release, SessionActor, payload_size
+from ._channel import Channel
 
 if TYPE_CHECKING:
     from ._server import Daemon
@@ -70,8 +69,7 @@ log = structlog.get_logger("flightlogd.connection")
 
 _SESSION_REQUESTS = (BeginRun, SaveCheckpoint, CloseRun, CloseSession, Sync, LoadCheckpoint)
 _READ_SIZE = 256 * 1024
-_OUTBOX_SIZE = 256
-#: Payload bytes (checkpoints loaded, tailed lines) queued for one client at most.
+#: Bytes of replies (checkpoints loaded, tailed lines) queued for one client at most.
 _OUTBOX_BYTES = 8 * 1024 * 1024
 #: Frames in a row that are no message, after which the connection is closed: a peer
 #: that sends only garbage does not speak the protocol, and reading on (a GiB of it,
@@ -79,9 +77,8 @@ _OUTBOX_BYTES = 8 * 1024 * 1024
 _BAD_FRAMES_IN_A_ROW = 8
 
 
-def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     """(pid, uid, gid) of the process at the other end, from SO_PEERCRED."""
-    sock: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
@@ -93,11 +90,10 @@ def peer_credentials(stream: SocketStream) -> tuple[int, int, int]:
 class Connection:
     """A client connection; a :class:`~._actor.Peer` to the actors it writes."""
 
-    def __init__(self, daemon: Daemon, stream: SocketStream, number: int) -> None:
+    def __init__(self, daemon: Daemon, sock: socket.socket, number: int) -> None:
         self.daemon = daemon
-        self.stream = stream
         self.number = number
-        self.pid, self.uid, self.gid = peer_credentials(stream)
+        self.pid, self.uid, self.gid = peer_credentials(sock)
         self.client = ""
         self.closed = False
         self.state = ConnectionState.AWAIT_HELLO
@@ -105,14 +101,11 @@ class Connection:
         self.subscriptions: dict[int, Any] = {}
         self._decoder = server_decoder(daemon.config.max_frame_size)
         self._encoder = FrameEncoder()
-        self._outbox, self._outbox_receive = anyio.create_memory_object_stream[Message](
-            _OUTBOX_SIZE
+        self._channel = Channel(
+            sock, self._decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
         )
         self._inflight = 0
         self._bad_frames = 0  # frames in a row that were no message
-        self._outbox_bytes = 0  # payload bytes of the replies queued and not yet sent
-        self._outbox_room = anyio.Event()
-        self._writer_gone = False
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
@@ -126,36 +119,20 @@ class Connection:
     # ------------------------------------------------------------ Peer protocol
 
     async def send(self, message: Message) -> None:
-        """Queue a reply; waits while the outbox is full, in messages or in bytes."""
-        size = _reply_bytes(message)
-        # One big reply always fits an empty outbox; more wait for the writer.
-        while size and self._outbox_bytes and self._outbox_bytes + size > _OUTBOX_BYTES:
-            if self._writer_gone:
-                return
-            if self._outbox_room.is_set():
-                self._outbox_room = anyio.Event()
-            await self._outbox_room.wait()
-        if self._writer_gone:
-            return  # a client that is gone has nobody left to tell
-        self._outbox_bytes += size
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._outbox.send(message)
+        """Send a reply; waits while the queue of unsent replies is full (in bytes).
+        Dropped once the client cannot be written to: nobody is left to tell."""
+        await self._channel.send(self._encoder.encode(message))
 
     def push(self, message: Message) -> None:
-        """Queue a push without waiting; dropped when the outbox is full or closed
-        (pushes are sticky errors, of which the client needs only the first)."""
-        with contextlib.suppress(
-            anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
-        ):
-            self._outbox.send_nowait(message)
+        """Send a push without waiting; dropped when the queue is full or the client
+        gone (pushes are sticky errors, of which the client needs only the first)."""
+        if self._channel.queued <= _OUTBOX_BYTES:
+            self._channel.write(self._encoder.encode(message))
 
     def release_bytes(self, count: int) -> None:
         self._inflight -= count
         if self._inflight <= self.daemon.config.connection_buffer // 2:
             self._drained.set()
-
-    def outbox(self) -> MemoryObjectSendStream[Message]:
-        return self._outbox
 
     # ---------------------------------------------------------------- serving
 
@@ -163,22 +140,19 @@ class Connection:
         """Serve until the client hangs up, breaks the protocol, or the daemon stops."""
         self.log.info("connection_opened")
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._write_loop)
-                try:
-                    with self._read_scope:
-                        await self._read_loop()
-                finally:
-                    self.closed = True
-                    with anyio.CancelScope(shield=True):
-                        await self._release_all()
-                    self._outbox.close()
-                    # Let the writer flush what is queued, but not forever.
-                    tg.cancel_scope.deadline = anyio.current_time() + 5
+            with self._read_scope:
+                await self._read_loop()
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.stream.aclose()
-            self.log.info("connection_closed")
+            self.closed = True
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._release_all()
+                # Let the replies queued go out, but not forever.
+                with anyio.move_on_after(5):
+                    await self._channel.flush()
+            finally:
+                self._channel.close()
+                self.log.info("connection_closed")
 
     def stop(self) -> None:
         """Stop reading (daemon shutdown).  Frames the client sent before this moment
@@ -188,26 +162,20 @@ class Connection:
         if self._stopping:
             return
         self._stopping = True
-        sock: socket.socket = self.stream.extra(anyio.abc.SocketAttribute.raw_socket)
         try:
-            # The event loop's transport socket has no shutdown(); a duplicate shares
-            # the socket itself.
-            with socket.socket(fileno=os.dup(sock.fileno())) as dup:
-                dup.shutdown(socket.SHUT_RD)
+            self._channel.shutdown_read()
         except OSError:
             self._read_scope.cancel()
 
     async def _read_loop(self) -> None:
+        channel = self._channel
         while True:
-            try:
-                data = await self.stream.receive(_READ_SIZE)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
-            except OSError as exc:
-                self.log.info("connection_error", reason=str(exc))
-                return
-            self._decoder.feed(data)
+            await channel.wait_readable()
             if not await self._handle_frames():
+                return
+            if channel.read_ended:
+                if channel.read_error is not None:
+                    self.log.info("connection_error", reason=str(channel.read_error))
                 return
             if self._inflight > self.daemon.config.connection_buffer:
                 self._drained = anyio.Event()
@@ -349,41 +317,3 @@ class Connection:
                 await actor.put(self, Release())
         self.sessions.clear()
         await self.daemon.tails.drop_connection(self)
-
-    async def _write_loop(self) -> None:
-        encoder = self._encoder
-        try:
-            async with self._outbox_receive:
-                async for message in self._outbox_receive:
-                    buf = bytearray()
-                    encoder.encode_into(message, buf)
-                    sizes = _reply_bytes(message)
-                    while len(buf) < _READ_SIZE:
-                        try:
-                            more = self._outbox_receive.receive_nowait()
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            # EndOfStream: the outbox is closed and empty; the loop
-                            # above ends once this last batch is sent.
-                            break
-                        encoder.encode_into(more, buf)
-                        sizes += _reply_bytes(more)
-                    await self.stream.send(bytes(buf))
-                    self._outbox_bytes -= sizes
-                    self._outbox_room.set()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            # The client went away (or stopped reading for good).  The reader goes on
-            # to the end of the stream: what the client sent before it went is still
-            # in the socket buffer and must land.  Replies are dropped from now on.
-            pass
-        finally:
-            self._writer_gone = True
-            self._outbox_room.set()
-
-
-def _reply_bytes(message: Message) -> int:
-    """The payload a reply carries: what makes it big, and what the outbox counts."""
-    if isinstance(message, TailBatch):
-        return sum(len(line) for line in message.lines)
-    if isinstance(message, CheckpointLoaded):
-        return len(message.snapshot or b"")
-    return 0

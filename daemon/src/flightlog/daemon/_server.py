@@ -25,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import anyio
 import structlog
-from anyio.abc import SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 
 from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
 
@@ -122,8 +122,9 @@ class Daemon:
 
     async def _handle(self, stream: SocketStream) -> None:
         self._numbers += 1
+        sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
         if len(self.connections) >= self.config.max_connections:
-            pid, uid, _ = peer_credentials(stream)
+            pid, uid, _ = peer_credentials(sock)
             log.warning("refused", code=ErrorCode.TOO_MANY, pid=pid, uid=uid)
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.send(
@@ -138,7 +139,8 @@ class Daemon:
                 )
             await stream.aclose()
             return
-        conn = Connection(self, stream, self._numbers)
+        # From here the connection drives the socket itself (see _channel).
+        conn = Connection(self, sock, self._numbers)
         self.connections.add(conn)
         if self._idle.is_set():
             # Only a set event is replaced: shutdown may be waiting on the unset one.

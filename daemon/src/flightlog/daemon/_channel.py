@@ -1,0 +1,200 @@
+"""A connection's socket, read and written from event-loop callbacks.
+
+The socket stays registered for reading as long as the connection wants bytes: each
+time it is readable the loop calls :meth:`Channel._on_readable`, which reads what is
+there into the frame decoder and wakes the connection's task.  Nothing is registered
+and unregistered per read (anyio's socket streams do that on every ``receive``, several
+system calls each time), and a burst of frames costs one wake-up of the task.  Reading
+pauses while the decoder holds more than ``read_size`` bytes the task has not taken:
+that, and the connection's own budget of bytes handed to actors, is the backpressure a
+client feels as a full socket buffer.
+
+Writes go straight to the socket when nothing is queued before them (a reply costs one
+``send`` and no task switch), and the rest is queued and written when the socket is
+writable again.  A failed write only ends writing: the read side goes on to the end of
+the stream, so whatever the client sent before it went away still lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import Any
+
+from flightlog.protocol import FrameDecoder
+
+__all__ = ["Channel"]
+
+
+class Channel:
+    """Reads into ``decoder`` and writes with a queue bounded by ``queue_bytes``."""
+
+    def __init__(
+        self, sock: socket.socket, decoder: FrameDecoder[Any], *, read_size: int, queue_bytes: int
+    ) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._loop = asyncio.get_running_loop()
+        self._decoder = decoder
+        self._read_size = read_size
+        self._reading = False
+        self._news = False
+        self._waiter: asyncio.Future[None] | None = None
+        #: Why reading ended: None while it goes on, then the OSError or EOFError.
+        self.read_error: BaseException | None = None
+        self.read_ended = False
+        self._queue = bytearray()
+        self._queue_bytes = queue_bytes
+        self._writing = False  # registered for writability
+        self._room = asyncio.Event()  # set whenever the queue shrinks or ends
+        self._send_lock = asyncio.Lock()
+        self.write_ended = False
+        self._closed = False
+
+    @property
+    def queued(self) -> int:
+        """Bytes written by the connection and not yet taken by the socket."""
+        return len(self._queue)
+
+    # ------------------------------------------------------------------ reading
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self.read_ended and not self._closed:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def _on_readable(self) -> None:
+        try:
+            data = self._sock.recv(self._read_size)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._end_reading(exc)
+            return
+        if not data:
+            self._end_reading(None)
+            return
+        self._decoder.feed(data)
+        if self._decoder.buffered >= self._read_size:
+            self._pause_reading()
+        self._wake()
+
+    def _end_reading(self, error: OSError | None) -> None:
+        self._pause_reading()
+        self.read_ended = True
+        self.read_error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        self._news = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_readable(self) -> None:
+        """Wait until bytes were read into the decoder, or reading ended, since the
+        last call.  Resumes reading first if it was paused."""
+        self.resume_reading()
+        while not self._news:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        self._news = False
+
+    def shutdown_read(self) -> None:
+        """Shut the socket's read side: what the client already sent is still read,
+        then the end of the stream; the client's later sends fail."""
+        self._sock.shutdown(socket.SHUT_RD)
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, data: bytes) -> None:
+        """Send ``data`` now, or queue it behind what is already queued; never waits.
+        Dropped once writing has ended."""
+        if self.write_ended or self._closed:
+            return
+        if self._queue:
+            self._queue += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._end_writing()
+            return
+        if sent < len(data):
+            self._queue += memoryview(data)[sent:]
+            self._writing = True
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be queued now: always into an empty queue."""
+        return not self._queue or len(self._queue) + size <= self._queue_bytes
+
+    async def send(self, data: bytes) -> None:
+        """:meth:`write`, after waiting (first come, first served) while the queue has
+        no room for it."""
+        if not self._send_lock.locked() and self.fits(len(data)):
+            self.write(data)
+            return
+        async with self._send_lock:
+            while not self.write_ended and not self._closed and not self.fits(len(data)):
+                self._room.clear()
+                await self._room.wait()
+            self.write(data)
+
+    def _on_writable(self) -> None:
+        try:
+            sent = self._sock.send(self._queue)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._end_writing()
+            return
+        del self._queue[:sent]
+        if not self._queue:
+            self._stop_writing()
+        self._make_room()
+
+    def _stop_writing(self) -> None:
+        if self._writing:
+            self._writing = False
+            self._loop.remove_writer(self._fd)
+
+    def _make_room(self) -> None:
+        self._room.set()
+
+    def _end_writing(self) -> None:
+        self.write_ended = True
+        self._queue.clear()
+        self._stop_writing()
+        self._make_room()
+
+    async def flush(self) -> None:
+        """Wait until the queue is written, or writing has ended."""
+        while self._queue and not self.write_ended and not self._closed:
+            self._room.clear()
+            await self._room.wait()
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pause_reading()
+        self._stop_writing()
+        self._queue.clear()
+        self._make_room()
+        with contextlib.suppress(OSError):
+            self._sock.close()

@@ -29,6 +29,7 @@ it receives; it never touches a socket.  The sync and async clients only move by
 from __future__ import annotations
 
 import itertools
+import struct
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -129,6 +130,8 @@ class _Tail:
 
 
 _record_decoder = msgspec.json.Decoder(Record)
+_msgpack = msgspec.msgpack.Encoder()
+_frame_length = struct.Struct(">I").pack
 
 
 class ClientConnection:
@@ -212,6 +215,8 @@ class ClientConnection:
 
     def take_outbox(self) -> bytes:
         """Frames queued without a caller (unsubscribes of abandoned tails); send them first."""
+        if not self._outbox:
+            return b""
         data = bytes(self._outbox)
         self._outbox.clear()
         return data
@@ -345,7 +350,18 @@ class ClientConnection:
         it cannot encode, and :class:`LocalProtocolError` for a closed run, a bad
         ``time`` or a frame larger than the daemon accepts.
         """
-        self._check(session_id, run_id, SessionOp.RECORD)
+        # The hot path of every agent: the common case (the run open, no sticky error
+        # anywhere, the connection sound) is told apart with plain attribute tests;
+        # anything else takes the full check, which raises the right error.
+        view = self._sessions.get(session_id)
+        if (
+            self._sticky
+            or self._failure is not None
+            or view is None
+            or view.state is not SessionState.RUN_OPEN
+            or view.run_id != run_id
+        ):
+            self._check(session_id, run_id, SessionOp.RECORD)
         encoded = self.codec.encode_event(event)
         if encoded is None:
             return None
@@ -353,10 +369,14 @@ class ClientConnection:
             session_id=session_id,
             run_id=run_id,
             event_type=encoded.type,
-            time=_event_time(encoded, time),
+            time=encoded.time if time is None else _event_time(encoded, time),
             data=encoded.data,
         )
-        return self._encoder.encode(message)
+        # The frame FrameEncoder.encode builds, in one copy instead of three.
+        body = _msgpack.encode(message)
+        if len(body) > self._encoder.max_frame_size:
+            return self._encoder.encode(message)  # raises frame_too_large
+        return _frame_length(len(body)) + body
 
     def save_checkpoint(self, session_id: str, run_id: str, snapshot: Any) -> Pending[int]:
         """Append a codec-encoded checkpoint; the result is its seq, once durable."""

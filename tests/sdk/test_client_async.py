@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,7 +49,7 @@ from flightlog.sdk import (
     LocalProtocolError,
     RecordingError,
 )
-from flightlog.sdk.aio import AsyncClient, AsyncMockTransport, AsyncSession, aconnect
+from flightlog.sdk.aio import AsyncClient, AsyncMockTransport, AsyncRun, AsyncSession, aconnect
 
 from .fakes import FakeDaemon, error
 
@@ -328,8 +329,19 @@ async def test_run_ref_names_the_call(transport: AsyncMockTransport) -> None:
 # ----------------------------------------------------------------------- sticky errors
 
 
+async def record_until_refused(run: AsyncRun) -> RecordingError:
+    """Record until a pushed error surfaces: record() looks for pushes once a millisecond."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            await run.record(AgentEnd())
+        except RecordingError as exc:
+            return exc
+    pytest.fail("no record() raised the pushed error within 10 s")
+
+
 @pytest.mark.anyio
-async def test_a_pushed_error_surfaces_from_the_next_record(
+async def test_a_pushed_error_surfaces_from_a_later_record(
     fake: FakeDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
@@ -340,23 +352,65 @@ async def test_a_pushed_error_surfaces_from_the_next_record(
             session_id=run.session_id, run_id=run.run_id, code="bad_event", message="refused"
         )
     )
-    with pytest.raises(RecordingError) as first:
-        await run.record(AgentEnd())
-    assert (first.value.code, first.value.message) == ("bad_event", "refused")
+    first = await record_until_refused(run)
+    assert (first.code, first.message) == ("bad_event", "refused")
+    sent = sent_types(transport).count("RecordEvent")
+    # Once taken in, it is raised by every record, before anything is sent.
     with pytest.raises(RecordingError) as second:
         await run.record(AgentEnd())
-    assert second.value is first.value
-    assert run.error is first.value
-    assert sent_types(transport).count("RecordEvent") == 1
+    assert second.value is first
+    assert run.error is first
+    assert sent_types(transport).count("RecordEvent") == sent
     # close() writes run_close with the error's text, then raises it.
     with pytest.raises(RecordingError) as on_close:
         await run.aclose()
-    assert on_close.value is first.value
+    assert on_close.value is first
     assert fake.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     # Another run of the session is not touched by it.
     other = await session.begin_run()
     await other.record(AgentStart())
     await other.aclose()
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_requests_take_in_a_push_that_record_has_not_looked_for(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    await run.record(AgentStart())  # looks for pushes: the next look is a while away
+    transport.push(
+        RecordFailed(
+            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="refused"
+        )
+    )
+    with pytest.raises(RecordingError) as on_checkpoint:
+        await run.save_checkpoint({"step": 1})
+    assert on_checkpoint.value.message == "refused"
+    assert sent_types(transport).count("SaveCheckpoint") == 0
+    with pytest.raises(RecordingError) as on_close:
+        await run.aclose()
+    assert on_close.value is on_checkpoint.value
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_push_is_raised_by_close_right_after_a_record(
+    fake: FakeDaemon, transport: AsyncMockTransport
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    await run.record(AgentStart())
+    transport.push(
+        RecordFailed(
+            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="refused"
+        )
+    )
+    with pytest.raises(RecordingError) as on_close:
+        await run.aclose()
+    assert on_close.value.message == "refused"
+    assert fake.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     await client.aclose()
 
 
@@ -391,13 +445,12 @@ async def test_a_session_write_failure_stops_every_run(
             session_id=session.session_id, run_id=None, code="write_failed", message="disk full"
         )
     )
-    with pytest.raises(RecordingError) as caught:
-        await run.record(AgentStart())
-    assert caught.value.code == ErrorCode.WRITE_FAILED
+    caught = await record_until_refused(run)
+    assert caught.code == ErrorCode.WRITE_FAILED
     # The daemon takes no more writes: run_close cannot be written, close says why.
     with pytest.raises(RecordingError) as on_close:
         await run.aclose()
-    assert on_close.value is caught.value
+    assert on_close.value is caught
     assert "CloseRun" not in sent_types(transport)
     with pytest.raises(RecordingError):
         await session.begin_run()
@@ -598,6 +651,10 @@ async def test_a_daemon_that_hangs_up_loses_the_connection(
     client, session = await start(transport)
     run = await session.begin_run()
     transport.hang_up()
+    deadline = time.monotonic() + 10
+    with pytest.raises(ConnectionLost):  # found by the next look for pushes
+        while time.monotonic() < deadline:
+            await run.record(AgentStart())
     with pytest.raises(ConnectionLost):
         await run.record(AgentStart())
     with pytest.raises(ConnectionLost):

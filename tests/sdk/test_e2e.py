@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,47 @@ def test_a_refused_record_is_sticky_on_its_run(daemon: DaemonProcess) -> None:
     assert run_closes[0].decode_data() == {"error": caught.value.message}
     assert run_closes[1].decode_data() == {"error": None}
     assert [r.type for r in records].count("agent_start") == 2
+
+
+def test_a_refusal_surfaces_from_a_later_record_without_a_request(
+    daemon: DaemonProcess,
+) -> None:
+    # record() looks for pushed errors at most once a millisecond: with no request in
+    # between, a later record() raises the refusal, and every one after it.
+    with connect(daemon.socket, codec=BogusCodec()) as client:
+        session = client.create("later.jsonl")
+        run = session.begin_run()
+        run.record(AgentEnd())  # refused by the daemon, pushed back
+        deadline = time.monotonic() + 10
+        with pytest.raises(RecordingError) as caught:
+            while time.monotonic() < deadline:
+                run.record(AgentStart())
+        assert caught.value.code == "bad_event"
+        with pytest.raises(RecordingError) as again:
+            run.record(AgentStart())
+        assert again.value is caught.value
+        with pytest.raises(RecordingError) as on_close:
+            run.close()
+        assert on_close.value is caught.value
+        session.close()
+    run_close = [r for r in read(session.path) if r.type == "run_close"]
+    assert run_close[0].decode_data() == {"error": caught.value.message}
+
+
+def test_close_right_after_a_refused_record_raises_it(daemon: DaemonProcess) -> None:
+    # No record() looked for the push: close() takes it in before its answer.
+    with connect(daemon.socket, codec=BogusCodec()) as client:
+        session = client.create("close-right-after.jsonl")
+        run = session.begin_run()
+        run.record(AgentStart())
+        run.record(AgentEnd())  # refused
+        with pytest.raises(RecordingError) as on_close:
+            run.close()
+        assert on_close.value.code == "bad_event"
+        assert run.error is on_close.value
+        session.close()
+    # (run_close carries the error's text only when the push came before close() sent it.)
+    assert [r.type for r in read(session.path)][-2:] == ["agent_start", "run_close"]
 
 
 def test_an_exception_in_the_run_block_is_written_in_run_close(daemon: DaemonProcess) -> None:

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
+from time import monotonic_ns
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -48,6 +49,10 @@ from ._transport import AsyncSocketTransport, AsyncTransport
 __all__ = ["AsyncClient", "AsyncRun", "AsyncSession", "AsyncTail", "aconnect"]
 
 T = TypeVar("T")
+
+#: How long record() may go without looking for pushed errors: a poll is a syscall, and
+#: a burst of records needs one per millisecond, not one per record.
+_POLL_INTERVAL_NS = 1_000_000
 
 
 def aconnect(
@@ -135,6 +140,8 @@ class AsyncClient(_AsyncResource):
         self._send_lock = AsyncLock()
         self._receive_lock = AsyncLock()
         self._closed = False
+        #: record() looks for pushed errors once this monotonic_ns() is reached.
+        self._poll_due = 0
 
     @classmethod
     async def _connect(
@@ -288,6 +295,7 @@ class AsyncClient(_AsyncResource):
     def _poll(self) -> None:
         # Take in what has arrived (pushed errors) without waiting; when someone else
         # is receiving, they take it in.
+        self._poll_due = monotonic_ns() + _POLL_INTERVAL_NS
         if not self._receive_lock.try_acquire():
             return
         try:
@@ -368,6 +376,7 @@ class AsyncRun(_AsyncResource):
         self.session_id = session.session_id
         self.run_id = started.run_id
         self.seq = started.seq
+        self._client = session.client
         self._conn = session.client._conn
 
     @property
@@ -384,11 +393,18 @@ class AsyncRun(_AsyncResource):
         the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run or an event larger than the
         daemon's maximum frame size.
+
+        Pushed errors are looked for at most once a millisecond (a syscall each time),
+        so during a burst one surfaces from a record() up to a millisecond later.
+        Requests (``save_checkpoint``, ``sync``, ``close`` …) take in every push that
+        arrived before their answer.
         """
-        self.session.client._poll()
+        client = self._client
+        if monotonic_ns() >= client._poll_due:
+            client._poll()
         data = self._conn.record(self.session_id, self.run_id, event, time)
         if data is not None:
-            await self.session.client._send(data)
+            await client._send(data)
 
     def ref(self, execution: Execution) -> CallRef:
         """The :class:`CallRef` naming ``execution``'s call in this run."""

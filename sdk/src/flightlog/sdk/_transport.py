@@ -91,7 +91,8 @@ def _drain(sock: socket.socket, poller: select.poll | None = None) -> bytes | No
     """Everything the socket holds right now, without waiting.
 
     With ``poller`` (registered for the socket), an empty socket is found by one cheap
-    ``poll`` instead of a ``recv`` that raises: this runs before every ``record()``.
+    ``poll`` instead of a ``recv`` that raises: ``record()`` runs it up to once a
+    millisecond.
     """
     if poller is not None and not poller.poll(0):
         return None

@@ -67,7 +67,15 @@ __all__ = ["Connection"]
 
 log = structlog.get_logger("flightlogd.connection")
 
-_SESSION_REQUESTS = (BeginRun, SaveCheckpoint, CloseRun, CloseSession, Sync, LoadCheckpoint)
+_SESSION_MESSAGES = (
+    RecordEvent,
+    BeginRun,
+    SaveCheckpoint,
+    CloseRun,
+    CloseSession,
+    Sync,
+    LoadCheckpoint,
+)
 _READ_SIZE = 256 * 1024
 #: Bytes of replies (checkpoints loaded, tailed lines) queued for one client at most.
 _OUTBOX_BYTES = 8 * 1024 * 1024
@@ -208,6 +216,17 @@ class Connection:
             if message is None:
                 return True
             self._bad_frames = 0
+            if (
+                message.__class__ is RecordEvent
+                and self.state is ConnectionState.READY
+                and (actor := self.sessions.get(message.session_id)) is not None
+            ):
+                # The hot path: a record for a session this connection writes.
+                try:
+                    await self._hand_to(actor, message)
+                except FlightlogError as exc:
+                    self._refuse_record(message, exc)
+                continue
             try:
                 self.state = connection_transition(self.state, message)
             except RemoteProtocolError as exc:
@@ -221,17 +240,10 @@ class Connection:
             try:
                 await self._route(message)
             except FlightlogError as exc:
-                self._refuse(exc)
                 if isinstance(message, RecordEvent):
-                    self.push(
-                        RecordFailed(
-                            session_id=message.session_id,
-                            run_id=message.run_id,
-                            code=exc.code,
-                            message=exc.message,
-                        )
-                    )
+                    self._refuse_record(message, exc)
                 else:
+                    self._refuse(exc)
                     await self.send(
                         ErrorReply(
                             id=getattr(message, "id", 0),
@@ -244,19 +256,24 @@ class Connection:
     def _refuse(self, exc: FlightlogError) -> None:
         self.log.warning("refused", code=exc.code, reason=exc.message)
 
+    def _refuse_record(self, message: RecordEvent, exc: FlightlogError) -> None:
+        """A record has no reply: its error is pushed to the writer."""
+        self._refuse(exc)
+        self.push(
+            RecordFailed(
+                session_id=message.session_id,
+                run_id=message.run_id,
+                code=exc.code,
+                message=exc.message,
+            )
+        )
+
     async def _route(self, message: Message) -> None:
-        if isinstance(message, (RecordEvent, *_SESSION_REQUESTS)):
+        if isinstance(message, _SESSION_MESSAGES):
             actor = self._writable(message.session_id)
             if isinstance(message, CloseSession):
                 del self.sessions[message.session_id]
-            # Counted until the actor has written it: what makes reading stop.
-            size = payload_size(message)
-            self._inflight += size
-            try:
-                await actor.put(self, message)
-            except BaseException:
-                self.release_bytes(size)
-                raise
+            await self._hand_to(actor, message)
         elif isinstance(message, Hello):
             self.client = message.client[:200]
             self.log = self.log.bind(client=self.client)
@@ -296,6 +313,16 @@ class Connection:
             raise LocalProtocolError(
                 f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
             )
+
+    async def _hand_to(self, actor: SessionActor, message: Message) -> None:
+        # Counted until the actor has written it: what makes reading stop.
+        size = payload_size(message)
+        self._inflight += size
+        try:
+            await actor.put(self, message)
+        except BaseException:
+            self.release_bytes(size)
+            raise
 
     def _writable(self, session_id: str) -> SessionActor:
         actor = self.sessions.get(session_id)

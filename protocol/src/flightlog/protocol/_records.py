@@ -169,7 +169,10 @@ _TIME_RE: Final = re.compile(
     r"(?:\.\d{1,9})?Z",
     re.ASCII,
 )
+_FRACTION_RE: Final = re.compile(r"(?:\.\d{1,9})?Z", re.ASCII)
 _SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
+#: The first 19 characters of the last time :func:`is_time` accepted (a valid second).
+_valid_second = "1970-01-01T00:00:00"
 
 
 def format_time(moment: datetime) -> str:
@@ -203,6 +206,13 @@ def parse_time(text: str) -> datetime:
 
 def is_time(text: str) -> bool:
     """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix, a real date."""
+    global _valid_second
+    # Consecutive times mostly share their second: once a time's first 19 characters
+    # (date, hour, minutes, seconds) passed the whole check, another time with the
+    # same ones only needs its fraction and ``Z`` checked.  Same result, a third of
+    # the cost.
+    if text[:19] == _valid_second:
+        return _FRACTION_RE.fullmatch(text, 19) is not None
     # The pattern admits no leap second (RFC 3339 does; records do not) and checks
     # every field's range; only the 29th to 31st need the calendar.
     match = _TIME_RE.fullmatch(text)
@@ -214,6 +224,7 @@ def is_time(text: str) -> bool:
             date(int(year), int(month), int(day))
         except ValueError:
             return False
+    _valid_second = text[:19]
     return True
 
 

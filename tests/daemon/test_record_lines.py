@@ -1,0 +1,234 @@
+"""The session actor's path for stretches of records: the same bytes as append_line(),
+and the same refusals as the checks one record at a time."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from flightlog.daemon._actor import Item, SessionActor
+from flightlog.daemon._config import Config
+from flightlog.daemon._paths import Roots
+from flightlog.daemon._storage import SessionFile
+from flightlog.protocol import (
+    AGENT_FACT_TYPES,
+    Message,
+    Record,
+    RecordEvent,
+    RecordFailed,
+    SessionState,
+    append_line,
+    check,
+    new_id,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class _Tails:
+    all: tuple[()] = ()
+
+    def publish_all(self, *args: Any) -> None:
+        pass
+
+
+class _Sessions:
+    """What an actor uses of the registry, without the registry."""
+
+    def __init__(self, root: Path) -> None:
+        self.config = Config(socket_path=str(root / "sock"), root=str(root))
+        self.tails = _Tails()
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+class _Peer:
+    pid = 1
+    uid = 1
+    client = "test"
+    closed = False
+
+    def __init__(self) -> None:
+        self.pushed: list[Message] = []
+        self.released = 0
+
+    async def send(self, message: Message) -> None:
+        raise AssertionError(f"no reply expected: {message}")
+
+    def push(self, message: Message) -> None:
+        self.pushed.append(message)
+
+    def release_bytes(self, count: int) -> None:
+        self.released += count
+
+
+@pytest.fixture
+def actors() -> Iterator[list[SessionActor]]:
+    made: list[SessionActor] = []
+    yield made
+    for actor in made:
+        actor._send.close()
+        actor._receive.close()
+        actor.file.close()
+
+
+def _actor(made: list[SessionActor], tmp_path: Path, writer: _Peer) -> tuple[SessionActor, str]:
+    roots = Roots(str(tmp_path))
+    file = SessionFile.create(
+        roots,
+        roots.resolve("s.jsonl"),
+        session_id=new_id(),
+        meta={},
+        time="2026-11-29T20:00:00Z",
+    )
+    actor = SessionActor(file, _Sessions(tmp_path), writer)  # type: ignore[arg-type]
+    actor.state = SessionState.RUN_OPEN
+    actor.run_id = new_id()
+    made.append(actor)
+    return actor, actor.run_id
+
+
+def _lines(path: str) -> list[bytes]:
+    with open(path, "rb") as f:
+        return f.read().splitlines(keepends=True)
+
+
+DATA = [
+    b"{}",
+    b'{"a":1}',
+    b'{"text":"caf\xc3\xa9 \xe2\x9c\x93 \\u00e9 \\"quoted\\" \\\\ /","n":[1,2.5,-3e10,null,true]}',
+    b'{ "spaced" : [ { } ] }',
+    b'{"deep":' + b"[" * 250 + b"]" * 250 + b"}",
+]
+TIMES = [
+    "2026-11-29T20:00:41Z",
+    "2026-11-29T20:00:41.1Z",
+    "2026-11-29T20:00:41.123456Z",
+    "2026-11-29T20:00:41.123456789Z",
+    "2026-11-29T20:00:42.000001Z",
+    "0999-01-02T03:04:05.000006Z",
+]
+
+
+async def test_lines_are_byte_for_byte_what_append_line_writes(
+    tmp_path: Path, actors: list[SessionActor]
+) -> None:
+    writer = _Peer()
+    actor, run_id = _actor(actors, tmp_path, writer)
+    events = [
+        RecordEvent(
+            session_id=actor.session_id,
+            run_id=run_id,
+            event_type=kind,
+            time=TIMES[i % len(TIMES)],
+            data=DATA[i % len(DATA)],
+        )
+        for i, kind in enumerate(sorted(AGENT_FACT_TYPES) * 3)
+    ]
+    batch: list[Item] = [(writer, event) for event in events]
+    # Several batches, so that seq carries over and stretches start at any record.
+    assert not await actor._process(batch[:1])
+    assert not await actor._process(batch[1:40])
+    assert not await actor._process(batch[40:])
+    expected = bytearray()
+    for seq, event in enumerate(events, start=2):
+        append_line(
+            expected,
+            Record(
+                session_id=actor.session_id,
+                seq=seq,
+                type=event.event_type,
+                time=event.time,
+                run_id=run_id,
+                data=msgspec.Raw(event.data),
+            ),
+        )
+    assert b"".join(_lines(actor.path)[1:]) == bytes(expected)
+    assert writer.pushed == []
+    assert writer.released == sum(len(event.data) for event in events)
+    assert actor.file.last_seq == len(events) + 1
+    assert check(io.BytesIO(b"".join(_lines(actor.path)))).sound
+
+
+BAD: list[tuple[str, dict[str, Any]]] = [
+    ("bad_event", {"time": "2026-11-29T20:00:41.Z"}),
+    ("bad_event", {"time": "2026-11-29T20:00:41.1234567890Z"}),
+    ("bad_event", {"time": "2026-11-29T20:00:41.\u0663Z"}),
+    ("bad_event", {"time": "2026-11-29T20:00:41"}),
+    ("bad_event", {"time": "2026-02-30T20:00:41.5Z"}),
+    ("bad_event", {"event_type": "run_start"}),
+    ("bad_event", {"event_type": "message_update"}),
+    ("bad_event", {"data": b"[1]"}),
+    ("bad_event", {"data": b'{"a":\n1}'}),
+    ("bad_event", {"data": b'{"a":\r1}'}),
+    ("bad_event", {"data": b'{"a":"\xff"}'}),
+    ("bad_event", {"data": b"{"}),
+    ("bad_event", {"data": b'{"a":' + b"[" * 300 + b"]" * 300 + b"}"}),
+    ("run_not_open", {"run_id": "0" * 32}),
+]
+
+
+@pytest.mark.parametrize(("code", "change"), BAD)
+async def test_a_bad_record_amid_good_ones_is_refused_alone(
+    tmp_path: Path, actors: list[SessionActor], code: str, change: dict[str, Any]
+) -> None:
+    writer, other = _Peer(), _Peer()
+    actor, run_id = _actor(actors, tmp_path, writer)
+    good = {
+        "session_id": actor.session_id,
+        "run_id": run_id,
+        "event_type": "tool_exec_start",
+        "time": "2026-11-29T20:00:41.5Z",  # the second the bad times share
+        "data": b'{"n":1}',
+    }
+    bad = RecordEvent(**{**good, **change})
+    ok = RecordEvent(**good)
+    # Another run id: one refusal is pushed per run id, whichever connection sent it.
+    foreign = RecordEvent(**{**good, "run_id": "f" * 32})
+    batch: list[Item] = [
+        (writer, ok),
+        (writer, bad),
+        (writer, ok),
+        (other, foreign),  # not the writer
+        (writer, ok),
+    ]
+    assert not await actor._process(batch)
+    lines = _lines(actor.path)[1:]
+    assert [msgspec.json.decode(line)["seq"] for line in lines] == [2, 3, 4]
+    assert all(line.endswith(b',"data":{"n":1}}\n') for line in lines)
+    assert len(writer.pushed) == 1
+    refusal = writer.pushed[0]
+    assert isinstance(refusal, RecordFailed) and refusal.code == code, refusal
+    assert len(other.pushed) == 1
+    assert isinstance(other.pushed[0], RecordFailed)
+    assert other.pushed[0].code == "not_writer"
+    assert writer.released == 3 * len(ok.data) + len(bad.data)
+    assert other.released == len(ok.data)
+
+
+@pytest.mark.parametrize("state", [SessionState.IDLE, SessionState.FAILED])
+async def test_records_without_an_open_run_are_refused(
+    tmp_path: Path, actors: list[SessionActor], state: SessionState
+) -> None:
+    writer = _Peer()
+    actor, run_id = _actor(actors, tmp_path, writer)
+    actor.state = state
+    if state is SessionState.IDLE:
+        actor.run_id = None
+    event = RecordEvent(
+        session_id=actor.session_id,
+        run_id=run_id,
+        event_type="tool_exec_start",
+        time="2026-11-29T20:00:41.5Z",
+        data=b"{}",
+    )
+    assert not await actor._process([(writer, event), (writer, event)])
+    assert len(_lines(actor.path)) == 1
+    assert [type(m) for m in writer.pushed] == [RecordFailed]
+    assert writer.released == 4

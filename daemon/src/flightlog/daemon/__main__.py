@@ -106,6 +106,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(default: %(default)s, lowered to fit the descriptor limit)",
     )
     parser.add_argument(
+        "--read-window",
+        type=float,
+        default=defaults.read_window,
+        metavar="SECONDS",
+        help="leave a client that streams records unread this long between reads, so "
+        "that its sends stop waking the daemon one by one: less CPU for both, at the "
+        "cost of this much latency for what it sends next (default: %(default)s, off)",
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=float,
         default=defaults.shutdown_grace,
@@ -156,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         idle_timeout=args.idle_timeout,
         max_open_files=args.max_open_files,
         max_connections=args.max_connections,
+        read_window=args.read_window,
         shutdown_grace=args.shutdown_grace,
     )
     try:

@@ -1,13 +1,16 @@
 """A connection's socket, read and written from event-loop callbacks.
 
-The socket stays registered for reading as long as the connection wants bytes: each
-time it is readable the loop calls :meth:`Channel._on_readable`, which reads what is
-there into the frame decoder and wakes the connection's task.  Nothing is registered
-and unregistered per read (anyio's socket streams do that on every ``receive``, several
-system calls each time), and a burst of frames costs one wake-up of the task.  Reading
-pauses while the decoder holds more than ``read_size`` bytes the task has not taken:
-that, and the connection's own budget of bytes handed to actors, is the backpressure a
-client feels as a full socket buffer.
+Connections are watched for reading by one :class:`Poller`, an epoll set of the
+daemon's own that the event loop watches as a single descriptor.  A socket stays in it
+as long as the connection wants bytes: each time it is readable, its
+:meth:`Channel._on_readable` reads what is there into the frame decoder and wakes the
+connection's task.  Nothing is registered and unregistered per read (anyio's socket
+streams do that on every ``receive``, several system calls each time), and a burst of
+frames costs one wake-up of the task.  Reading pauses while the decoder holds more than
+``read_size`` bytes the task has not taken: that, and the connection's own budget of
+bytes handed to actors, is the backpressure a client feels as a full socket buffer.
+A paused socket is out of the epoll set for real (the event loop's own ``remove_reader``
+takes it out only lazily, at its next event), so data arriving meanwhile wakes nobody.
 
 Writes go straight to the socket when nothing is queued before them (a reply costs one
 ``send`` and no task switch), and the rest is queued and written when the socket is
@@ -18,28 +21,101 @@ the stream, so whatever the client sent before it went away still lands.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import select
 import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 from flightlog.protocol import FrameDecoder
 
-__all__ = ["Channel"]
+from ._timerfd import TimerFd
+
+__all__ = ["Channel", "Poller"]
+
+
+class Poller:
+    """The epoll set of every connection's reads, and the timer that ends the holds of
+    :meth:`Channel.hold_reading`; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._epoll = select.epoll()
+        self._readers: dict[int, Callable[[], object]] = {}
+        self._timer = TimerFd()
+        # (deadline, release) in deadline order: every hold lasts the same window.
+        self._holds: collections.deque[tuple[float, Callable[[], object]]] = collections.deque()
+        self.watch(self._timer.fd, self._release_holds)
+        self._loop.add_reader(self._epoll.fileno(), self._dispatch)
+
+    def watch(self, fd: int, on_readable: Callable[[], object]) -> None:
+        self._epoll.register(fd, select.EPOLLIN)
+        self._readers[fd] = on_readable
+
+    def unwatch(self, fd: int) -> None:
+        if self._readers.pop(fd, None) is not None:
+            self._epoll.unregister(fd)
+
+    def hold(self, seconds: float, release: Callable[[], object]) -> None:
+        """Call ``release`` in ``seconds``."""
+        deadline = time.monotonic() + seconds
+        if not self._holds:
+            self._timer.fire_at(deadline)
+        self._holds.append((deadline, release))
+
+    def _release_holds(self) -> None:
+        self._timer.clear()
+        holds = self._holds
+        now = time.monotonic()
+        while holds and holds[0][0] <= now:
+            holds.popleft()[1]()
+        if holds:
+            self._timer.fire_at(holds[0][0])
+
+    def _dispatch(self) -> None:
+        readers = self._readers
+        for fd, _ in self._epoll.poll(0, 256):
+            on_readable = readers.get(fd)
+            if on_readable is not None:
+                on_readable()
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._epoll.fileno())
+        self._epoll.close()
+        self._timer.close()
+        self._readers.clear()
+        self._holds.clear()
+
+    def __enter__(self) -> Poller:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class Channel:
     """Reads into ``decoder`` and writes with a queue bounded by ``queue_bytes``."""
 
     def __init__(
-        self, sock: socket.socket, decoder: FrameDecoder[Any], *, read_size: int, queue_bytes: int
+        self,
+        sock: socket.socket,
+        poller: Poller,
+        decoder: FrameDecoder[Any],
+        *,
+        read_size: int,
+        queue_bytes: int,
     ) -> None:
         sock.setblocking(False)
         self._sock = sock
         self._fd = sock.fileno()
+        self._poller = poller
         self._loop = asyncio.get_running_loop()
         self._decoder = decoder
         self._read_size = read_size
         self._reading = False
+        self._held = False
         self._news = False
         self._waiter: asyncio.Future[None] | None = None
         #: Why reading ended: None while it goes on, then the OSError or EOFError.
@@ -61,16 +137,33 @@ class Channel:
     # ------------------------------------------------------------------ reading
 
     def resume_reading(self) -> None:
-        if not self._reading and not self.read_ended and not self._closed:
+        if not self._reading and not self._held and not self.read_ended and not self._closed:
             self._reading = True
-            self._loop.add_reader(self._fd, self._on_readable)
+            self._poller.watch(self._fd, self._on_readable)
 
     def _pause_reading(self) -> None:
         if self._reading:
             self._reading = False
-            self._loop.remove_reader(self._fd)
+            self._poller.unwatch(self._fd)
+
+    def hold_reading(self, seconds: float) -> None:
+        """Stop watching the socket for ``seconds``: what the client sends meanwhile
+        waits in the socket buffer, where it is as safe from the client's crash as in
+        the daemon, and costs the client no wake-up of the daemon."""
+        if self._reading and not self._held:
+            self._pause_reading()
+            self._held = True
+            self._poller.hold(seconds, self._release_hold)
+
+    def _release_hold(self) -> None:
+        self._held = False
+        if self._closed:
+            return
+        self.resume_reading()
+        self._on_readable()
 
     def _on_readable(self) -> None:
+        """Read what is there."""
         try:
             data = self._sock.recv(self._read_size)
         except (BlockingIOError, InterruptedError):

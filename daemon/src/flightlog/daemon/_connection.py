@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -110,10 +111,11 @@ class Connection:
         self._decoder = server_decoder(daemon.config.max_frame_size)
         self._encoder = FrameEncoder()
         self._channel = Channel(
-            sock, self._decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
+            sock, daemon.poller, self._decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
         )
         self._inflight = 0
         self._bad_frames = 0  # frames in a row that were no message
+        self._requests_seen = False  # in the frames handled since the last read
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
@@ -177,10 +179,22 @@ class Connection:
 
     async def _read_loop(self) -> None:
         channel = self._channel
+        window = self.daemon.config.read_window
+        clock = time.monotonic
+        last = 0.0
         while True:
             await channel.wait_readable()
+            self._requests_seen = False
             if not await self._handle_frames():
                 return
+            if window and not self._requests_seen:
+                # A client streaming records (a burst less than a window after the
+                # last) is left unread for a window: its sends meanwhile wake nobody.
+                # One that sent a request is read again at once.
+                now = clock()
+                if now - last < window:
+                    channel.hold_reading(window)
+                last = now
             if channel.read_ended:
                 if channel.read_error is not None:
                     self.log.info("connection_error", reason=str(channel.read_error))
@@ -227,6 +241,7 @@ class Connection:
                 except FlightlogError as exc:
                     self._refuse_record(message, exc)
                 continue
+            self._requests_seen = True
             try:
                 self.state = connection_transition(self.state, message)
             except RemoteProtocolError as exc:

@@ -29,6 +29,7 @@ from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, 
 
 from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
 
+from ._channel import Poller
 from ._config import Config
 from ._connection import Connection, peer_credentials
 from ._paths import Roots
@@ -80,6 +81,7 @@ class Daemon:
         self._numbers = 0
         self.socket_paths: list[str] = []
         self._sessions: Sessions | None = None
+        self._poller: Poller | None = None
         self._idle = anyio.Event()
         self._idle.set()
         self._accepting: list[anyio.CancelScope] = []
@@ -89,6 +91,11 @@ class Daemon:
     def sessions(self) -> Sessions:
         assert self._sessions is not None, "the daemon is not serving"
         return self._sessions
+
+    @property
+    def poller(self) -> Poller:
+        assert self._poller is not None, "the daemon is not serving"
+        return self._poller
 
     @property
     def tails(self) -> Tails:
@@ -230,32 +237,33 @@ async def serve(
         for sock in listeners:
             sock.setblocking(False)
         anyio_listeners = [await SocketListener.from_socket(sock) for sock in listeners]
-        async with anyio.create_task_group() as actors_tg:
-            daemon._sessions = Sessions(config, daemon.roots, actors_tg)
-            async with anyio.create_task_group() as conns_tg:
-                for listener in anyio_listeners:
-                    conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
-                if notifier is not None:
-                    actors_tg.start_soon(watchdog_loop, notifier)
-                    actors_tg.start_soon(daemon._report_status, notifier)
-                    notifier.ready(daemon.status_line())
-                log.info(
-                    "listening",
-                    sockets=[str(s.getsockname()) for s in listeners],
-                    root=daemon.roots.root,
-                    allow=list(daemon.roots.allowed[1:]),
-                    pid=daemon.pid,
-                    version=daemon.version,
-                )
-                task_status.started(daemon)
-                await (shutdown_trigger or anyio.sleep_forever)()
-                if notifier is not None:
-                    notifier.stopping("draining sessions")
-                await daemon._drain(conns_tg)
-            log.info("sessions_closing", sessions=len(daemon.sessions.by_path))
-            with anyio.CancelScope(shield=True), anyio.move_on_after(config.shutdown_grace):
-                await daemon.sessions.shutdown()
-            actors_tg.cancel_scope.cancel()
+        with Poller() as daemon._poller:
+            async with anyio.create_task_group() as actors_tg:
+                daemon._sessions = Sessions(config, daemon.roots, actors_tg)
+                async with anyio.create_task_group() as conns_tg:
+                    for listener in anyio_listeners:
+                        conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
+                    if notifier is not None:
+                        actors_tg.start_soon(watchdog_loop, notifier)
+                        actors_tg.start_soon(daemon._report_status, notifier)
+                        notifier.ready(daemon.status_line())
+                    log.info(
+                        "listening",
+                        sockets=[str(s.getsockname()) for s in listeners],
+                        root=daemon.roots.root,
+                        allow=list(daemon.roots.allowed[1:]),
+                        pid=daemon.pid,
+                        version=daemon.version,
+                    )
+                    task_status.started(daemon)
+                    await (shutdown_trigger or anyio.sleep_forever)()
+                    if notifier is not None:
+                        notifier.stopping("draining sessions")
+                    await daemon._drain(conns_tg)
+                log.info("sessions_closing", sessions=len(daemon.sessions.by_path))
+                with anyio.CancelScope(shield=True), anyio.move_on_after(config.shutdown_grace):
+                    await daemon.sessions.shutdown()
+                actors_tg.cancel_scope.cancel()
         log.info("stopped")
 
 

@@ -3,7 +3,7 @@
 An actor drains its bounded mailbox in batches: one ``await receive()``, then
 ``receive_nowait()`` until the mailbox is empty.  It assigns each record its seq,
 encodes every line of the batch into one buffer and appends it with one ``write``.
-It syncs (in a worker thread) only when the batch holds a checkpoint, a run close,
+It syncs (in one of its root's disk threads) only when the batch holds a checkpoint, a run close,
 a sync, a session close or a release, and sends the replies of those requests only
 once the data is durable.  A failed write or sync is sticky: the actor keeps the
 error, refuses every later write with it, pushes it to the writer and returns it on
@@ -140,7 +140,7 @@ class SessionActor:
             sessions.config.mailbox_size
         )
         self._log = log.bind(session_id=file.session_id, path=file.path)
-        self._disk = sessions.disk(file.resolved.root)
+        self._disk = sessions.worker(file.resolved.root)
         # A record's line, cut where its seq, time and data go (see _records).
         self._line_head = b'{"session_id":' + _encode_json(file.session_id) + b',"seq":'
         self._run_part_cache = ("", b"")
@@ -598,7 +598,7 @@ class SessionActor:
             return
         self.busy = True
         try:
-            await anyio.to_thread.run_sync(self.file.sync, limiter=self._disk)
+            await self._disk.run(self.file.sync)
         finally:
             self.busy = False
 
@@ -607,7 +607,7 @@ class SessionActor:
             raise self.error
         self.busy = True
         try:
-            return await anyio.to_thread.run_sync(self.file.read_checkpoint, limiter=self._disk)
+            return await self._disk.run(self.file.read_checkpoint)
         except StorageError as exc:
             self._fail(exc)
             raise

@@ -28,6 +28,7 @@ from flightlog.protocol import (
 
 from ._actor import Peer, SessionActor, Shutdown
 from ._config import Config
+from ._disk import Disk
 from ._paths import Roots
 from ._storage import SessionFile
 from ._tail import Tails
@@ -36,9 +37,9 @@ __all__ = ["DISK_THREADS", "Sessions"]
 
 log = structlog.get_logger("flightlogd.sessions")
 
-#: Worker threads that the blocking file work (create, open, fsync, reading) under one
-#: root may use at once.  A disk that hangs holds at most these; the sessions under
-#: every other root go on (a single pool would be exhausted by the hung disk's fsyncs).
+#: Threads that the blocking file work (create, open, fsync, reading) under one root
+#: may use at once.  A disk that hangs holds at most these; the sessions under every
+#: other root go on (a single pool would be exhausted by the hung disk's fsyncs).
 DISK_THREADS = 16
 
 
@@ -60,14 +61,20 @@ class Sessions:
         self._rate_mark = (self.started, 0)
         self.rate = 0.0
         self.tails = Tails(self, roots, task_group)
-        self._disks: dict[str, anyio.CapacityLimiter] = {}
+        self._disks: dict[str, Disk] = {}
+
+    def worker(self, root: str) -> Disk:
+        """The threads for blocking file work under ``root`` (see DISK_THREADS)."""
+        disk = self._disks.get(root)
+        if disk is None:
+            disk = self._disks[root] = Disk(root, anyio.CapacityLimiter(DISK_THREADS))
+        return disk
 
     def disk(self, root: str) -> anyio.CapacityLimiter:
-        """The worker threads for blocking file work under ``root`` (see DISK_THREADS)."""
-        limiter = self._disks.get(root)
-        if limiter is None:
-            limiter = self._disks[root] = anyio.CapacityLimiter(DISK_THREADS)
-        return limiter
+        """What bounds the threads doing file work under ``root`` at once, for work
+        that runs in anyio's worker threads (a tail's reads) rather than the root's
+        own (:meth:`worker`)."""
+        return self.worker(root).limiter
 
     # ------------------------------------------------------- create and open
 
@@ -82,11 +89,10 @@ class Sessions:
             if resolved.path in self.by_path:
                 raise _exists(resolved.path)
             try:
-                file = await anyio.to_thread.run_sync(
+                file = await self.worker(resolved.root).run(
                     lambda: SessionFile.create(
                         self.roots, resolved, session_id=new_id(), meta=meta, time=now()
-                    ),
-                    limiter=self.disk(resolved.root),
+                    )
                 )
             except FileExistsError:
                 raise _exists(resolved.path) from None
@@ -125,9 +131,7 @@ class Sessions:
                 if not actor.released.is_set():
                     raise _busy(resolved.path, writer)
             try:
-                file = await anyio.to_thread.run_sync(
-                    SessionFile.open, self.roots, resolved, limiter=self.disk(resolved.root)
-                )
+                file = await self.worker(resolved.root).run(SessionFile.open, self.roots, resolved)
             except FileNotFoundError:
                 raise FlightlogError(
                     f"{resolved.path} does not exist; create it first",

@@ -73,8 +73,6 @@ def actors() -> Iterator[list[SessionActor]]:
     made: list[SessionActor] = []
     yield made
     for actor in made:
-        actor._send.close()
-        actor._receive.close()
         actor.file.close()
 
 

@@ -15,6 +15,8 @@ sent them, so a reply never overtakes the records sent before its request.
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -118,6 +120,93 @@ Item = tuple["Peer | None", Message | Release | Shutdown]
 _SYNCED = (SaveCheckpoint, CloseRun, CloseSession, Sync, Release, Shutdown)
 
 
+class _Mailbox:
+    """An actor's bounded mailbox: the items in order, the actor waiting for them, and
+    the puts waiting for room (backpressure), in the order they came.
+
+    What anyio's memory object stream did here, for a fraction of its cost per item
+    and per wake-up; asyncio only, like the rest of the daemon.
+    """
+
+    __slots__ = ("_putters", "_reader", "closed", "items", "size")
+
+    def __init__(self, size: int) -> None:
+        self.items: deque[Item] = deque()
+        self.size = size
+        self.closed = False
+        self._reader: asyncio.Future[None] | None = None
+        # Each waiting put: its future (True once its item is in, False if closed).
+        self._putters: deque[tuple[asyncio.Future[bool], Item]] = deque()
+
+    def put_nowait(self, item: Item) -> bool:
+        """Queue ``item`` if there is room; False when it must wait (or is closed)."""
+        putters = self._putters
+        while putters and putters[0][0].done():
+            putters.popleft()  # cancelled while waiting
+        # A put still waiting means the mailbox is full: take() gives room to those first.
+        if self.closed or putters or len(self.items) >= self.size:
+            return False
+        self.items.append(item)
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+        return True
+
+    async def put(self, item: Item) -> bool:
+        """Queue ``item``, waiting for room; False when the mailbox is (or gets) closed."""
+        if self.closed:
+            return False
+        if self.put_nowait(item):
+            return True
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._putters.append((waiter, item))
+        # Cancelled while waiting: its entry stays, done, and is skipped.
+        return await waiter
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait for an item, at most ``seconds``; whether there is one."""
+        if not self.items:
+            loop = asyncio.get_running_loop()
+            reader = self._reader = loop.create_future()
+            timer = loop.call_later(seconds, _wake, reader)
+            try:
+                await reader
+            finally:
+                timer.cancel()
+                self._reader = None
+        return bool(self.items)
+
+    def take(self, limit: int) -> list[Item]:
+        """Up to ``limit`` items, oldest first; the puts waiting get their room."""
+        items = self.items
+        if len(items) <= limit:
+            batch = list(items)
+            items.clear()
+        else:
+            batch = [items.popleft() for _ in range(limit)]
+        putters = self._putters
+        while putters and len(items) < self.size:
+            waiter, item = putters.popleft()
+            if not waiter.done():
+                items.append(item)
+                waiter.set_result(True)
+        return batch
+
+    def close(self) -> None:
+        """Refuse every later put, and the puts waiting; drop what is queued."""
+        self.closed = True
+        self.items.clear()
+        for waiter, _ in self._putters:
+            if not waiter.done():
+                waiter.set_result(False)
+        self._putters.clear()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class SessionActor:
     """Owns one session file; see the module docstring."""
 
@@ -136,9 +225,7 @@ class SessionActor:
         self.finished = anyio.Event()
         self.released = anyio.Event()
         self._failure_pushed_for: str | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[Item](
-            sessions.config.mailbox_size
-        )
+        self._mailbox = _Mailbox(sessions.config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
         self._disk = sessions.worker(file.resolved.root)
         # A record's line, cut where its seq, time and data go (see _records).
@@ -157,16 +244,9 @@ class SessionActor:
 
     async def put(self, peer: Peer | None, message: Message | Release | Shutdown) -> None:
         """Queue ``message``; waits while the mailbox is full (backpressure)."""
-        item: Item = (peer, message)
-        try:
-            try:
-                self._send.send_nowait(item)
-            except anyio.WouldBlock:
-                await self._send.send(item)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            raise LocalProtocolError(
-                "the session is closed", code=ErrorCode.SESSION_CLOSED
-            ) from None
+        mailbox = self._mailbox
+        if not mailbox.put_nowait((peer, message)) and not await mailbox.put((peer, message)):
+            raise LocalProtocolError("the session is closed", code=ErrorCode.SESSION_CLOSED)
 
     def claim(self, writer: Peer) -> None:
         """Make ``writer`` the session's writer; the previous one must have been released."""
@@ -178,38 +258,33 @@ class SessionActor:
 
     async def run(self) -> None:
         """The actor task: process batches until closed, or released and unobserved."""
+        mailbox = self._mailbox
         try:
-            async with self._receive:
-                while True:
-                    first: Item | None = None
-                    with anyio.move_on_after(self.sessions.config.idle_timeout):
-                        first = await self._receive.receive()
-                    if first is None:
-                        if self.writer is None and not self.subscribers:
-                            return
-                        if not self.busy:
-                            self.sessions.file_idle(self)
-                        continue
-                    batch = [first]
-                    while len(batch) < 4096:
-                        try:
-                            batch.append(self._receive.receive_nowait())
-                        except anyio.WouldBlock:
-                            break
-                    try:
-                        done = await self._process(batch)
-                    except Exception:
-                        self._fail_unexpectedly("processing a batch")
-                        done = False
-                    if done:
+            while True:
+                if not mailbox.items and not await mailbox.wait(self.sessions.config.idle_timeout):
+                    if self.writer is None and not self.subscribers:
                         return
+                    if not self.busy:
+                        self.sessions.file_idle(self)
+                    continue
+                batch = mailbox.take(4096)
+                try:
+                    done = await self._process(batch)
+                except Exception:
+                    self._fail_unexpectedly("processing a batch")
+                    done = False
+                if done:
+                    return
         finally:
+            # What is left in the mailbox is dropped; later puts, and those waiting
+            # for room, fail with session_closed.
+            mailbox.close()
             with anyio.CancelScope(shield=True):
                 await self._finish()
 
     async def _finish(self) -> None:
         self.closing = True
-        self._send.close()  # later puts fail with session_closed
+        self._mailbox.close()
         if self.error is None:
             try:
                 await self._sync()
@@ -381,7 +456,7 @@ class SessionActor:
             await peer.send(make_reply())
         if stop:
             return True
-        return self.writer is None and not self.subscribers and self._receive_empty()
+        return self.writer is None and not self.subscribers and not self._mailbox.items
 
     def _release(self) -> None:
         writer, self.writer = self.writer, None
@@ -393,9 +468,6 @@ class SessionActor:
             self.state = SessionState.IDLE
         self._log.info("writer_released", pid=writer.pid if writer else None)
         self.released.set()
-
-    def _receive_empty(self) -> bool:
-        return self._receive.statistics().current_buffer_used == 0
 
     def _records(
         self, batch: list[Item], index: int, buf: bytearray, seq: int

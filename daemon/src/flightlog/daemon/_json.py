@@ -74,7 +74,7 @@ def check_json(data: bytes, what: str, *, limit: int = MAX_NESTING) -> None:
         ) from None
     except RecursionError:
         raise _too_deep(what, limit) from None
-    if nested_deeper_than(data, limit):
+    if len(data) > 2 * limit and nested_deeper_than(data, limit):
         raise _too_deep(what, limit)
 
 

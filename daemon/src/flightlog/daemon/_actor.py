@@ -248,6 +248,11 @@ class SessionActor:
         if not mailbox.put_nowait((peer, message)) and not await mailbox.put((peer, message)):
             raise LocalProtocolError("the session is closed", code=ErrorCode.SESSION_CLOSED)
 
+    def offer(self, peer: Peer, message: Message) -> bool:
+        """Queue ``message`` if the mailbox has room now; False when :meth:`put` must
+        wait for room (or raise, the session being closed)."""
+        return self._mailbox.put_nowait((peer, message))
+
     def claim(self, writer: Peer) -> None:
         """Make ``writer`` the session's writer; the previous one must have been released."""
         assert self.writer is None and not self.closing

@@ -235,7 +235,11 @@ class Connection:
                 and self.state is ConnectionState.READY
                 and (actor := self.sessions.get(message.session_id)) is not None
             ):
-                # The hot path: a record for a session this connection writes.
+                # The hot path: a record for a session this connection writes, into
+                # a mailbox with room (counted until written, as in _hand_to).
+                if actor.offer(self, message):
+                    self._inflight += len(message.data)
+                    continue
                 try:
                     await self._hand_to(actor, message)
                 except FlightlogError as exc:

@@ -7,6 +7,7 @@ messages; :func:`encode_frame` and :class:`FrameEncoder` turn messages into fram
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any, Final, Generic, TypeVar
 
@@ -30,6 +31,10 @@ _MAX_LENGTH: Final = 2**32 - 1
 M = TypeVar("M", bound=Message)
 
 _encoder: Final = msgspec.msgpack.Encoder()
+_unpack_length: Final = struct.Struct(">I").unpack_from
+#: Frames up to this size are decoded from a copy, which costs less than the view
+#: (and its release) that spares copying a bigger one.
+_COPY_UP_TO: Final = 4096
 
 
 class FrameEncoder:
@@ -110,7 +115,7 @@ class FrameDecoder(Generic[M]):
         pos = self._pos
         if len(buf) - pos < HEADER_SIZE:
             return None
-        length = int.from_bytes(buf[pos : pos + HEADER_SIZE], "big")
+        (length,) = _unpack_length(buf, pos)
         if length > self.max_frame_size:
             self._broken = RemoteProtocolError(
                 f"frame of {length} bytes is larger than the maximum frame size of "
@@ -122,7 +127,10 @@ class FrameDecoder(Generic[M]):
         if len(buf) < end:
             return None
         self._pos = end
-        frame = memoryview(buf)[pos + HEADER_SIZE : end]
+        if length <= _COPY_UP_TO:
+            frame: bytes | bytearray | memoryview = buf[pos + HEADER_SIZE : end]
+        else:
+            frame = memoryview(buf)[pos + HEADER_SIZE : end]
         try:
             return self._decoder.decode(frame)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -137,7 +145,8 @@ class FrameDecoder(Generic[M]):
             ) from None
         finally:
             # Release the export now, or the next feed() cannot compact the buffer.
-            frame.release()
+            if isinstance(frame, memoryview):
+                frame.release()
 
     def __iter__(self) -> Iterator[M]:
         while (message := self.next_message()) is not None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flightlog.sdk import connect
 from support import DaemonProcess
 
@@ -46,6 +48,32 @@ ROWS = {
     "7b": {"flightlog"},
     "7c": {"flightlog"},
 }
+
+
+@pytest.mark.parametrize(
+    ("probe", "lines"),
+    [
+        ("bench.wakeup", ["reader asleep in epoll_wait: send p50", "reader spinning on recv"]),
+        (
+            "bench.roundtrip",
+            [
+                "status()",
+                "session.sync()",
+                "load_checkpoint()",
+                "save_checkpoint(",
+                "write + fsync",
+            ],
+        ),
+    ],
+)
+def test_probes_run_and_print_every_line(probe: str, lines: list[str]) -> None:
+    """The probes docs/benchmarks.md quotes for the floors under scenarios 3 and 5."""
+    done = subprocess.run(
+        [sys.executable, "-m", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    for line in lines:
+        assert line in done.stdout, done.stdout
 
 
 def test_quick_run_produces_every_row(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,41 @@ def _systems(
     systems = [(system, False) for system in ctx.systems(directory, daemon, run)]
     systems.append((System("flightlog", str(windowed.root), windowed.socket), True))
     return systems
+
+
+def _measure(
+    ctx: Context,
+    label: str,
+    agent: Callable[[_Calls, StartSignal], list[int]],
+    load: Callable[[System, int], _Calls],
+    summary: Callable[[list[int]], tuple[float, float, str]],
+    rows: tuple[Row, Row, Row],
+) -> list[Row]:
+    """Every run of a scenario: each system, then flightlogd with the read window.
+    ``summary`` turns one agent's timings into (the row's value, its p99, a line)."""
+    row, p99, windowed_row = rows
+    directory = ctx.scratch(label.split()[-1])
+    daemon = ctx.daemon(directory).start()
+    windowed = Daemon(directory / "w", "--read-window", READ_WINDOW).start()
+    try:
+        for run in range(ctx.runs):
+            for system, in_window in _systems(ctx, directory, daemon, windowed, run):
+                (timings,) = run_agents(agent, [load(system, run)], timeout=120)
+                value, tail, text = summary(timings)
+                if in_window:
+                    windowed_row.add(system.name, value)
+                else:
+                    row.add(system.name, value)
+                    p99.add(system.name, tail)
+                    if system.name == "jsonl":  # the baseline of the windowed row
+                        windowed_row.add(system.name, value)
+                window = " --read-window" if in_window else ""
+                ctx.say(f"{label} run {run + 1}/{ctx.runs} {system.name}{window}: {text}")
+                ctx.clean(system, run)
+    finally:
+        daemon.stop()
+        windowed.stop()
+    return [row, p99, windowed_row]
 
 
 @dataclass(frozen=True)
@@ -102,32 +138,16 @@ def client_cost(ctx: Context) -> list[Row]:
         fmt="{:.1f}",
         targets=[Target("<=", 1.5, "jsonl")],
     )
-    directory = ctx.scratch("cost")
-    daemon = ctx.daemon(directory).start()
-    windowed = Daemon(directory / "w", "--read-window", READ_WINDOW).start()
-    try:
-        for run in range(ctx.runs):
-            for system, in_window in _systems(ctx, directory, daemon, windowed, run):
-                load = _Calls(system, run, calls, interval_ns=100_000)
-                (timings,) = run_agents(_record_agent, [load], timeout=120)
-                mean = statistics.mean(timings) / 1e3
-                if in_window:
-                    windowed_row.add(system.name, mean)
-                else:
-                    row.add(system.name, mean)
-                    p99.add(system.name, percentile(timings, 99) / 1e3)
-                    if system.name == "jsonl":
-                        windowed_row.add(system.name, mean)
-                ctx.say(
-                    f"record() cost run {run + 1}/{ctx.runs} {system.name}"
-                    f"{' --read-window' if in_window else ''}: mean {mean:.1f} µs, "
-                    f"p50 {percentile(timings, 50) / 1e3:.1f} µs"
-                )
-                ctx.clean(system, run)
-    finally:
-        daemon.stop()
-        windowed.stop()
-    return [row, p99, windowed_row]
+
+    def load(system: System, run: int) -> _Calls:
+        return _Calls(system, run, calls, interval_ns=100_000)
+
+    def summary(timings: list[int]) -> tuple[float, float, str]:
+        mean = statistics.mean(timings) / 1e3
+        text = f"mean {mean:.1f} µs, p50 {percentile(timings, 50) / 1e3:.1f} µs"
+        return mean, percentile(timings, 99) / 1e3, text
+
+    return _measure(ctx, "record() cost", _record_agent, load, summary, (row, p99, windowed_row))
 
 
 def _snapshot() -> dict[str, object]:
@@ -191,28 +211,12 @@ def durable_ack(ctx: Context) -> list[Row]:
         fmt="{:.2f}",
         targets=[Target("<=", 1.5, "jsonl")],
     )
-    directory = ctx.scratch("ack")
-    daemon = ctx.daemon(directory).start()
-    windowed = Daemon(directory / "w", "--read-window", READ_WINDOW).start()
-    try:
-        for run in range(ctx.runs):
-            for system, in_window in _systems(ctx, directory, daemon, windowed, run):
-                load = _Calls(system, run, calls, per_checkpoint=10)
-                (timings,) = run_agents(_checkpoint_agent, [load], timeout=120)
-                median = percentile(timings, 50) / 1e6
-                if in_window:
-                    windowed_row.add(system.name, median)
-                else:
-                    row.add(system.name, median)
-                    p99.add(system.name, percentile(timings, 99) / 1e6)
-                    if system.name == "jsonl":
-                        windowed_row.add(system.name, median)
-                ctx.say(
-                    f"durable ack run {run + 1}/{ctx.runs} {system.name}"
-                    f"{' --read-window' if in_window else ''}: p50 {median:.2f} ms"
-                )
-                ctx.clean(system, run)
-    finally:
-        daemon.stop()
-        windowed.stop()
-    return [row, p99, windowed_row]
+
+    def load(system: System, run: int) -> _Calls:
+        return _Calls(system, run, calls, per_checkpoint=10)
+
+    def summary(timings: list[int]) -> tuple[float, float, str]:
+        median = percentile(timings, 50) / 1e6
+        return median, percentile(timings, 99) / 1e6, f"p50 {median:.2f} ms"
+
+    return _measure(ctx, "durable ack", _checkpoint_agent, load, summary, (row, p99, windowed_row))

@@ -368,8 +368,9 @@ def _expects_a_reply(stream: bytes) -> bool:
 
 
 class _Fuzz:
-    def __init__(self, h: Hostile) -> None:
+    def __init__(self, h: Hostile, name: str) -> None:
         self.h = h
+        self.name = name  # the fuzz runs of a module share its daemon and root
         self.examples = 0
 
     def run(self, actions: list[dict[str, Any]]) -> None:
@@ -377,7 +378,7 @@ class _Fuzz:
         daemon = h.daemon
         self.examples += 1
         with RawClient(daemon.socket, client="fuzz") as client:
-            opened = create(client, f"fuzz/example-{self.examples}.jsonl")
+            opened = create(client, f"fuzz/{self.name}-{self.examples}.jsonl")
             run = begin(client, opened.session_id)
             ids = (opened.session_id, run.run_id)
             stream = b"".join(
@@ -404,7 +405,7 @@ class _Fuzz:
 
 
 def _fuzz_for(h: Hostile, seconds: float, first_seed: int) -> int:
-    fuzz = _Fuzz(h)
+    fuzz = _Fuzz(h, f"seed{first_seed}")
     deadline = time.monotonic() + seconds
     round_seed = first_seed
 

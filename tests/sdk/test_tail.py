@@ -351,6 +351,26 @@ def test_tail_of_a_missing_session_says_so(daemon: DaemonProcess) -> None:
         assert "does not exist" in caught.value.message
 
 
+def test_following_a_session_that_does_not_exist_yet_waits_for_it(
+    daemon: DaemonProcess,
+) -> None:
+    """Like ``tail -F``: the subscription waits, then reads the session from its start."""
+    seen: list[str] = []
+    with connect(daemon.socket) as reader, connect(daemon.socket) as writer:
+        tail = reader.tail("later/chat.jsonl", follow=True)  # its directory is missing too
+        thread = threading.Thread(target=lambda: seen.extend(r.type for r in tail))
+        thread.start()
+        wait_for(lambda: writer.status().subscribers == 1)
+        session = writer.create("later/chat.jsonl")
+        with session.begin_run() as run:
+            run.record(TurnStart(turn_index=0))
+        session.close()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    assert seen == ["session_start", "run_start", "turn_start", "run_close"]
+    assert tail.end_reason == "session_closed"
+
+
 def test_tail_of_a_session_in_a_missing_directory_says_so(daemon: DaemonProcess) -> None:
     # Not an internal error: the session simply does not exist.
     with connect(daemon.socket) as client, pytest.raises(DaemonError) as caught:

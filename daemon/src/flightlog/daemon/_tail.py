@@ -172,7 +172,15 @@ class Subscription:
                 # Anything published from here on is also in the file past our offset.
                 self.behind = False
                 self._clear_live()
-                await self._catch_up()
+                try:
+                    await self._catch_up()
+                except FlightlogError as exc:
+                    if not (exc.code == ErrorCode.SESSION_NOT_FOUND and self._waiting()):
+                        raise
+                    # Following a session that does not exist yet (tail -F): it is
+                    # read from its start once created (Tails.session_started).
+                    await self._wait()
+                    continue
             await self._send_live()
             if self.closed_at is not None and self.next_seq > self.closed_at:
                 return "session_closed"
@@ -180,6 +188,11 @@ class Subscription:
                 return "end_of_file"
             if not self.behind:
                 await self._wait()
+
+    def _waiting(self) -> bool:
+        """Whether this is a follow subscription waiting for its session to start."""
+        assert self.resolved is not None
+        return self in self.tails.waiting.get(self.resolved.path, ())
 
     async def _wait(self) -> None:
         await self.wakeup.wait()

@@ -219,10 +219,12 @@ class AsyncClient(_AsyncResource):
         """The records of the session at ``path`` with ``seq > after``, in order.
 
         Without ``follow`` the iteration ends at the current end of the file; with it,
-        it goes on until the writer closes the session (or :meth:`AsyncTail.aclose`).
-        ``types`` and ``run_id`` filter the records.  The subscription starts at the
-        first iteration or at ``async with``.  Raises :class:`DaemonError` (for
-        instance ``session_not_found``) while iterating.
+        it goes on until the writer closes the session (or :meth:`AsyncTail.aclose`),
+        and a session that does not exist yet is waited for, then read from its start
+        (like ``tail -F``).  ``types`` and ``run_id`` filter the records.  The
+        subscription starts at the first iteration or at ``async with``.  Raises
+        :class:`DaemonError` (for instance ``session_not_found`` without ``follow``)
+        while iterating.
         """
         return AsyncTail(
             self,

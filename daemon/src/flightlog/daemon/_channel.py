@@ -118,9 +118,9 @@ class Channel:
         self._held = False
         self._news = False
         self._waiter: asyncio.Future[None] | None = None
-        #: Why reading ended: None while it goes on, then the OSError or EOFError.
-        self.read_error: BaseException | None = None
+        #: Reading ended: at the end of the stream (read_error None) or on an error.
         self.read_ended = False
+        self.read_error: OSError | None = None
         self._queue = bytearray()
         self._queue_bytes = queue_bytes
         self._writing = False  # registered for writability

@@ -1,7 +1,8 @@
 """The read window (``flightlogd --read-window``): a client streaming records is left
-unread for a moment between reads, its frames waiting in the socket buffer.  Nothing
-it sends may be lost or reordered by that: not when it streams with requests between
-its records, is tailed live, is killed, or when the daemon stops during a hold."""
+unread for a moment between reads, its frames waiting in the socket buffer (once it
+has made no request for 40 windows).  Nothing it sends may be lost or reordered by
+that: not when it streams with requests between its records, is tailed live, is
+killed, or when the daemon stops during a hold."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from flightlog.protocol import encode_frame
 from flightlog.sdk import connect
 from support import DaemonProcess, RawClient, read_lines
 
-#: Long enough that every burst below lands in a hold; short enough to keep tests fast.
-WINDOW = "0.002"
+#: Longer than the pauses of the streams below, so that they are held once 40 windows
+#: (40 ms) have passed since their last request; short enough to keep tests fast.
+WINDOW = "0.001"
 
 
 @pytest.fixture
@@ -62,10 +64,10 @@ def test_requests_between_streamed_records_see_every_record_before_them(
     with RawClient(windowed.socket) as client:
         opened = create(client, "paced.jsonl")
         run = begin(client, opened.session_id)
-        for burst in range(20):
-            _stream(client, opened.session_id, run.run_id, burst * 100, 100)
-            assert synced_seq(client, opened.session_id) == 2 + (burst + 1) * 100
-    assert _turns(windowed.root / "paced.jsonl") == list(range(2000))
+        for burst in range(5):
+            _stream(client, opened.session_id, run.run_id, burst * 1000, 1000)
+            assert synced_seq(client, opened.session_id) == 2 + (burst + 1) * 1000
+    assert _turns(windowed.root / "paced.jsonl") == list(range(5000))
 
 
 def test_a_live_tail_gets_every_streamed_record(windowed: DaemonProcess) -> None:
@@ -114,9 +116,9 @@ def test_sigterm_during_a_hold_lands_everything_and_exits_0(windowed: DaemonProc
     with RawClient(windowed.socket) as client:
         opened = create(client, "stopped.jsonl")
         run = begin(client, opened.session_id)
-        _stream(client, opened.session_id, run.run_id, 0, 500)
+        _stream(client, opened.session_id, run.run_id, 0, 2000)
         # The last bursts are held, unread, when the signal comes.
         assert windowed.terminate() == 0, windowed.log
         assert client.closed_by_daemon()
-    assert _turns(windowed.root / "stopped.jsonl") == list(range(500))
+    assert _turns(windowed.root / "stopped.jsonl") == list(range(2000))
     assert check_file(windowed.root / "stopped.jsonl").sound

@@ -110,9 +110,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=defaults.read_window,
         metavar="SECONDS",
-        help="leave a client that streams records unread this long between reads, so "
-        "that its sends stop waking the daemon one by one: less CPU for both, at the "
-        "cost of this much latency for what it sends next (default: %(default)s, off)",
+        help="leave a client that streams records, and has made no request for 40 "
+        "windows, unread this long between reads, so that its sends do not wake the "
+        "daemon one by one; 0 reads every frame at once (default: %(default)s)",
     )
     parser.add_argument(
         "--shutdown-grace",

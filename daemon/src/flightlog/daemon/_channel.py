@@ -116,6 +116,9 @@ class Channel:
         self._read_size = read_size
         self._reading = False
         self._held = False
+        #: Whether the client sent more while its socket was held (the last hold).
+        self.streaming = False
+        self._reads = 0
         self._news = False
         self._waiter: asyncio.Future[None] | None = None
         #: Reading ended: at the end of the stream (read_error None) or on an error.
@@ -160,7 +163,9 @@ class Channel:
         if self._closed:
             return
         self.resume_reading()
+        reads = self._reads
         self._on_readable()
+        self.streaming = self._reads != reads
 
     def _on_readable(self) -> None:
         """Read what is there."""
@@ -174,6 +179,7 @@ class Channel:
         if not data:
             self._end_reading(None)
             return
+        self._reads += 1
         self._decoder.feed(data)
         if self._decoder.buffered >= self._read_size:
             self._pause_reading()

@@ -32,9 +32,10 @@ class Config:
     idle_timeout: float = 5.0
     #: Session files kept open at once; the least recently used idle one is closed.
     max_open_files: int = 512
-    #: Seconds a connection that streams records is left unread between reads: what it
-    #: sends meanwhile waits in its socket buffer and wakes nobody (0: off, read at once).
-    read_window: float = 0.0
+    #: Seconds a connection that streams records, and has made no request for 40 of
+    #: them, is left unread between reads: what it sends meanwhile waits in its socket
+    #: buffer and wakes nobody (0: off, every frame read as it arrives).
+    read_window: float = 0.0005
     #: Seconds shutdown waits for connections to finish before cancelling them.
     shutdown_grace: float = 10.0
     #: Pending pushes a subscriber may have before it falls back to reading the file.

@@ -80,6 +80,8 @@ _SESSION_MESSAGES = (
 _READ_SIZE = 256 * 1024
 #: Bytes of replies (checkpoints loaded, tailed lines) queued for one client at most.
 _OUTBOX_BYTES = 8 * 1024 * 1024
+#: Read windows after a client's last request during which it is read at once.
+_QUIET_WINDOWS = 40
 #: Frames in a row that are no message, after which the connection is closed: a peer
 #: that sends only garbage does not speak the protocol, and reading on (a GiB of it,
 #: each frame earning a reply) would help nobody.
@@ -181,19 +183,26 @@ class Connection:
         channel = self._channel
         window = self.daemon.config.read_window
         clock = time.monotonic
-        last = 0.0
+        last = last_request = 0.0
         while True:
             await channel.wait_readable()
             self._requests_seen = False
             if not await self._handle_frames():
                 return
-            if window and not self._requests_seen:
+            if window:
                 # A client streaming records (a burst less than a window after the
-                # last) is left unread for a window: its sends meanwhile wake nobody.
-                # One that sent a request is read again at once.
+                # last, or more sent while it was held) is left unread for a window:
+                # its sends meanwhile wake nobody.  A client that makes requests waits
+                # for their answers: it is read at once, and so for a while after its
+                # last request.
                 now = clock()
-                if now - last < window:
+                if self._requests_seen:
+                    last_request = now
+                elif (
+                    channel.streaming or now - last < window
+                ) and now - last_request > _QUIET_WINDOWS * window:
                     channel.hold_reading(window)
+                channel.streaming = False
                 last = now
             if channel.read_ended:
                 if channel.read_error is not None:

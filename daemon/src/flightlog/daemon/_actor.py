@@ -1,11 +1,11 @@
 """The session actor: the only task that writes a session file.
 
-An actor drains its bounded mailbox in batches: one ``await receive()``, then
-``receive_nowait()`` until the mailbox is empty.  It assigns each record its seq,
-encodes every line of the batch into one buffer and appends it with one ``write``.
-It syncs (in one of its root's disk threads) only when the batch holds a checkpoint, a run close,
-a sync, a session close or a release, and sends the replies of those requests only
-once the data is durable.  A failed write or sync is sticky: the actor keeps the
+An actor drains its bounded mailbox in batches: it waits for an item, then takes
+everything queued.  It assigns each record its seq, encodes every line of the batch
+into one buffer and appends it with one ``write``.  It syncs (in one of its root's
+disk threads) only when the batch holds a checkpoint, a run close, a sync, a session
+close or a release, and sends the replies of those requests only once the data is
+durable.  A failed write or sync is sticky: the actor keeps the
 error, refuses every later write with it, pushes it to the writer and returns it on
 close.
 
@@ -117,8 +117,6 @@ class Shutdown(msgspec.Struct, frozen=True):
 
 Item = tuple["Peer | None", Message | Release | Shutdown]
 
-_SYNCED = (SaveCheckpoint, CloseRun, CloseSession, Sync, Release, Shutdown)
-
 
 class _Mailbox:
     """An actor's bounded mailbox: the items in order, the actor waiting for them, and
@@ -227,7 +225,7 @@ class SessionActor:
         self._failure_pushed_for: str | None = None
         self._mailbox = _Mailbox(sessions.config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
-        self._disk = sessions.worker(file.resolved.root)
+        self._disk = sessions.disk(file.resolved.root)
         # A record's line, cut where its seq, time and data go (see _records).
         self._line_head = b'{"session_id":' + _encode_json(file.session_id) + b',"seq":'
         self._run_part_cache = ("", b"")
@@ -281,14 +279,13 @@ class SessionActor:
                 if done:
                     return
         finally:
-            # What is left in the mailbox is dropped; later puts, and those waiting
-            # for room, fail with session_closed.
-            mailbox.close()
             with anyio.CancelScope(shield=True):
                 await self._finish()
 
     async def _finish(self) -> None:
         self.closing = True
+        # What is left in the mailbox is dropped; later puts, and those waiting for
+        # room, fail with session_closed.
         self._mailbox.close()
         if self.error is None:
             try:
@@ -320,12 +317,9 @@ class SessionActor:
         # (seq, offset, length) of checkpoints in the buffer, indexed once written.
         checkpoints: list[tuple[int, int, int]] = []
 
-        def next_seq() -> int:
-            return first_seq + count
-
         def add(record_type: str, time: str, data: bytes, run_id: str | None) -> int:
             nonlocal count
-            seq = next_seq()
+            seq = first_seq + count
             append_line(
                 buf,
                 Record(

@@ -23,7 +23,7 @@ import contextlib
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
@@ -109,7 +109,6 @@ class Connection:
         self.closed = False
         self.state = ConnectionState.AWAIT_HELLO
         self.sessions: dict[str, SessionActor] = {}
-        self.subscriptions: dict[int, Any] = {}
         self._decoder = server_decoder(daemon.config.max_frame_size)
         self._encoder = FrameEncoder()
         self._channel = Channel(

@@ -3,16 +3,16 @@
 A round trip through ``anyio.to_thread.run_sync`` to an idle thread took ~67 µs on a
 2-vCPU VM, ~14 µs of it anyio's own work (two event-loop checkpoints, an async
 capacity limiter, a fresh context per call); the rest is waking the thread and then
-the loop, which no handoff avoids.  A :class:`Disk` keeps its threads: a job goes to them through a
-:class:`queue.SimpleQueue`, its outcome comes back with one
+the loop, which no handoff avoids.  A :class:`Disk` keeps its threads: a job goes to
+them through a :class:`queue.SimpleQueue`, its outcome comes back with one
 ``loop.call_soon_threadsafe`` to an asyncio future the caller awaits.  A thread that
 finds another job queued when it finishes one takes it at once, without sleeping: a
 burst of fsyncs from more sessions than there are threads is drained without a
 wake-up per job.
 
-Each data root has its own ``Disk``, and the root's :class:`anyio.CapacityLimiter`
-(which the tails' reads use too) bounds the threads doing its file work at once: a
-disk that hangs holds at most those, and every other root goes on.
+Each data root has its own ``Disk``, and its :class:`anyio.CapacityLimiter` bounds
+the threads doing the root's file work at once (creates, opens, fsyncs, checkpoint
+and tail reads): a disk that hangs holds at most those, and every other root goes on.
 
 Cancellation is the same as ``anyio.to_thread.run_sync``'s default: a caller whose
 task is cancelled waits for its job to finish, then sees the cancellation.  A job is
@@ -48,7 +48,6 @@ class Disk:
 
     def __init__(self, name: str, limiter: anyio.CapacityLimiter) -> None:
         self.name = name
-        #: Shared with every other user of the root's threads (the tails' reads).
         self.limiter = limiter
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()

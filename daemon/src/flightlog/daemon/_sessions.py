@@ -63,18 +63,13 @@ class Sessions:
         self.tails = Tails(self, roots, task_group)
         self._disks: dict[str, Disk] = {}
 
-    def worker(self, root: str) -> Disk:
-        """The threads for blocking file work under ``root`` (see DISK_THREADS)."""
+    def disk(self, root: str) -> Disk:
+        """The threads for blocking file work under ``root``: creates, opens, fsyncs,
+        checkpoint and tail reads (see DISK_THREADS)."""
         disk = self._disks.get(root)
         if disk is None:
             disk = self._disks[root] = Disk(root, anyio.CapacityLimiter(DISK_THREADS))
         return disk
-
-    def disk(self, root: str) -> anyio.CapacityLimiter:
-        """What bounds the threads doing file work under ``root`` at once, for work
-        that runs in anyio's worker threads (a tail's reads) rather than the root's
-        own (:meth:`worker`)."""
-        return self.worker(root).limiter
 
     # ------------------------------------------------------- create and open
 
@@ -89,7 +84,7 @@ class Sessions:
             if resolved.path in self.by_path:
                 raise _exists(resolved.path)
             try:
-                file = await self.worker(resolved.root).run(
+                file = await self.disk(resolved.root).run(
                     lambda: SessionFile.create(
                         self.roots, resolved, session_id=new_id(), meta=meta, time=now()
                     )
@@ -131,7 +126,7 @@ class Sessions:
                 if not actor.released.is_set():
                     raise _busy(resolved.path, writer)
             try:
-                file = await self.worker(resolved.root).run(SessionFile.open, self.roots, resolved)
+                file = await self.disk(resolved.root).run(SessionFile.open, self.roots, resolved)
             except FileNotFoundError:
                 raise FlightlogError(
                     f"{resolved.path} does not exist; create it first",

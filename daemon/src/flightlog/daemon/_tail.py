@@ -1,7 +1,7 @@
 """Live tail subscriptions: catch up from the file, then follow what the actor writes.
 
 Each subscription has a task of its own.  It delivers records with ``seq > after`` in
-order: from the file first (read in a worker thread, complete lines only), then from
+order: from the file first (read in a disk thread, complete lines only), then from
 the chunks the session's actor publishes after each write.  The actor publishes only
 what it has already written, so the file always holds everything published; a
 subscriber whose bounded live buffer overflows drops it and continues from the file
@@ -211,9 +211,7 @@ class Subscription:
             # One batch read and sent at a time per connection: a client that tails many
             # sessions and reads slowly holds one batch in the daemon, not one each.
             async with self.conn.tail_reading:
-                lines = await anyio.to_thread.run_sync(
-                    reader.read_batch, limiter=self.tails.sessions.disk(self.resolved.root)
-                )
+                lines = await self.tails.sessions.disk(self.resolved.root).run(reader.read_batch)
                 if not lines:
                     break
                 self.next_seq = reader.next_seq
@@ -253,7 +251,7 @@ class Subscription:
 
 class _FileTail:
     """Reads complete lines with ``seq >= next_seq`` from a session file (blocking: call
-    :meth:`read_batch` from a worker thread).
+    :meth:`read_batch` from a disk thread).
 
     The file is opened for each batch and closed before the batch is sent, so a
     subscriber that does not read holds no descriptor while it keeps the daemon waiting.

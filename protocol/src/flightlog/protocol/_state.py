@@ -125,9 +125,6 @@ CONNECTION_RULES: Final[dict[ConnectionState, tuple[tuple[type[Message], ...], E
 }
 
 
-_READY_TYPES: Final = frozenset(CONNECTION_RULES[ConnectionState.READY][0])
-
-
 def check_hello(hello: Hello) -> None:
     """Raises :class:`RemoteProtocolError` (``unsupported_version``) for a foreign version."""
     if hello.version not in SUPPORTED_VERSIONS:
@@ -146,8 +143,6 @@ def connection_transition(state: ConnectionState, message: Message) -> Connectio
     (``hello_required`` before the hello, ``bad_message`` for a second hello) or the
     hello names an unsupported version.
     """
-    if state is ConnectionState.READY and type(message) in _READY_TYPES:
-        return state  # the hot path: every record of a busy connection comes here
     allowed, code = CONNECTION_RULES[state]
     if not isinstance(message, allowed):
         if code is ErrorCode.HELLO_REQUIRED:

@@ -31,6 +31,7 @@ _MAX_LENGTH: Final = 2**32 - 1
 M = TypeVar("M", bound=Message)
 
 _encoder: Final = msgspec.msgpack.Encoder()
+_pack_length: Final = struct.Struct(">I").pack
 _unpack_length: Final = struct.Struct(">I").unpack_from
 #: Frames up to this size are decoded from a copy, which costs less than the view
 #: (and its release) that spares copying a bigger one.
@@ -49,9 +50,10 @@ class FrameEncoder:
         Raises :class:`LocalProtocolError` (``frame_too_large``) when the encoded
         message is larger than ``max_frame_size``.
         """
-        buf = bytearray()
-        self.encode_into(message, buf)
-        return bytes(buf)
+        body = _encoder.encode(message)
+        if len(body) > self.max_frame_size:
+            raise self._too_large(message, len(body))
+        return _pack_length(len(body)) + body  # one copy of the body, not three
 
     def encode_into(self, message: Message, buf: bytearray) -> None:
         """Append one frame for ``message`` to ``buf``; see :meth:`encode`."""
@@ -60,12 +62,15 @@ class FrameEncoder:
         length = len(buf) - start - HEADER_SIZE
         if length > self.max_frame_size:
             del buf[start:]
-            raise LocalProtocolError(
-                f"a {type(message).__name__} message is {length} bytes, larger than the "
-                f"peer's maximum frame size of {self.max_frame_size} bytes",
-                code=ErrorCode.FRAME_TOO_LARGE,
-            )
-        buf[start : start + HEADER_SIZE] = length.to_bytes(HEADER_SIZE, "big")
+            raise self._too_large(message, length)
+        buf[start : start + HEADER_SIZE] = _pack_length(length)
+
+    def _too_large(self, message: Message, length: int) -> LocalProtocolError:
+        return LocalProtocolError(
+            f"a {type(message).__name__} message is {length} bytes, larger than the "
+            f"peer's maximum frame size of {self.max_frame_size} bytes",
+            code=ErrorCode.FRAME_TOO_LARGE,
+        )
 
 
 def encode_frame(message: Message) -> bytes:

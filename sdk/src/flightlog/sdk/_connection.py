@@ -29,7 +29,6 @@ it receives; it never touches a socket.  The sync and async clients only move by
 from __future__ import annotations
 
 import itertools
-import struct
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -130,8 +129,6 @@ class _Tail:
 
 
 _record_decoder = msgspec.json.Decoder(Record)
-_msgpack = msgspec.msgpack.Encoder()
-_frame_length = struct.Struct(">I").pack
 
 
 class ClientConnection:
@@ -372,11 +369,7 @@ class ClientConnection:
             time=encoded.time if time is None else _event_time(encoded, time),
             data=encoded.data,
         )
-        # The frame FrameEncoder.encode builds, in one copy instead of three.
-        body = _msgpack.encode(message)
-        if len(body) > self._encoder.max_frame_size:
-            return self._encoder.encode(message)  # raises frame_too_large
-        return _frame_length(len(body)) + body
+        return self._encoder.encode(message)
 
     def save_checkpoint(self, session_id: str, run_id: str, snapshot: Any) -> Pending[int]:
         """Append a codec-encoded checkpoint; the result is its seq, once durable."""

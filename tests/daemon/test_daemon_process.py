@@ -295,3 +295,19 @@ def test_second_sigterm_during_a_slow_drain_exits_at_once(short_tmp: Path) -> No
         daemon.proc.send_signal(signal.SIGTERM)
         assert daemon.proc.wait(timeout=30) == 2
     wait_for_log(daemon, event="forced_exit", signal="SIGTERM")
+
+
+@pytest.mark.parametrize("option", ["--read-window", "--idle-timeout", "--shutdown-grace"])
+@pytest.mark.parametrize("value", ["-1", "nan", "soon"])
+def test_a_duration_option_that_is_no_number_of_seconds_is_a_usage_error(
+    option: str, value: str, short_tmp: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "flightlog.daemon", "--socket", str(short_tmp / "s"), option, value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"argument {option}: {value!r} is not a number of seconds >= 0" in done.stderr
+    assert not (short_tmp / "s").exists()

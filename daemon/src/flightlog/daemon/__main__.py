@@ -36,6 +36,17 @@ def _mode(text: str) -> int:
     return int(text, 8)
 
 
+def _seconds(text: str) -> float:
+    """A duration option: a number of seconds, zero or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     defaults = Config()
     parser = argparse.ArgumentParser(
@@ -85,7 +96,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--idle-timeout",
-        type=float,
+        type=_seconds,
         default=defaults.idle_timeout,
         metavar="SECONDS",
         help="close a session's file after this long without writes (default: %(default)s)",
@@ -107,7 +118,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--read-window",
-        type=float,
+        type=_seconds,
         default=defaults.read_window,
         metavar="SECONDS",
         help="leave a client that streams records, and has made no request for 40 "
@@ -116,7 +127,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--shutdown-grace",
-        type=float,
+        type=_seconds,
         default=defaults.shutdown_grace,
         metavar="SECONDS",
         help="how long shutdown waits for connections",

@@ -15,6 +15,32 @@ from typing import Any
 import msgspec
 import pytest
 
+from flightlog.cli._commands import (
+    EXIT_GAPS,
+    EXIT_OK,
+    EXIT_UNSOUND,
+    EXIT_USAGE,
+    CommandError,
+    _parse_call,
+    _record_types,
+    daemon_path,
+    local_path,
+)
+from flightlog.cli._inspect import SessionSummary, summarize_records
+from flightlog.cli._main import run
+from flightlog.cli._render import (
+    Style,
+    call_label,
+    format_args,
+    format_bytes,
+    format_duration,
+    format_usage,
+    message_text,
+    short,
+    summarize,
+    tail_line,
+)
+from flightlog.cli._views import inspect_lines, show_lines
 from flightlog.protocol import (
     AgentEnd,
     AgentStart,
@@ -43,32 +69,6 @@ from flightlog.protocol import (
     encode_line,
     new_id,
 )
-from flightlog.sdk._cli import run
-from flightlog.sdk._commands import (
-    EXIT_GAPS,
-    EXIT_OK,
-    EXIT_UNSOUND,
-    EXIT_USAGE,
-    CommandError,
-    _parse_call,
-    _record_types,
-    daemon_path,
-    local_path,
-)
-from flightlog.sdk._inspect import SessionSummary, summarize_records
-from flightlog.sdk._render import (
-    Style,
-    call_label,
-    format_args,
-    format_bytes,
-    format_duration,
-    format_usage,
-    message_text,
-    short,
-    summarize,
-    tail_line,
-)
-from flightlog.sdk._views import inspect_lines, show_lines
 
 T0 = "2026-11-29T20:00:00.000000Z"
 

@@ -57,11 +57,11 @@ from flightlog.protocol import (
     default_root,
     default_socket_path,
 )
+from flightlog.sdk._exceptions import DaemonError, DaemonNotRunning
+from flightlog.sdk._sync import Run, connect
 
 from ._commands import EXIT_NO_DAEMON, CommandError
-from ._exceptions import DaemonError, DaemonNotRunning
 from ._render import Style
-from ._sync import Run, connect
 
 __all__ = ["find_flightlogd", "record_demo_run", "run_demo", "start_daemon"]
 

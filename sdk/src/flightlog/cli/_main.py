@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
 from flightlog.protocol import FileFormatError, FlightlogError
+from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
 
 from ._commands import (
     EXIT_CODES,
@@ -36,7 +37,6 @@ from ._commands import (
     cmd_status,
     cmd_tail,
 )
-from ._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
 from ._render import Style
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
@@ -305,7 +305,3 @@ def run(argv: Sequence[str] | None = None) -> int:
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The ``flightlog`` console script."""
     sys.exit(run(argv))
-
-
-if __name__ == "__main__":
-    main()

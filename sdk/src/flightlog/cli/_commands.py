@@ -3,7 +3,7 @@ and returns the exit status.
 
 Failures travel as exceptions (:class:`CommandError` for those the command explains
 itself, the SDK's errors for the rest) and become a message and a status in one place,
-:func:`flightlog.sdk._cli.run`.
+:func:`flightlog.cli.run`.
 
 Where records come from:
 
@@ -41,12 +41,12 @@ from flightlog.protocol import (
     default_socket_path,
     encode_line,
 )
+from flightlog.sdk._exceptions import ConnectError, DaemonNotRunning
+from flightlog.sdk._files import check as check_file
+from flightlog.sdk._sync import connect
 
-from ._exceptions import ConnectError, DaemonNotRunning
-from ._files import check as check_file
 from ._inspect import SessionSummary
 from ._render import Style, format_bytes, format_duration, record_data, short, tail_line
-from ._sync import connect
 from ._views import call_details, inspect_lines, show_lines
 
 __all__ = [

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from flightlog.cli._demo import record_demo_run
+from flightlog.cli._main import EXIT_CODES
 from flightlog.protocol import (
     AgentStart,
     AssistantMessage,
@@ -38,8 +40,6 @@ from flightlog.protocol import (
     UserMessage,
 )
 from flightlog.sdk import connect
-from flightlog.sdk._cli import EXIT_CODES
-from flightlog.sdk._demo import record_demo_run
 from support import DaemonProcess, read_lines, wait_for
 
 COMMANDS = ("tail", "show", "check", "inspect", "status", "demo")
@@ -74,7 +74,7 @@ def flightlog(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``flightlog ARGS`` with the daemon's socket and root in its environment."""
     return subprocess.run(
-        [sys.executable, "-m", "flightlog.sdk._cli", *args],
+        [sys.executable, "-m", "flightlog.cli", *args],
         capture_output=True,
         text=True,
         env=_env(daemon, **env),
@@ -393,7 +393,7 @@ def test_tail_follow_ends_cleanly_when_the_writer_closes_the_session(
         run.record(TurnStart(turn_index=0))
         session.sync()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flightlog.sdk._cli", "tail", "-f", "cli/follow.jsonl"],
+            [sys.executable, "-m", "flightlog.cli", "tail", "-f", "cli/follow.jsonl"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -425,7 +425,7 @@ def test_tail_follow_ends_cleanly_when_the_writer_closes_the_session(
 
 def test_tail_follow_is_stopped_by_ctrl_c(recorded: Recorded) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flightlog.sdk._cli", "tail", "-f", recorded.relative],
+        [sys.executable, "-m", "flightlog.cli", "tail", "-f", recorded.relative],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -582,7 +582,7 @@ def _on_a_terminal(*args: str, **env: str) -> str:
     controller, terminal = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flightlog.sdk._cli", *args],
+            [sys.executable, "-m", "flightlog.cli", *args],
             stdout=terminal,
             stderr=subprocess.DEVNULL,
             env=_env(None, TERM="xterm", **env),

@@ -1,0 +1,5 @@
+"""``python -m flightlog.cli``: the ``flightlog`` command."""
+
+from ._main import main
+
+main()

@@ -7,7 +7,8 @@ Theory of operation
 it receives; it never touches a socket.  The sync and async clients only move bytes:
 
 * A request method (``create``, ``begin_run``, ``close_run``, …) checks the session
-  rules locally (:func:`flightlog.protocol.session_transition`, so a mistake is
+  rules locally (each session it writes has a
+  :class:`flightlog.protocol.SessionMachine`, the daemon's rules, so a mistake is
   refused before it reaches the daemon) and returns a :class:`Pending` request: a fresh id and
   the frame to send.  The caller sends ``request.data``, feeds what it receives to
   :meth:`ClientConnection.receive_data` until :meth:`~ClientConnection.answered`, then
@@ -17,10 +18,11 @@ it receives; it never touches a socket.  The sync and async clients only move by
 * :meth:`ClientConnection.record` returns the frame of one ``record`` (no reply), or
   None for an event the codec never writes.  Codec errors, an oversized frame and a
   sticky error are raised from it, before anything is sent.
-* Pushes are kept: :class:`RecordFailed` becomes a sticky :class:`RecordingError` per
-  ``(session_id, run_id)`` (per session when ``run_id`` is None) that every later
-  record of that run raises; :class:`TailBatch` and :class:`TailEnd` queue up per
-  subscription until the subscriber takes them.
+* Pushes are kept: :class:`RecordFailed` becomes a sticky :class:`RecordingError`:
+  the run's, which every later write of that run raises, or the session's failure
+  (``write_failed``, or no run named), which every later write of the session raises;
+  :class:`TailBatch` and :class:`TailEnd` queue up per subscription until the
+  subscriber takes them.
 * End of stream, a transport failure or a frame that breaks the protocol leaves the
   connection failed: every answer not yet received and every later request raises
   that failure.
@@ -63,6 +65,7 @@ from flightlog.protocol import (
     RemoteProtocolError,
     RunStarted,
     SaveCheckpoint,
+    SessionMachine,
     SessionOp,
     SessionOpened,
     SessionState,
@@ -79,7 +82,6 @@ from flightlog.protocol import (
     format_time,
     is_time,
     now,
-    session_transition,
 )
 
 from ._exceptions import ConnectionLost, DaemonError
@@ -106,16 +108,6 @@ class Pending(Generic[T]):
         self.data = data
         self.session_id = session_id
         self._finish = finish
-
-
-class _SessionView:
-    """What this client knows of a session it writes: its state and its open run."""
-
-    __slots__ = ("run_id", "state")
-
-    def __init__(self) -> None:
-        self.state = SessionState.IDLE
-        self.run_id: str | None = None
 
 
 class _Tail:
@@ -150,8 +142,7 @@ class ClientConnection:
         self._waiting: set[int] = set()
         self._replies: dict[int, Message] = {}
         self._failure: FlightlogError | None = None
-        self._sessions: dict[str, _SessionView] = {}
-        self._sticky: dict[tuple[str, str | None], RecordingError] = {}
+        self._sessions: dict[str, SessionMachine[RecordingError]] = {}
         self._tails: dict[int, _Tail] = {}
         self._tail_ends: dict[int, TailEnd] = {}
         self._abandoned: set[int] = set()
@@ -252,17 +243,19 @@ class ClientConnection:
             error = RecordingError(reply.message, code=reply.code)
             if session_id is not None:
                 self._stick(session_id, None, error)
-            return error
+            # The first failure is the one that explains the rest (the daemon pushes it).
+            return self.sticky_error(session_id, None) or error if session_id else error
         return DaemonError(reply.message, code=reply.code, session_id=session_id)
 
     def _stick(self, session_id: str, run_id: str | None, error: RecordingError) -> None:
-        view = self._sessions.get(session_id)
-        if view is None:
+        session = self._sessions.get(session_id)
+        if session is None:
             return  # not a session this client writes (any more)
         # The first error is the one that explains the rest: later ones do not replace it.
-        self._sticky.setdefault((session_id, run_id), error)
-        if error.code == ErrorCode.WRITE_FAILED:
-            view.state = SessionState.FAILED
+        if run_id is None or error.code == ErrorCode.WRITE_FAILED:
+            session.fail(error)
+        else:
+            session.run_failed(run_id, error)
 
     # ------------------------------------------------------------------ requests
 
@@ -317,7 +310,7 @@ class ClientConnection:
         return self._request(lambda id: Open(id=id, path=path), self._opened, SessionOpened)
 
     def _opened(self, reply: SessionOpened) -> SessionOpened:
-        self._sessions[reply.session_id] = _SessionView()
+        self._sessions[reply.session_id] = SessionMachine()
         return reply
 
     def begin_run(self, session_id: str) -> Pending[RunStarted]:
@@ -325,8 +318,7 @@ class ClientConnection:
         self._check(session_id, None, SessionOp.BEGIN_RUN)
 
         def started(reply: RunStarted) -> RunStarted:
-            view = self._view(session_id)
-            view.state, view.run_id = SessionState.RUN_OPEN, reply.run_id
+            self._session(session_id).begin_run(reply.run_id)
             return reply
 
         return self._request(
@@ -350,13 +342,13 @@ class ClientConnection:
         # The hot path of every agent: the common case (the run open, no sticky error
         # anywhere, the connection sound) is told apart with plain attribute tests;
         # anything else takes the full check, which raises the right error.
-        view = self._sessions.get(session_id)
+        session = self._sessions.get(session_id)
         if (
-            self._sticky
-            or self._failure is not None
-            or view is None
-            or view.state is not SessionState.RUN_OPEN
-            or view.run_id != run_id
+            self._failure is not None
+            or session is None
+            or session.state is not SessionState.RUN_OPEN
+            or session.run_id != run_id
+            or session.failed_run == run_id
         ):
             self._check(session_id, run_id, SessionOp.RECORD)
         encoded = self.codec.encode_event(event)
@@ -391,16 +383,17 @@ class ClientConnection:
         sticky error once the daemon has written ``run_close``; when the daemon cannot
         write it any more (the session failed) the sticky error is raised right here.
         """
-        view = self._sessions.get(session_id)
-        if view is None or view.run_id != run_id:
+        session = self._sessions.get(session_id)
+        if session is None or session.run_id != run_id:
             return None
         sticky = self.sticky_error(session_id, run_id)
-        if view.state is not SessionState.RUN_OPEN:
-            view.run_id = None
+        if session.state is SessionState.FAILED:
+            # The daemon takes no more writes: the run stays without run_close.
+            session.release()
             if sticky is not None:
                 raise sticky
-            session_transition(view.state, SessionOp.CLOSE_RUN)
-        view.state, view.run_id = SessionState.IDLE, None
+            session.check(SessionOp.CLOSE_RUN)
+        session.close_run(run_id)
         text = sticky.message if sticky is not None else error
 
         def closed(reply: Ack) -> None:
@@ -442,11 +435,10 @@ class ClientConnection:
 
         An open run stays without ``run_close``, exactly as after a disconnect.
         """
-        view = self._sessions.pop(session_id, None)
-        if view is None:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
             return None
-        for key in [key for key in self._sticky if key[0] == session_id]:
-            del self._sticky[key]
+        session.close()
         return self._request(
             lambda id: CloseSession(id=id, session_id=session_id),
             _ack_none,
@@ -490,9 +482,13 @@ class ClientConnection:
     # ------------------------------------------------------------------ pushes
 
     def sticky_error(self, session_id: str, run_id: str | None) -> RecordingError | None:
-        """The error pushed for this run, else for its session, else None."""
-        sticky = self._sticky.get((session_id, run_id)) if run_id is not None else None
-        return sticky or self._sticky.get((session_id, None))
+        """The error pushed for this run, else the session's failure, else None."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
+            return sticky
+        return session.failure
 
     def tail_ready(self, subscription: int) -> bool:
         """Whether :meth:`next_tail` has something (or the connection failed)."""
@@ -553,33 +549,20 @@ class ClientConnection:
 
     # ------------------------------------------------------------------ rules
 
-    def _view(self, session_id: str) -> _SessionView:
-        view = self._sessions.get(session_id)
-        if view is None:
-            view = _SessionView()
-            view.state = SessionState.CLOSED
-        return view
+    def _session(self, session_id: str) -> SessionMachine[RecordingError]:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = SessionMachine()
+            session.state = SessionState.CLOSED
+        return session
 
     def _check(self, session_id: str, run_id: str | None, op: SessionOp) -> None:
         if self._failure is not None:
             raise self._failure
-        if op is not SessionOp.LOAD_CHECKPOINT and op is not SessionOp.SYNC:
-            sticky = self.sticky_error(session_id, run_id)
-            if sticky is not None:
-                raise sticky
-        view = self._view(session_id)
-        try:
-            session_transition(view.state, op)
-        except LocalProtocolError:
-            # A failed session refuses writes: the error that failed it says more.
-            sticky = self.sticky_error(session_id, None)
-            if view.state is SessionState.FAILED and sticky is not None:
-                raise sticky from None
-            raise
-        if run_id is not None and view.run_id != run_id:
-            raise LocalProtocolError(
-                f"{op.value} refused: run {run_id} is closed", code=ErrorCode.RUN_NOT_OPEN
-            )
+        session = self._session(session_id)
+        if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
+            raise sticky
+        session.check(op, run_id)
 
 
 def _ack_seq(reply: Ack) -> int:

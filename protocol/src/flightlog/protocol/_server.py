@@ -1,0 +1,441 @@
+"""The daemon's side of one connection, sans I/O: bytes in, events out, replies as bytes.
+
+Theory of operation
+-------------------
+
+:class:`ServerConnection` is the server role of the wire protocol, as h11's
+``Connection`` is for HTTP: it owns no socket and no storage.  Its owner feeds it
+what the client sent (:meth:`~ServerConnection.receive_data`, ``b""`` at the end of
+the stream), takes events from :meth:`~ServerConnection.next_event` until it returns
+None (more bytes are needed), and sends what :meth:`~ServerConnection.data_to_send`
+returns.
+
+The connection applies every rule that needs no storage:
+
+* hello first, answered here with :class:`Welcome`; a frame that is no message is
+  answered with ``error`` (id 0) and skipped, and the connection hangs up after an
+  oversized frame, a bad frame before the hello, or :data:`BAD_FRAMES_IN_A_ROW` of them;
+* a session is written only by the connection that created or opened it, until it
+  closes it: a request for any other session is refused with ``not_writer`` when
+  another connection writes it (the owner's ``written_elsewhere`` says so), else with
+  ``session_not_found``;
+* each session's :class:`~._state.SessionMachine`: one open run, the sticky failure;
+* a record names an agent fact type, an RFC 3339 UTC time and data that starts a JSON
+  object (whether the rest is valid JSON is for the owner, which writes it);
+* at most :data:`MAX_SUBSCRIPTIONS` subscriptions, and an unsubscribe names one of them.
+
+A message that breaks a rule never reaches the owner: its refusal is queued here (an
+``error`` reply; for a record, a ``record_failed`` push, at most one per run).  What
+passes comes out as an event with the rules already applied: the client message
+itself, a :class:`StartRun` (a ``begin_run``, with the id of the run it opened) or, last,
+:class:`ConnectionClosed`.  The owner does the storage and answers: :meth:`opened` for
+``create`` and ``open`` (which makes this connection the session's writer),
+:meth:`send` for any other reply or push, :meth:`refuse` when it cannot do what was
+asked, :meth:`fail` when a write of a session failed (which fails the session).
+Everything queued leaves through :meth:`data_to_send`, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+import msgspec
+
+from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
+from ._framing import FrameEncoder, server_decoder
+from ._records import AGENT_FACT_TYPES, is_time, new_id
+from ._state import ConnectionState, SessionMachine, SessionOp, connection_transition
+from ._wire import (
+    DEFAULT_MAX_FRAME_SIZE,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    BeginRun,
+    CloseRun,
+    CloseSession,
+    Create,
+    ErrorReply,
+    Hello,
+    LoadCheckpoint,
+    Message,
+    Open,
+    RecordEvent,
+    RecordFailed,
+    SaveCheckpoint,
+    SessionOpened,
+    Status,
+    Subscribe,
+    Subscribed,
+    Sync,
+    TailEnd,
+    Unsubscribe,
+    Welcome,
+)
+
+__all__ = [
+    "BAD_FRAMES_IN_A_ROW",
+    "MAX_SUBSCRIPTIONS",
+    "ConnectionClosed",
+    "ServerConnection",
+    "ServerEvent",
+    "StartRun",
+]
+
+#: Subscriptions one connection may hold at once.
+MAX_SUBSCRIPTIONS: Final = 1024
+#: Frames in a row that are no message, after which the connection hangs up: a peer
+#: that sends only garbage does not speak the protocol.
+BAD_FRAMES_IN_A_ROW: Final = 8
+
+
+class StartRun(msgspec.Struct, frozen=True):
+    """A ``begin_run`` that opened the run ``run_id``: write its ``run_start``."""
+
+    request: BeginRun
+    run_id: str
+
+
+class ConnectionClosed(msgspec.Struct, frozen=True):
+    """The last event: the client ended the stream, or the connection hung up.
+
+    ``released`` holds the sessions this connection wrote, each with the run it left
+    open (None when none was): their writer is gone, and those runs stay without
+    ``run_close``.
+    """
+
+    released: dict[str, str | None]
+
+
+ServerEvent = (
+    Create
+    | Open
+    | StartRun
+    | RecordEvent
+    | SaveCheckpoint
+    | CloseRun
+    | CloseSession
+    | Sync
+    | LoadCheckpoint
+    | Subscribe
+    | Unsubscribe
+    | Status
+    | ConnectionClosed
+)
+
+
+class ServerConnection:
+    """One client connection as the daemon sees it; see the module docstring.
+
+    ``max_frame_size``, ``pid`` and ``server`` are announced in the Welcome;
+    ``versions`` are the protocol versions spoken; ``written_elsewhere`` tells whether
+    another connection writes a session (by id), to refuse its writes as ``not_writer``.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        pid: int = 0,
+        server: str = "",
+        versions: tuple[int, ...] = SUPPORTED_VERSIONS,
+        written_elsewhere: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.max_frame_size = max_frame_size
+        self.pid = pid
+        self.server = server
+        self.versions = versions
+        self.state = ConnectionState.AWAIT_HELLO
+        #: The client's name and pid, from its hello.
+        self.client = ""
+        self.client_pid = 0
+        self._written_elsewhere = written_elsewhere
+        self._decoder = server_decoder(max_frame_size)
+        self._encoder = FrameEncoder()
+        self._outbox = bytearray()
+        self._sessions: dict[str, SessionMachine[FlightlogError]] = {}
+        self._subscriptions: set[int] = set()
+        self._bad_frames = 0
+        self._ended = False
+        self._closed_reported = False
+
+    @property
+    def sessions(self) -> Mapping[str, SessionMachine[FlightlogError]]:
+        """The sessions this connection writes, by id."""
+        return self._sessions
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes the client sent; ``b""`` when it ended the stream."""
+        if not data:
+            self._ended = True
+        elif self.state is not ConnectionState.CLOSED:
+            self._decoder.feed(data)
+
+    def next_event(self) -> ServerEvent | None:
+        """The next event for the owner, or None when more bytes are needed.
+
+        Refusals are queued on the way, never returned.  :class:`ConnectionClosed` is
+        returned once, after which there are no more events.
+        """
+        while self.state is not ConnectionState.CLOSED:
+            try:
+                message = self._decoder.next_message()
+            except RemoteProtocolError as bad:
+                if self._bad_frame(bad):
+                    return self._hang_up()
+                continue
+            if message is None:
+                return self._hang_up() if self._ended else None
+            self._bad_frames = 0
+            if message.__class__ is RecordEvent:
+                event: ServerEvent | None = self._record(message)
+            else:
+                event = self._request(message)
+            if event is not None:
+                return event
+        if self._closed_reported:
+            return None
+        return self._hang_up()
+
+    def _bad_frame(self, bad: RemoteProtocolError) -> bool:
+        """Answer a frame that is no message; whether the connection must hang up."""
+        self._bad_frames += 1
+        text = bad.message
+        if self._bad_frames >= BAD_FRAMES_IN_A_ROW:
+            text += f"; {self._bad_frames} frames in a row were no message: closing"
+        self._queue(ErrorReply(id=0, code=bad.code, message=text))
+        # Nothing can be read after an oversized frame; and bytes that are no message
+        # before the hello, or frame after frame of them, mean the peer does not speak
+        # this protocol.
+        return (
+            bad.code == ErrorCode.FRAME_TOO_LARGE
+            or self.state is ConnectionState.AWAIT_HELLO
+            or self._bad_frames >= BAD_FRAMES_IN_A_ROW
+        )
+
+    def _hang_up(self) -> ConnectionClosed:
+        self.state = ConnectionState.CLOSED
+        self._closed_reported = True
+        released = {sid: session.release() for sid, session in self._sessions.items()}
+        self._sessions.clear()
+        return ConnectionClosed(released=released)
+
+    def _record(self, message: RecordEvent) -> RecordEvent | None:
+        if self.state is not ConnectionState.READY:
+            self._request(message)  # refused by the connection rules
+            return None
+        try:
+            session = self._written(message.session_id)
+        except FlightlogError as exc:
+            self._push_refusal(message.session_id, message.run_id, exc)
+            return None
+        try:
+            session.check(SessionOp.RECORD, message.run_id)
+            if message.event_type not in AGENT_FACT_TYPES:
+                raise LocalProtocolError(
+                    f"{message.event_type[:40]!r} is not an agent fact type that may be recorded",
+                    code=ErrorCode.BAD_EVENT,
+                )
+            _check_time(message.time)
+            if message.data[:1] != b"{":
+                raise LocalProtocolError(
+                    "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
+                )
+        except FlightlogError as exc:
+            if session.run_failed(message.run_id, exc):
+                self._push_refusal(message.session_id, message.run_id, exc)
+            return None
+        return message
+
+    def _request(self, message: Message) -> ServerEvent | None:
+        try:
+            self.state = connection_transition(self.state, message, self.versions)
+        except RemoteProtocolError as exc:
+            self._queue(
+                ErrorReply(id=getattr(message, "id", 0), code=exc.code, message=exc.message)
+            )
+            if self.state is ConnectionState.AWAIT_HELLO:
+                self.state = ConnectionState.CLOSED
+            return None
+        try:
+            return self._accept(message)
+        except FlightlogError as exc:
+            self._queue(_error_reply(message, exc))
+            return None
+
+    def _accept(self, message: Message) -> ServerEvent | None:
+        """Apply the rules to a request the connection state allows; raises its refusal."""
+        match message:
+            case Hello(id=request_id, client=client, pid=pid):
+                self.client, self.client_pid = client[:200], pid
+                self._queue(
+                    Welcome(
+                        id=request_id,
+                        version=PROTOCOL_VERSION,
+                        max_frame_size=self.max_frame_size,
+                        daemon_pid=self.pid,
+                        server=self.server,
+                    )
+                )
+                return None
+            case BeginRun(session_id=session_id, time=time):
+                session = self._written(session_id)
+                session.check(SessionOp.BEGIN_RUN)
+                _check_time(time)
+                run_id = new_id()
+                session.begin_run(run_id)
+                return StartRun(message, run_id)
+            case SaveCheckpoint(session_id=session_id, run_id=run_id, time=time):
+                self._written(session_id).check(SessionOp.SAVE_CHECKPOINT, run_id)
+                _check_time(time)
+                return message
+            case CloseRun(session_id=session_id, run_id=run_id, time=time):
+                session = self._written(session_id)
+                session.check(SessionOp.CLOSE_RUN, run_id)
+                _check_time(time)
+                session.close_run(run_id)
+                return message
+            case Sync(session_id=session_id):
+                self._written(session_id).check(SessionOp.SYNC)
+                return message
+            case LoadCheckpoint(session_id=session_id):
+                self._written(session_id).check(SessionOp.LOAD_CHECKPOINT)
+                return message
+            case CloseSession(session_id=session_id):
+                self._written(session_id).close()
+                del self._sessions[session_id]
+                return message
+            case Subscribe():
+                if len(self._subscriptions) >= MAX_SUBSCRIPTIONS:
+                    raise LocalProtocolError(
+                        f"this connection holds {MAX_SUBSCRIPTIONS} subscriptions, the most "
+                        "it may; unsubscribe first",
+                        code=ErrorCode.TOO_MANY,
+                    )
+                return message
+            case Unsubscribe(subscription=subscription):
+                if subscription not in self._subscriptions:
+                    raise LocalProtocolError(
+                        f"no subscription {subscription} on this connection",
+                        code=ErrorCode.SUBSCRIPTION_NOT_FOUND,
+                    )
+                return message
+            case Create() | Open() | Status():
+                return message
+        raise LocalProtocolError(  # pragma: no cover - the connection rules admit no other
+            f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
+        )
+
+    def _written(self, session_id: str) -> SessionMachine[FlightlogError]:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session
+        if self._written_elsewhere is not None and self._written_elsewhere(session_id):
+            raise LocalProtocolError(
+                f"session {session_id[:32]} is written by another connection",
+                code=ErrorCode.NOT_WRITER,
+            )
+        raise LocalProtocolError(
+            f"session {session_id[:32]} is not open on this connection; create or open it",
+            code=ErrorCode.SESSION_NOT_FOUND,
+        )
+
+    # ------------------------------------------------------------------ answering
+
+    def opened(
+        self, reply: SessionOpened, session: SessionMachine[FlightlogError] | None = None
+    ) -> SessionMachine[FlightlogError]:
+        """Answer a Create or Open: this connection now writes the session.
+
+        ``session`` is the session's machine when the owner keeps one across writers
+        (a new one otherwise); returns the machine the connection uses.
+        """
+        machine = session if session is not None else SessionMachine[FlightlogError]()
+        self._sessions[reply.session_id] = machine
+        self._queue(reply)
+        return machine
+
+    def send(self, message: Message) -> None:
+        """Queue a reply or a push (for Create and Open, use :meth:`opened`).
+
+        Raises :class:`LocalProtocolError` for a SessionOpened.
+        """
+        match message:
+            case SessionOpened():
+                raise LocalProtocolError(
+                    "a SessionOpened is sent with opened(), which makes this connection "
+                    "the session's writer",
+                    code=ErrorCode.BAD_MESSAGE,
+                )
+            case Subscribed(subscription=subscription):
+                self._subscriptions.add(subscription)
+            case TailEnd(subscription=subscription):
+                self._subscriptions.discard(subscription)
+        self._queue(message)
+
+    def refuse(self, event: ServerEvent, error: FlightlogError) -> None:
+        """The owner cannot do what ``event`` asked: queue its refusal.
+
+        A record's refusal is pushed (at most once per run); a refused StartRun leaves
+        its run unopened.
+        """
+        match event:
+            case RecordEvent(session_id=session_id, run_id=run_id):
+                session = self._sessions.get(session_id)
+                if session is None or session.run_failed(run_id, error):
+                    self._push_refusal(session_id, run_id, error)
+            case StartRun(request=request, run_id=run_id):
+                session = self._sessions.get(request.session_id)
+                if session is not None and session.run_id == run_id:
+                    session.release()
+                self._queue(_error_reply(request, error))
+            case ConnectionClosed():
+                pass
+            case _:
+                self._queue(_error_reply(event, error))
+
+    def fail(self, session_id: str, error: FlightlogError) -> None:
+        """A write or sync of the session failed: it takes no more writes.
+
+        The failure is pushed to the client (once), for the open run if there is one.
+        """
+        session = self._sessions.get(session_id)
+        if session is None or not session.fail(error):
+            return
+        if session.run_id is not None:
+            session.run_failed(session.run_id, error)
+        self._push_refusal(session_id, session.run_id, error)
+
+    def data_to_send(self) -> bytes:
+        """Everything queued for the client, in order; ``b""`` when nothing is."""
+        data = bytes(self._outbox)
+        self._outbox.clear()
+        return data
+
+    def _push_refusal(self, session_id: str, run_id: str | None, error: FlightlogError) -> None:
+        self._queue(
+            RecordFailed(
+                session_id=session_id, run_id=run_id, code=error.code, message=error.message
+            )
+        )
+
+    def _queue(self, message: Message) -> None:
+        self._encoder.encode_into(message, self._outbox)
+
+
+def _check_time(time: str) -> None:
+    if not is_time(time):
+        raise LocalProtocolError(
+            f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
+            code=ErrorCode.BAD_EVENT,
+        )
+
+
+def _error_reply(message: Message, error: FlightlogError) -> ErrorReply:
+    return ErrorReply(
+        id=getattr(message, "id", 0),
+        code=error.code,
+        message=error.message,
+        session_id=getattr(message, "session_id", None),
+    )

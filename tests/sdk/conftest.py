@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from .fakes import FakeDaemon
+from flightlog.sdk import MemoryDaemon
 
 
 @pytest.fixture
@@ -11,6 +11,6 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def fake() -> FakeDaemon:
-    """A fake daemon in memory, for the mock transports."""
-    return FakeDaemon()
+def daemon() -> MemoryDaemon:
+    """A daemon in memory (the real server connection), for the mock transports."""
+    return MemoryDaemon()

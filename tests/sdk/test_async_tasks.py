@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
 
-from flightlog.protocol import Ack, AgentStart, Message, Subscribe, Subscribed, Sync, TailBatch
+from flightlog.protocol import Ack, AgentStart, Message, Sync
+from flightlog.sdk import MemoryDaemon
 from flightlog.sdk.aio import AsyncClient, AsyncMockTransport, AsyncSession, aconnect
-
-from .fakes import FakeDaemon
 
 pytestmark = pytest.mark.anyio
 
@@ -20,8 +17,8 @@ pytestmark = pytest.mark.anyio
 class WaitingTransport(AsyncMockTransport):
     """A mock whose receive waits for bytes, like a socket, instead of reading the end."""
 
-    def __init__(self, handler: Any) -> None:
-        super().__init__(handler)
+    def __init__(self, daemon: MemoryDaemon) -> None:
+        super().__init__(daemon)
         self._arrived = anyio.Event()
 
     def push(self, message: Message) -> None:
@@ -41,8 +38,8 @@ class WaitingTransport(AsyncMockTransport):
 
 
 @pytest.fixture
-def transport(fake: FakeDaemon) -> WaitingTransport:
-    return WaitingTransport(fake)
+def transport(daemon: MemoryDaemon) -> WaitingTransport:
+    return WaitingTransport(daemon)
 
 
 async def start(transport: WaitingTransport) -> tuple[AsyncClient, AsyncSession]:
@@ -50,22 +47,16 @@ async def start(transport: WaitingTransport) -> tuple[AsyncClient, AsyncSession]
     return client, await client.create("s.jsonl")
 
 
-def hold_syncs(fake: FakeDaemon) -> list[Sync]:
-    held: list[Sync] = []
-
-    def sync(message: Sync) -> list[Message]:
-        held.append(message)
-        return []
-
-    fake.script[Sync] = sync
-    return held
+def hold_syncs(daemon: MemoryDaemon) -> list[Sync]:
+    daemon.hold(Sync)
+    return daemon.held
 
 
 async def test_a_cancelled_wait_leaves_the_client_usable(
-    fake: FakeDaemon, transport: WaitingTransport
+    daemon: MemoryDaemon, transport: WaitingTransport
 ) -> None:
     client, session = await start(transport)
-    held = hold_syncs(fake)
+    held = hold_syncs(daemon)
     with anyio.move_on_after(0.01) as scope:
         await session.sync()
     assert scope.cancelled_caught
@@ -75,9 +66,11 @@ async def test_a_cancelled_wait_leaves_the_client_usable(
     await client.aclose()
 
 
-async def test_tasks_find_their_own_replies(fake: FakeDaemon, transport: WaitingTransport) -> None:
+async def test_tasks_find_their_own_replies(
+    daemon: MemoryDaemon, transport: WaitingTransport
+) -> None:
     client, session = await start(transport)
-    held = hold_syncs(fake)
+    held = hold_syncs(daemon)
     synced: list[int] = []
 
     async def sync() -> None:
@@ -95,17 +88,16 @@ async def test_tasks_find_their_own_replies(fake: FakeDaemon, transport: Waiting
 
 
 async def test_records_go_on_while_another_task_follows_a_tail(
-    fake: FakeDaemon, transport: WaitingTransport
+    daemon: MemoryDaemon, transport: WaitingTransport
 ) -> None:
     client, session = await start(transport)
-    fake.script[Subscribe] = lambda m: [Subscribed(id=m.id, subscription=1)]
     tailed: list[int] = []
 
     async def follow() -> None:
         async with client.tail("s.jsonl", follow=True) as tail:
             async for record in tail:
                 tailed.append(record.seq)
-                if record.seq == 3:
+                if record.seq == 5:
                     return
 
     run = await session.begin_run()
@@ -114,8 +106,7 @@ async def test_records_go_on_while_another_task_follows_a_tail(
         await wait_all_tasks_blocked()
         for _ in range(3):
             await run.record(AgentStart())
-        transport.push(TailBatch(subscription=1, lines=fake.session("s.jsonl").lines[:3]))
-    assert tailed == [1, 2, 3]
+    assert tailed == [1, 2, 3, 4, 5]
     assert [type(m).__name__ for m in transport.sent[-4:]] == [
         "RecordEvent",
         "RecordEvent",

@@ -1,5 +1,8 @@
 # Generated from test_client_async.py by tests/sdk/unasync.py: edit that file, then run this.
-"""The async client against a fake daemon (mock transport): every public operation.
+"""The async client against a daemon in memory (mock transport): every public operation.
+
+The mock transport's :class:`MemoryDaemon` answers through the protocol's real server
+connection, so these tests run the real client and server rules against each other.
 
 ``test_client_sync.py`` is generated from this file by ``tests/sdk/unasync.py``.
 """
@@ -19,7 +22,6 @@ from flightlog.protocol import (
     PROTOCOL_VERSION,
     AgentEnd,
     AgentStart,
-    CloseRun,
     Create,
     ErrorCode,
     Execution,
@@ -31,13 +33,10 @@ from flightlog.protocol import (
     ModelRequest,
     ModelResponse,
     ModelStream,
-    RecordEvent,
     RecordFailed,
     SaveCheckpoint,
     Subscribe,
-    Subscribed,
     TailBatch,
-    TailEnd,
     TextPart,
     Unsubscribe,
     UserMessage,
@@ -49,14 +48,13 @@ from flightlog.sdk import (
     ConnectionLost,
     DaemonError,
     LocalProtocolError,
+    MemoryDaemon,
     MockTransport,
     RecordingError,
     Run,
     Session,
     connect,
 )
-
-from .fakes import FakeDaemon, error
 
 EXEC = Execution(id="m1", kind="model", turn_index=0)
 
@@ -82,8 +80,8 @@ class Unregistered:
 
 
 @pytest.fixture
-def transport(fake: FakeDaemon) -> MockTransport:
-    return MockTransport(fake)
+def transport(daemon: MemoryDaemon) -> MockTransport:
+    return MockTransport(daemon)
 
 
 def start(transport: MockTransport) -> tuple[Client, Session]:
@@ -95,13 +93,12 @@ def start(transport: MockTransport) -> tuple[Client, Session]:
 # ------------------------------------------------------------------------- connecting
 
 
-def test_connect_says_hello_first(fake: FakeDaemon, transport: MockTransport) -> None:
+def test_connect_says_hello_first(daemon: MemoryDaemon, transport: MockTransport) -> None:
     with connect(transport=transport, client_name="test-agent") as client:
-        assert transport.sent == [fake.hello]
-        assert fake.hello == Hello(
-            id=1, version=PROTOCOL_VERSION, client="test-agent", pid=os.getpid()
-        )
-        assert client.welcome.server == "fake"
+        assert transport.sent == [
+            Hello(id=1, version=PROTOCOL_VERSION, client="test-agent", pid=os.getpid())
+        ]
+        assert client.welcome.server == daemon.name
         assert client.client_name == "test-agent"
     assert client.closed
 
@@ -111,12 +108,12 @@ def test_client_name_defaults_to_the_program(transport: MockTransport) -> None:
         assert client.client_name == os.path.basename(sys.argv[0])
 
 
-def test_a_refused_hello_raises_and_closes(fake: FakeDaemon, transport: MockTransport) -> None:
-    fake.script[Hello] = lambda m: [error(m.id, "unsupported_version", "speaks version 7")]
+def test_a_refused_hello_raises_and_closes() -> None:
+    transport = MockTransport(MemoryDaemon(versions=(7,)))
     with pytest.raises(DaemonError) as caught:
         connect(transport=transport)
     assert caught.value.code == ErrorCode.UNSUPPORTED_VERSION
-    assert caught.value.message == "speaks version 7"
+    assert caught.value.message.endswith("speaks version 7")
     with pytest.raises(ConnectionLost):
         transport.send(b"")
 
@@ -132,9 +129,9 @@ def test_a_closed_client_refuses_requests(transport: MockTransport) -> None:
 # --------------------------------------------------------------------------- sessions
 
 
-def test_create_returns_the_session(fake: FakeDaemon, transport: MockTransport) -> None:
+def test_create_returns_the_session(daemon: MemoryDaemon, transport: MockTransport) -> None:
     client, session = start(transport)
-    created = fake.session("demo/chat.jsonl")
+    created = daemon.session("demo/chat.jsonl")
     assert session.session_id == created.session_id
     assert session.path == "demo/chat.jsonl"
     assert session.meta == {"app": "demo"}
@@ -157,12 +154,12 @@ def test_daemon_refusals_are_daemon_errors(transport: MockTransport) -> None:
 
 
 def test_sessions_and_clients_are_context_managers(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     with connect(transport=transport) as client:
         with client.create("a.jsonl") as session, session.begin_run():
             pass
-        assert fake.session("a.jsonl").closed
+        assert daemon.session("a.jsonl").closed
         with client.open("a.jsonl") as reopened:
             assert reopened.last_seq == 3
     assert sent_types(transport)[-2:] == ["Open", "CloseSession"]
@@ -182,13 +179,13 @@ def test_session_close_is_idempotent(transport: MockTransport) -> None:
 # ------------------------------------------------------------------------------- runs
 
 
-def test_a_run_records_what_was_sent(fake: FakeDaemon, transport: MockTransport) -> None:
+def test_a_run_records_what_was_sent(daemon: MemoryDaemon, transport: MockTransport) -> None:
     client, session = start(transport)
     sent = events()
     with session.begin_run() as run:
         for event in sent:
             run.record(event)
-    records = fake.session("demo/chat.jsonl").records()
+    records = daemon.session("demo/chat.jsonl").records()
     assert [r.type for r in records] == [
         "session_start",
         "run_start",
@@ -210,7 +207,7 @@ def test_a_run_records_what_was_sent(fake: FakeDaemon, transport: MockTransport)
 def test_record_returns_without_waiting(transport: MockTransport) -> None:
     client, session = start(transport)
     run = session.begin_run()
-    # The fake answers nothing to a record: a record that waited would find the end.
+    # The daemon answers nothing to a record: a record that waited would find the end.
     run.record(AgentStart())
     run.record(AgentEnd())
     assert sent_types(transport)[-2:] == ["RecordEvent", "RecordEvent"]
@@ -219,7 +216,7 @@ def test_record_returns_without_waiting(transport: MockTransport) -> None:
 
 
 def test_record_time_comes_from_the_event_or_the_caller(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -228,7 +225,7 @@ def test_record_time_comes_from_the_event_or_the_caller(
     run.record(AgentStart(), time="2026-01-03T00:00:00Z")
     with pytest.raises(LocalProtocolError):
         run.record(AgentStart(), time="yesterday")
-    times = [r.time for r in fake.session("demo/chat.jsonl").records()[2:]]
+    times = [r.time for r in daemon.session("demo/chat.jsonl").records()[2:]]
     assert times == [
         "2026-01-02T03:04:05.000006Z",
         "2026-01-02T00:00:00.000000Z",
@@ -267,8 +264,8 @@ def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
     client.close()
 
 
-def test_a_frame_too_large_is_refused_before_sending(transport: MockTransport) -> None:
-    transport._link.handler.max_frame_size = 512  # type: ignore[attr-defined]
+def test_a_frame_too_large_is_refused_before_sending() -> None:
+    transport = MockTransport(MemoryDaemon(max_frame_size=512))
     client, session = start(transport)
     run = session.begin_run()
     before = len(transport.sent)
@@ -328,7 +325,7 @@ def record_until_refused(run: Run) -> RecordingError:
 
 
 def test_a_pushed_error_surfaces_from_a_later_record(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -351,7 +348,7 @@ def test_a_pushed_error_surfaces_from_a_later_record(
     with pytest.raises(RecordingError) as on_close:
         run.close()
     assert on_close.value is first
-    assert fake.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    assert daemon.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     # Another run of the session is not touched by it.
     other = session.begin_run()
     other.record(AgentStart())
@@ -360,7 +357,7 @@ def test_a_pushed_error_surfaces_from_a_later_record(
 
 
 def test_requests_take_in_a_push_that_record_has_not_looked_for(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -381,7 +378,7 @@ def test_requests_take_in_a_push_that_record_has_not_looked_for(
 
 
 def test_a_push_is_raised_by_close_right_after_a_record(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -394,23 +391,17 @@ def test_a_push_is_raised_by_close_right_after_a_record(
     with pytest.raises(RecordingError) as on_close:
         run.close()
     assert on_close.value.message == "refused"
-    assert fake.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    assert daemon.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     client.close()
 
 
 def test_an_error_pushed_during_close_is_raised_by_close(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
-
-    def close_run(message: CloseRun) -> list[Any]:
-        failed = RecordFailed(
-            session_id=run.session_id, run_id=run.run_id, code="bad_event", message="late"
-        )
-        return [failed, *fake.answer(message)]
-
-    fake.script[CloseRun] = close_run
+    # The daemon fails to write the run_close: it pushes the failure, then refuses.
+    daemon.break_disk("demo/chat.jsonl", "late")
     with pytest.raises(RecordingError) as caught:
         run.close()
     assert caught.value.message == "late"
@@ -418,17 +409,14 @@ def test_an_error_pushed_during_close_is_raised_by_close(
 
 
 def test_a_session_write_failure_stops_every_run(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
-    transport.push(
-        RecordFailed(
-            session_id=session.session_id, run_id=None, code="write_failed", message="disk full"
-        )
-    )
+    daemon.break_disk("demo/chat.jsonl", "disk full")
     caught = record_until_refused(run)
     assert caught.code == ErrorCode.WRITE_FAILED
+    assert caught.message == "disk full"
     # The daemon takes no more writes: run_close cannot be written, close says why.
     with pytest.raises(RecordingError) as on_close:
         run.close()
@@ -436,16 +424,20 @@ def test_a_session_write_failure_stops_every_run(
     assert "CloseRun" not in sent_types(transport)
     with pytest.raises(RecordingError):
         session.begin_run()
-    session.close()
+    # Closing the session releases it, and reports the failure once more.
+    with pytest.raises(RecordingError) as on_session_close:
+        session.close()
+    assert on_session_close.value.message == "disk full"
+    assert daemon.session("demo/chat.jsonl").closed
     client.close()
 
 
 def test_write_failed_replies_are_recording_errors(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
-    fake.script[SaveCheckpoint] = lambda m: [error(m.id, "write_failed", "fsync failed")]
+    daemon.break_disk("demo/chat.jsonl", "fsync failed")
     with pytest.raises(RecordingError) as caught:
         run.save_checkpoint({"step": 1})
     assert caught.value.message == "fsync failed"
@@ -456,19 +448,19 @@ def test_write_failed_replies_are_recording_errors(
 
 
 def test_an_exception_in_the_block_closes_the_run_with_its_text(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     with pytest.raises(ValueError, match="boom"), session.begin_run() as run:
         run.record(AgentStart())
         raise ValueError("boom")
-    closed = fake.session("demo/chat.jsonl").records()[-1]
+    closed = daemon.session("demo/chat.jsonl").records()[-1]
     assert (closed.type, closed.decode_data()) == ("run_close", {"error": "ValueError: boom"})
     client.close()
 
 
 def test_the_exception_in_the_block_wins_over_a_sticky_error(
-    fake: FakeDaemon, transport: MockTransport
+    daemon: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     with pytest.raises(KeyError), session.begin_run() as run:
@@ -478,7 +470,7 @@ def test_the_exception_in_the_block_wins_over_a_sticky_error(
             )
         )
         raise KeyError("agent bug")
-    closed = fake.session("demo/chat.jsonl").records()[-1]
+    closed = daemon.session("demo/chat.jsonl").records()[-1]
     assert closed.decode_data() == {"error": "no"}
     client.close()
 
@@ -503,12 +495,12 @@ def test_checkpoints_round_trip_through_the_codec(transport: MockTransport) -> N
 # ------------------------------------------------------------------------------ tails
 
 
-def test_tail_yields_the_records(fake: FakeDaemon, transport: MockTransport) -> None:
+def test_tail_yields_the_records(daemon: MemoryDaemon, transport: MockTransport) -> None:
     client, session = start(transport)
     with session.begin_run() as run:
         run.record(AgentStart())
     tailed = [record for record in client.tail("demo/chat.jsonl")]
-    assert tailed == fake.session("demo/chat.jsonl").records()
+    assert tailed == daemon.session("demo/chat.jsonl").records()
     later = [record.seq for record in client.tail("demo/chat.jsonl", after=2)]
     assert later == [3, 4]
     subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
@@ -540,56 +532,53 @@ def test_tail_all_yields_paths_and_records(transport: MockTransport) -> None:
     client.close()
 
 
-def test_a_tail_ended_by_an_error_raises_it(fake: FakeDaemon, transport: MockTransport) -> None:
-    fake.script[Subscribe] = lambda m: [
-        Subscribed(id=m.id, subscription=9),
-        TailEnd(subscription=9, reason="error", code="session_not_found", message="gone"),
-    ]
+def test_a_tail_ended_by_an_error_raises_it(transport: MockTransport) -> None:
     client, _ = start(transport)
     tail = client.tail("nowhere.jsonl")
     with pytest.raises(DaemonError) as caught:
         tail.__next__()
-    assert (caught.value.code, caught.value.message) == ("session_not_found", "gone")
+    assert caught.value.code == "session_not_found"
+    assert "nowhere.jsonl" in caught.value.message
     assert [record for record in tail] == []
     client.close()
 
 
-def following(fake: FakeDaemon) -> None:
-    """Subscriptions that send one batch and then wait for more, like a follow."""
-
-    def subscribe(message: Subscribe) -> list[Any]:
-        lines = fake.session("demo/chat.jsonl").lines
-        return [
-            Subscribed(id=message.id, subscription=5),
-            TailBatch(subscription=5, lines=lines, path="demo/chat.jsonl"),
-        ]
-
-    fake.script[Subscribe] = subscribe
-
-
-def test_closing_a_follow_unsubscribes(fake: FakeDaemon, transport: MockTransport) -> None:
+def test_a_follow_gets_records_as_they_are_written(transport: MockTransport) -> None:
     client, session = start(transport)
-    following(fake)
+    run = session.begin_run()
+    with client.tail("demo/chat.jsonl", follow=True) as tail:
+        assert [(tail.__next__()).seq for _ in range(2)] == [1, 2]
+        run.record(AgentStart())
+        run.close()
+        assert [(tail.__next__()).type for _ in range(2)] == ["agent_start", "run_close"]
+        session.close()
+        # The writer closed the session: the follow ends.
+        assert [record for record in tail] == []
+    assert tail.end is not None and tail.end.reason == "session_closed"
+    client.close()
+
+
+def test_closing_a_follow_unsubscribes(transport: MockTransport) -> None:
+    client, session = start(transport)
     with client.tail("demo/chat.jsonl", follow=True) as tail:
         for record in tail:
             assert record.type == "session_start"
             break
-    assert transport.sent[-1] == Unsubscribe(id=4, subscription=5)
+    assert transport.sent[-1] == Unsubscribe(id=4, subscription=1)
     # The TailEnd the daemon sends before its Ack is taken in stride.
     assert session.sync() == 1
     client.close()
 
 
 def test_an_abandoned_follow_is_unsubscribed_by_the_next_request(
-    fake: FakeDaemon, transport: MockTransport
+    transport: MockTransport,
 ) -> None:
     client, session = start(transport)
-    following(fake)
     tail = client.tail("demo/chat.jsonl", follow=True)
     assert (tail.__next__()).seq == 1
     del tail
     # Batches still in flight for it are dropped.
-    transport.push(TailBatch(subscription=5, lines=[b"not even json"]))
+    transport.push(TailBatch(subscription=1, lines=[b"not even json"]))
     assert session.sync() == 1
     assert sent_types(transport)[-2:] == ["Unsubscribe", "Sync"]
     client.close()
@@ -598,8 +587,8 @@ def test_an_abandoned_follow_is_unsubscribed_by_the_next_request(
 # ------------------------------------------------------------------ the connection
 
 
-def test_bytes_arriving_one_at_a_time(fake: FakeDaemon) -> None:
-    transport = MockTransport(fake, chunk_size=1)
+def test_bytes_arriving_one_at_a_time(daemon: MemoryDaemon) -> None:
+    transport = MockTransport(daemon, chunk_size=1)
     client, session = start(transport)
     with session.begin_run() as run:
         run.record(AgentStart())
@@ -628,10 +617,11 @@ def test_a_daemon_that_hangs_up_loses_the_connection(
     client.close()
 
 
-def test_a_reply_lost_midway_fails_the_request(fake: FakeDaemon, transport: MockTransport) -> None:
+def test_a_reply_lost_midway_fails_the_request(
+    daemon: MemoryDaemon, transport: MockTransport
+) -> None:
     client, session = start(transport)
-    fake.script[RecordEvent] = lambda m: []
-    fake.script[SaveCheckpoint] = lambda m: []
+    daemon.hold(SaveCheckpoint)
     run = session.begin_run()
     with pytest.raises(ConnectionLost):
         run.save_checkpoint({})

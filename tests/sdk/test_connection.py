@@ -1,4 +1,9 @@
-"""The client's sans-I/O state machine, with a fake daemon and no transport at all."""
+"""The client's sans-I/O state machine paired with the server's, and no transport at all.
+
+Like h11's ``ConnectionPair``: a :class:`Link` carries the bytes of the real
+:class:`ClientConnection` to a real :class:`flightlog.protocol.ServerConnection` (inside a
+:class:`MemoryDaemon`, which only stores) and back, one step at a time.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import pytest
 
 from flightlog.protocol import (
     Ack,
+    AgentEnd,
     AgentStart,
+    BeginRun,
     ErrorCode,
     ErrorReply,
     FlightlogError,
@@ -28,39 +35,45 @@ from flightlog.protocol import (
     TailBatch,
     TailEnd,
     Unsubscribe,
+    client_decoder,
     default_codec,
     encode_frame,
+    now,
     server_decoder,
 )
-from flightlog.sdk import ConnectionLost, DaemonError
+from flightlog.sdk import ConnectionLost, DaemonError, MemoryDaemon
 from flightlog.sdk._connection import ClientConnection, Pending
-
-from .fakes import FakeDaemon
 
 
 class Link:
-    """A client connection wired to a fake daemon: what one sends, the other gets."""
+    """A client connection wired to a daemon's: what one sends, the other gets."""
 
-    def __init__(self, fake: FakeDaemon) -> None:
-        self.fake = fake
+    def __init__(self, daemon: MemoryDaemon) -> None:
+        self.daemon = daemon
         self.conn = ClientConnection(codec=default_codec, client_name="t", pid=os.getpid())
-        self.server = server_decoder()
+        self.server = daemon.connect()
+        self._sent = server_decoder()
         self.inbox = bytearray()  # what the daemon sent and the client has not received
 
     def send(self, data: bytes | None) -> list[Any]:
-        """The daemon receives ``data``; its answers wait in the inbox."""
+        """The daemon receives ``data``; its answers wait in the inbox.  Returns the
+        messages sent."""
         if data is None:
             return []
-        self.server.feed(data)
-        messages = list(self.server)
-        for message in messages:
-            for reply in self.fake(message):
-                self.inbox += encode_frame(reply)
+        self._sent.feed(data)
+        messages = list(self._sent)
+        self.server.receive_data(data)
+        self.inbox += self.server.data_to_send()
         return messages
 
     def deliver(self) -> None:
+        self.inbox += self.server.data_to_send()
         self.conn.receive_data(bytes(self.inbox))
         self.inbox.clear()
+
+    def hang_up(self) -> None:
+        """The client's end of the stream reaches the daemon."""
+        self.server.receive_data(b"")
 
     def call(self, pending: Pending[Any]) -> Any:
         self.send(pending.data)
@@ -72,11 +85,15 @@ class Link:
         self.conn.receive_data(encode_frame(message))
 
 
-@pytest.fixture
-def link(fake: FakeDaemon) -> Link:
-    link = Link(fake)
+def connected(daemon: MemoryDaemon) -> Link:
+    link = Link(daemon)
     link.call(link.conn.hello())
     return link
+
+
+@pytest.fixture
+def link(daemon: MemoryDaemon) -> Link:
+    return connected(daemon)
 
 
 def open_run(link: Link) -> tuple[str, str]:
@@ -85,9 +102,8 @@ def open_run(link: Link) -> tuple[str, str]:
     return opened.session_id, started.run_id
 
 
-def test_the_welcome_sets_the_frame_limit(fake: FakeDaemon) -> None:
-    fake.max_frame_size = 1234
-    link = Link(fake)
+def test_the_welcome_sets_the_frame_limit() -> None:
+    link = Link(MemoryDaemon(max_frame_size=1234))
     assert link.conn.welcome is None
     welcome = link.call(link.conn.hello())
     assert link.conn.welcome is welcome
@@ -141,7 +157,8 @@ def test_an_error_reply_becomes_a_daemon_error(link: Link) -> None:
     with pytest.raises(DaemonError) as caught:
         link.call(pending)
     assert caught.value.code == "session_not_found"
-    assert str(caught.value) == "missing.jsonl does not exist [session_not_found]"
+    assert str(caught.value).startswith("missing.jsonl does not exist")
+    assert str(caught.value).endswith(" [session_not_found]")
 
 
 def test_a_reply_of_the_wrong_kind_is_a_protocol_error(link: Link) -> None:
@@ -218,10 +235,8 @@ def test_never_written_events_build_nothing(link: Link) -> None:
     assert link.conn.record(session_id, run_id, MessageUpdate(delta="x")) is None
 
 
-def test_a_record_larger_than_the_daemon_accepts(fake: FakeDaemon) -> None:
-    fake.max_frame_size = 300
-    link = Link(fake)
-    link.call(link.conn.hello())
+def test_a_record_larger_than_the_daemon_accepts() -> None:
+    link = connected(MemoryDaemon(max_frame_size=300))
     session_id, run_id = open_run(link)
     with pytest.raises(LocalProtocolError) as caught:
         link.conn.record(session_id, run_id, AgentStart(agent="x" * 300))
@@ -353,20 +368,20 @@ def test_a_failed_connection_ends_waiting_tails(link: Link) -> None:
 
 
 def test_an_abandoned_tail_is_unsubscribed_and_dropped(link: Link) -> None:
-    pending = link.conn.subscribe("s.jsonl", follow=True)
-    link.push(Subscribed(id=pending.id, subscription=4))
-    assert link.conn.result(pending) == 4
-    link.push(TailBatch(subscription=4, lines=[line(1)]))
-    link.conn.abandon_tail(4)
-    link.conn.abandon_tail(4)
-    link.push(TailBatch(subscription=4, lines=[line(2)]))
-    assert link.conn.next_tail(4) is None
+    sub = link.call(link.conn.subscribe("s.jsonl", follow=True))
+    link.push(TailBatch(subscription=sub, lines=[line(1)]))
+    link.conn.abandon_tail(sub)
+    link.conn.abandon_tail(sub)
+    link.push(TailBatch(subscription=sub, lines=[line(2)]))
+    assert link.conn.next_tail(sub) is None
     outbox = link.conn.take_outbox()
-    assert link.send(outbox) == [Unsubscribe(id=3, subscription=4)]
+    assert link.send(outbox) == [Unsubscribe(id=3, subscription=sub)]
     assert link.conn.take_outbox() == b""
-    # The Ack of that unsubscribe has no caller and is dropped.
+    # The TailEnd and the Ack of that unsubscribe have no caller and are dropped.
+    assert link.inbox
     link.deliver()
     assert link.conn._replies == {}
+    assert link.conn.next_tail(sub) is None
 
 
 def test_a_subscription_number_used_again_is_not_dropped(link: Link) -> None:
@@ -377,6 +392,147 @@ def test_a_subscription_number_used_again_is_not_dropped(link: Link) -> None:
     link.push(TailBatch(subscription=4, lines=[line(5)]))
     assert link.conn.result(pending) == 4
     assert [r.seq for _, r in link.conn.next_tail(4) or []] == [5]
+
+
+# ------------------------------------------------- the client's rules and the server's
+
+
+def test_a_record_refused_while_the_close_is_on_its_way(link: Link) -> None:
+    session_id, run_id = open_run(link)
+    # A record the daemon refuses (its data is no JSON), which the client has not yet
+    # heard of when it closes the run.
+    bad = RecordEvent(
+        session_id=session_id, run_id=run_id, event_type="agent_start", time=now(), data=b"{x"
+    )
+    link.send(encode_frame(bad))
+    pending = link.conn.close_run(session_id, run_id, None)
+    assert pending is not None
+    [close] = link.send(pending.data)
+    assert close.error is None
+    link.deliver()
+    with pytest.raises(RecordingError) as caught:
+        link.conn.result(pending)
+    assert caught.value.code == ErrorCode.BAD_EVENT
+    # The run was closed all the same.
+    records = link.daemon.session("s.jsonl").records()
+    assert [r.type for r in records] == ["session_start", "run_start", "run_close"]
+
+
+def test_the_server_refuses_what_a_client_sends_against_the_rules(link: Link) -> None:
+    session_id, run_id = open_run(link)
+    # Frames the client would have refused itself, built by hand.
+    link.send(encode_frame(BeginRun(id=50, session_id=session_id, time=now())))
+    for _ in range(2):
+        link.send(link.conn.record(session_id, run_id, AgentStart()))
+        stale = RecordEvent(
+            session_id=session_id, run_id="0" * 32, event_type="agent_end", time=now(), data=b"{}"
+        )
+        link.send(encode_frame(stale))
+    decoder = client_decoder()
+    decoder.feed(link.inbox)
+    error, pushed = list(decoder)
+    assert error == ErrorReply(
+        id=50,
+        code="run_open",
+        message="begin_run refused: a run is already open in this session; close it "
+        "before beginning another",
+        session_id=session_id,
+    )
+    # One push for the stale run, however many of its records came.
+    assert isinstance(pushed, RecordFailed)
+    assert (pushed.run_id, pushed.code) == ("0" * 32, "run_not_open")
+    link.deliver()
+    assert link.conn.sticky_error(session_id, "0" * 32) is not None
+    assert link.conn.sticky_error(session_id, run_id) is None
+    assert [r.type for r in link.daemon.session("s.jsonl").records()] == [
+        "session_start",
+        "run_start",
+        "agent_start",
+        "agent_start",
+    ]
+
+
+def test_a_session_has_one_writer(daemon: MemoryDaemon, link: Link) -> None:
+    session_id, run_id = open_run(link)
+    other = connected(daemon)
+    with pytest.raises(DaemonError) as busy:
+        other.call(other.conn.open("s.jsonl"))
+    assert busy.value.code == ErrorCode.SESSION_BUSY
+    assert f"pid {os.getpid()}" in busy.value.message
+    # A write by hand from the other connection is refused, and pushed to it.
+    stale = RecordEvent(
+        session_id=session_id, run_id=run_id, event_type="agent_end", time=now(), data=b"{}"
+    )
+    other.send(encode_frame(stale))
+    decoder = client_decoder()
+    decoder.feed(other.inbox)
+    [pushed] = list(decoder)
+    assert isinstance(pushed, RecordFailed) and pushed.code == ErrorCode.NOT_WRITER
+    # Once the writer closes the session, the other may open it.
+    closing = link.conn.close_session(session_id)
+    assert closing is not None
+    link.call(closing)
+    reopened = other.call(other.conn.open("s.jsonl"))
+    assert reopened.session_id == session_id
+    assert reopened.interrupted_runs == [run_id]
+    assert reopened.last_seq == 2
+
+
+def test_a_writer_that_goes_away_leaves_its_run_open(daemon: MemoryDaemon, link: Link) -> None:
+    session_id, run_id = open_run(link)
+    link.send(link.conn.record(session_id, run_id, AgentStart()))
+    link.hang_up()
+    other = connected(daemon)
+    reopened = other.call(other.conn.open("s.jsonl"))
+    assert (reopened.last_seq, reopened.interrupted_runs) == (3, [run_id])
+    # The new writer begins its own run.
+    started = other.call(other.conn.begin_run(session_id))
+    assert started.run_id != run_id and started.seq == 4
+
+
+def test_a_failed_write_fails_the_session_on_both_sides(link: Link) -> None:
+    session_id, run_id = open_run(link)
+    assert link.call(link.conn.save_checkpoint(session_id, run_id, {"step": 1})) == 3
+    link.daemon.break_disk("s.jsonl", "no space left on device")
+    link.send(link.conn.record(session_id, run_id, AgentEnd()))
+    link.deliver()
+    failure = link.conn.sticky_error(session_id, run_id)
+    assert failure is not None and failure.code == ErrorCode.WRITE_FAILED
+    assert failure.message == "no space left on device"
+    for refused in (
+        lambda: link.conn.record(session_id, run_id, AgentEnd()),
+        lambda: link.conn.sync(session_id),
+        lambda: link.conn.begin_run(session_id),
+    ):
+        with pytest.raises(RecordingError) as caught:
+            refused()
+        assert caught.value is failure
+    # Reading still works; closing reports the failure.
+    assert link.call(link.conn.load_checkpoint(session_id)) == {"step": 1}
+    closing = link.conn.close_session(session_id)
+    assert closing is not None
+    with pytest.raises(RecordingError) as on_close:
+        link.call(closing)
+    assert on_close.value.message == "no space left on device"
+    assert link.daemon.session("s.jsonl").closed
+
+
+def test_a_follow_through_the_server(daemon: MemoryDaemon, link: Link) -> None:
+    reader = connected(daemon)
+    sub = reader.call(reader.conn.subscribe("s.jsonl", follow=True, types=["agent_start"]))
+    # It waits for the session, which the writer creates now.
+    session_id, run_id = open_run(link)
+    link.send(link.conn.record(session_id, run_id, AgentStart(agent="a")))
+    link.send(link.conn.record(session_id, run_id, AgentEnd()))
+    reader.deliver()
+    assert [(r.seq, r.type) for _, r in reader.conn.next_tail(sub) or []] == [(3, "agent_start")]
+    assert reader.conn.next_tail(sub) == []
+    reader.call(reader.conn.unsubscribe(sub))
+    assert reader.conn.tail_ended(sub)
+    # The server knows it is gone.
+    with pytest.raises(DaemonError) as caught:
+        reader.call(reader.conn.unsubscribe(sub))
+    assert caught.value.code == ErrorCode.SUBSCRIPTION_NOT_FOUND
 
 
 def test_errors_are_flightlog_errors() -> None:

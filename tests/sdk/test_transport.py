@@ -11,12 +11,21 @@ import anyio
 import anyio.abc
 import pytest
 
-from flightlog.protocol import Ack, Status
+from flightlog.protocol import (
+    Create,
+    ErrorReply,
+    Hello,
+    Status,
+    StatusReply,
+    Welcome,
+    client_decoder,
+)
 from flightlog.sdk import (
     ConnectError,
     ConnectionLost,
     DaemonNotRunning,
     FlightlogError,
+    MemoryDaemon,
     MockTransport,
     SocketTransport,
     connect,
@@ -228,15 +237,19 @@ async def test_the_peer_closing_loses_the_connection(short_tmp: Path) -> None:
 # ----------------------------------------------------------------------------- mock
 
 
-def test_mock_transport_plays_the_handler() -> None:
-    transport = MockTransport(lambda message: [Ack(id=message.id, seq=7)], chunk_size=3)
-    transport.send(b"".join(_frames(Status(id=1), Status(id=2))))
-    assert transport.sent == [Status(id=1), Status(id=2)]
+def test_mock_transport_talks_to_a_daemon_in_memory() -> None:
+    transport = MockTransport(chunk_size=3)
+    transport.send(b"".join(_frames(Hello(id=1, version=1), Status(id=2))))
+    assert transport.sent == [Hello(id=1, version=1), Status(id=2)]
     received = b""
     while chunk := transport.receive_nowait():
         assert len(chunk) <= 3
         received += chunk
-    assert received == b"".join(_frames(Ack(id=1, seq=7), Ack(id=2, seq=7)))
+    decoder = client_decoder()
+    decoder.feed(received)
+    welcome, status = list(decoder)
+    assert isinstance(welcome, Welcome) and welcome.server == transport.daemon.name
+    assert isinstance(status, StatusReply) and status.id == 2
     # Nothing queued: a wait would last forever, so it reads as the end.
     assert transport.receive() == b""
     transport.hang_up()
@@ -246,11 +259,29 @@ def test_mock_transport_plays_the_handler() -> None:
         transport.send(b"")
 
 
+def test_mock_transports_share_a_daemon() -> None:
+    daemon = MemoryDaemon()
+    first, second = MockTransport(daemon), MockTransport(daemon)
+    for transport in (first, second):
+        transport.send(b"".join(_frames(Hello(id=1, version=1), Create(id=2, path="a.jsonl"))))
+    decoder = client_decoder()
+    decoder.feed(second.receive())
+    _, refused = list(decoder)
+    assert isinstance(refused, ErrorReply) and refused.code == "session_exists"
+    assert daemon.session("a.jsonl").writer is not None
+    first.close()
+    assert daemon.session("a.jsonl").writer is None
+
+
 @pytest.mark.anyio
 async def test_async_mock_transport() -> None:
-    transport = AsyncMockTransport(lambda message: [Ack(id=message.id)])
+    transport = AsyncMockTransport()
     await transport.send(b"".join(_frames(Status(id=1))))
-    assert await transport.receive() == b"".join(_frames(Ack(id=1)))
+    # Not a hello first: the daemon says so, and hangs up.
+    decoder = client_decoder()
+    decoder.feed(await transport.receive())
+    [refused] = list(decoder)
+    assert isinstance(refused, ErrorReply) and refused.code == "hello_required"
     assert await transport.receive() == b""
     await transport.aclose()
     with pytest.raises(ConnectionLost):

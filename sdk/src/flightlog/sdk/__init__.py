@@ -31,6 +31,7 @@ from ._exceptions import (
     RemoteProtocolError,
 )
 from ._files import check, read
+from ._memory import MemoryDaemon
 from ._models import CallRef
 from ._sync import Client, Run, Session, Tail, connect
 from ._transport import MockTransport, SocketTransport, Transport
@@ -47,6 +48,7 @@ __all__ = [
     "FileFormatError",
     "FlightlogError",
     "LocalProtocolError",
+    "MemoryDaemon",
     "MockTransport",
     "Record",
     "RecordingError",

@@ -8,9 +8,9 @@ failures become :class:`ConnectionLost`; a failed connect becomes
 
 * :class:`SocketTransport`: a plain blocking ``AF_UNIX`` socket, for :class:`Client`.
 * :class:`AsyncSocketTransport`: anyio's ``connect_unix``, for :class:`AsyncClient`.
-* :class:`MockTransport` and :class:`AsyncMockTransport`: a scripted fake daemon in
-  the same process, for tests: every message the client sends is decoded and handed
-  to ``handler``, and whatever the handler returns is what the client receives next.
+* :class:`MockTransport` and :class:`AsyncMockTransport`: a daemon in the same
+  process, for tests: a :class:`~._memory.MemoryDaemon`, which applies flightlogd's
+  rules through the protocol's real server connection and keeps sessions in memory.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import select
 import socket
-from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 import anyio
@@ -28,12 +27,12 @@ import anyio.lowlevel
 from flightlog.protocol import Message, encode_frame, server_decoder
 
 from ._exceptions import ConnectError, ConnectionLost, DaemonNotRunning
+from ._memory import MemoryDaemon
 
 __all__ = [
     "AsyncMockTransport",
     "AsyncSocketTransport",
     "AsyncTransport",
-    "MockHandler",
     "MockTransport",
     "SocketTransport",
     "Transport",
@@ -214,19 +213,16 @@ class AsyncSocketTransport:
         await anyio.aclose_forcefully(self._stream)
 
 
-#: A fake daemon: gets each message the client sends, returns the messages to answer.
-MockHandler = Callable[[Any], Iterable[Message]]
-
-
 class _MockLink:
-    """The fake daemon's end: decodes what the client sends, queues what it receives."""
+    """The client's end of a connection to a :class:`MemoryDaemon`."""
 
-    def __init__(self, handler: MockHandler, chunk_size: int | None) -> None:
-        self.handler = handler
+    def __init__(self, daemon: MemoryDaemon, chunk_size: int | None) -> None:
+        self.daemon = daemon
         self.chunk_size = chunk_size
         self.sent: list[Any] = []
         self.closed = False
         self.eof = False
+        self._server = daemon.connect()
         self._decoder = server_decoder()
         self._out = bytearray()
 
@@ -234,17 +230,18 @@ class _MockLink:
         if self.closed:
             raise ConnectionLost("the mock transport is closed")
         self._decoder.feed(data)
-        for message in self._decoder:
-            self.sent.append(message)
-            for reply in self.handler(message):
-                self.push(reply)
+        self.sent.extend(self._decoder)
+        self._server.receive_data(data)
 
     def push(self, message: Message) -> None:
+        self._out += self._server.data_to_send()
         self._out += encode_frame(message)
 
     def take(self, *, wait: bool) -> bytes | None:
         if self.closed:
             raise ConnectionLost("the mock transport is closed")
+        # What the daemon sent, including pushes caused by other connections.
+        self._out += self._server.data_to_send()
         if not self._out:
             # Nothing will ever come, so a wait would last forever: read it as the end.
             return b"" if wait or self.eof else None
@@ -253,10 +250,16 @@ class _MockLink:
         del self._out[:size]
         return data
 
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._server.receive_data(b"")
+
 
 class _MockTransportBase:
-    def __init__(self, handler: MockHandler, *, chunk_size: int | None = None) -> None:
-        self._link = _MockLink(handler, chunk_size)
+    def __init__(self, daemon: MemoryDaemon | None = None, *, chunk_size: int | None = None):
+        self.daemon = daemon if daemon is not None else MemoryDaemon()
+        self._link = _MockLink(self.daemon, chunk_size)
         self.path: str | None = None
 
     @property
@@ -277,13 +280,14 @@ class _MockTransportBase:
 
 
 class MockTransport(_MockTransportBase):
-    """A transport to a scripted fake daemon, for tests of :class:`Client`.
+    """A transport to a daemon in memory, for tests of :class:`Client`.
 
-    ``handler`` gets every message the client sends (decoded) and returns the messages
-    the client receives next.  :meth:`push` queues a message unasked (a push);
-    :attr:`sent` lists everything the client sent.  A receive with nothing queued reads
-    as the daemon closing the connection.  ``chunk_size`` hands bytes out in pieces of
-    at most that size, to exercise reassembly.
+    ``daemon`` is the :class:`MemoryDaemon` it connects to (a new one when None; share
+    one between transports for several connections).  :meth:`push` queues a message
+    unasked, as the daemon pushing it; :attr:`sent` lists everything the client sent.
+    A receive with nothing queued reads as the daemon closing the connection.
+    ``chunk_size`` hands bytes out in pieces of at most that size, to exercise
+    reassembly.
     """
 
     def send(self, data: bytes) -> None:
@@ -293,7 +297,7 @@ class MockTransport(_MockTransportBase):
         return self._link.take(wait=True) or b""
 
     def close(self) -> None:
-        self._link.closed = True
+        self._link.close()
 
 
 class AsyncMockTransport(_MockTransportBase):
@@ -308,4 +312,4 @@ class AsyncMockTransport(_MockTransportBase):
         return self._link.take(wait=True) or b""
 
     async def aclose(self) -> None:
-        self._link.closed = True
+        self._link.close()

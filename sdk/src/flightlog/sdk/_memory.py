@@ -1,0 +1,456 @@
+"""A daemon in memory, for tests: the real server connection, sessions as lists of lines.
+
+:class:`MemoryDaemon` is what the mock transports talk to.  Each connection is a
+:class:`flightlog.protocol.ServerConnection`, so every rule (hello first, one writer per
+session, one open run, the sticky failure, what a record must be) is the one flightlogd
+applies; this module only stores: it numbers and keeps lines, answers checkpoints and
+status, and feeds tails.  Tests break it on purpose with :meth:`MemoryDaemon.hold` (a
+request never answered) and :meth:`MemoryDaemon.break_disk` (every later write of a
+session fails).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+import msgspec
+
+from flightlog.protocol import (
+    CHECKPOINT,
+    DEFAULT_MAX_FRAME_SIZE,
+    RUN_CLOSE,
+    RUN_START,
+    SESSION_START,
+    SUPPORTED_VERSIONS,
+    Ack,
+    CheckpointLoaded,
+    CloseRun,
+    CloseSession,
+    ConnectionClosed,
+    Create,
+    ErrorCode,
+    FlightlogError,
+    LoadCheckpoint,
+    LocalProtocolError,
+    Open,
+    Record,
+    RecordEvent,
+    RunCloseData,
+    RunStartData,
+    RunStarted,
+    SaveCheckpoint,
+    ServerConnection,
+    ServerEvent,
+    SessionMachine,
+    SessionOpened,
+    SessionStartData,
+    SessionState,
+    SessionStatus,
+    StartRun,
+    Status,
+    StatusReply,
+    Subscribe,
+    Subscribed,
+    Sync,
+    TailBatch,
+    TailEnd,
+    Unsubscribe,
+    encode_line,
+    new_id,
+    now,
+)
+
+__all__ = ["MemoryConnection", "MemoryDaemon", "MemorySession"]
+
+_validate_json: Final = msgspec.json.Decoder(msgspec.Raw).decode
+_encode_json: Final = msgspec.json.Encoder().encode
+
+
+class MemorySession:
+    """One session "file": its lines (without ``\\n``) and what its rules need."""
+
+    def __init__(self, path: str, meta: dict[str, Any]) -> None:
+        self.path = path
+        self.session_id = new_id()
+        self.meta = meta
+        self.lines: list[bytes] = []
+        self.rules: SessionMachine[FlightlogError] = SessionMachine()
+        self.writer: MemoryConnection | None = None
+        self.open_run: str | None = None
+        #: Runs left without run_close (a writer gone, or the session closed).
+        self.interrupted_runs: list[str] = []
+        #: Set by :meth:`MemoryDaemon.break_disk`: every later write fails with it.
+        self.broken: FlightlogError | None = None
+        self._kinds: list[tuple[str, str | None]] = []  # (type, run_id) of each line
+        self._checkpoint: Record | None = None
+        self.append(SESSION_START, now(), _encode_json(SessionStartData(meta=meta)), None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether its writer closed it."""
+        return self.rules.state is SessionState.CLOSED
+
+    @property
+    def last_seq(self) -> int:
+        return len(self.lines)
+
+    def append(self, type: str, time: str, data: bytes, run_id: str | None) -> Record:
+        record = Record(
+            session_id=self.session_id,
+            seq=self.last_seq + 1,
+            type=type,
+            time=time,
+            run_id=run_id,
+            data=msgspec.Raw(data),
+        )
+        self.lines.append(encode_line(record)[:-1])
+        self._kinds.append((type, run_id))
+        if type == CHECKPOINT:
+            self._checkpoint = record
+        elif type == RUN_START:
+            self.open_run = run_id
+        elif type == RUN_CLOSE:
+            self.open_run = None
+        return record
+
+    def release(self) -> None:
+        """The writer is gone: a run it left open stays without run_close."""
+        self.writer = None
+        if self.open_run is not None:
+            self.interrupted_runs.append(self.open_run)
+            self.open_run = None
+
+    def records(self) -> list[Record]:
+        """Every record, decoded."""
+        return [msgspec.json.decode(line, type=Record) for line in self.lines]
+
+    def lines_for(self, tail: _Tail, after: int) -> list[bytes]:
+        """The lines after seq ``after`` that ``tail`` wants."""
+        return [
+            line
+            for line, (type, run_id) in zip(self.lines[after:], self._kinds[after:], strict=True)
+            if tail.wants(type, run_id)
+        ]
+
+    def checkpoint_reply(self, request_id: int) -> CheckpointLoaded:
+        record = self._checkpoint
+        if record is None:
+            return CheckpointLoaded(id=request_id)
+        snapshot = msgspec.json.decode(record.data, type=dict[str, msgspec.Raw])["snapshot"]
+        return CheckpointLoaded(
+            id=request_id,
+            seq=record.seq,
+            run_id=record.run_id,
+            time=record.time,
+            snapshot=bytes(snapshot),
+        )
+
+
+class _Tail:
+    """One subscription: who gets its batches and which records it wants."""
+
+    def __init__(self, number: int, conn: MemoryConnection, request: Subscribe) -> None:
+        self.number = number
+        self.conn = conn
+        self.path = request.path
+        self.follow = request.follow
+        self.types = set(request.types) if request.types is not None else None
+        self.run_id = request.run_id
+
+    def wants(self, type: str, run_id: str | None) -> bool:
+        return (self.types is None or type in self.types) and (
+            self.run_id is None or run_id == self.run_id
+        )
+
+    def batch(self, lines: list[bytes], path: str) -> None:
+        if lines:
+            self.conn.server.send(TailBatch(subscription=self.number, lines=lines, path=path))
+
+    def end(self, reason: str, last_seq: int = 0, error: FlightlogError | None = None) -> None:
+        self.conn.server.send(
+            TailEnd(
+                subscription=self.number,
+                reason=reason,
+                last_seq=last_seq,
+                code=error.code if error is not None else None,
+                message=error.message if error is not None else None,
+            )
+        )
+
+
+class MemoryConnection:
+    """The daemon's end of one client connection: bytes in, bytes out."""
+
+    def __init__(self, daemon: MemoryDaemon) -> None:
+        self.daemon = daemon
+        self.server = ServerConnection(
+            max_frame_size=daemon.max_frame_size,
+            pid=os.getpid(),
+            server=daemon.name,
+            versions=daemon.versions,
+            written_elsewhere=daemon.written_elsewhere,
+        )
+
+    def receive_data(self, data: bytes) -> None:
+        """What the client sent (``b""``: it hung up); every event is answered at once."""
+        self.server.receive_data(data)
+        while (event := self.server.next_event()) is not None:
+            self.daemon.handle(self, event)
+
+    def data_to_send(self) -> bytes:
+        """What the daemon has for the client."""
+        return self.server.data_to_send()
+
+
+class MemoryDaemon:
+    """Sessions kept in memory behind real server connections; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        versions: tuple[int, ...] = SUPPORTED_VERSIONS,
+        name: str = "flightlog memory daemon",
+    ) -> None:
+        self.max_frame_size = max_frame_size
+        self.versions = versions
+        self.name = name
+        #: Every session ever created, by path: the "files".
+        self.sessions: dict[str, MemorySession] = {}
+        #: Requests left unanswered (see :meth:`hold`), in the order they came.
+        self.held: list[Any] = []
+        self.connections = 0
+        self._holding: tuple[type, ...] = ()
+        self._tails: dict[int, _Tail] = {}
+        self._subscriptions = 0
+        self._records_written = 0
+        self._bytes_written = 0
+
+    def connect(self) -> MemoryConnection:
+        """A new client connection."""
+        self.connections += 1
+        return MemoryConnection(self)
+
+    def session(self, path: str) -> MemorySession:
+        """The session at ``path``; raises KeyError when there is none."""
+        return self.sessions[path]
+
+    def hold(self, *types: type) -> None:
+        """Leave requests of these message types unanswered, as a hung disk would."""
+        self._holding = types
+
+    def break_disk(self, path: str, message: str = "the disk failed") -> None:
+        """Every later write to the session at ``path`` fails with ``write_failed``."""
+        self.sessions[path].broken = FlightlogError(message, code=ErrorCode.WRITE_FAILED)
+
+    def written_elsewhere(self, session_id: str) -> bool:
+        return any(
+            s.session_id == session_id and s.writer is not None for s in self.sessions.values()
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def handle(self, conn: MemoryConnection, event: ServerEvent) -> None:
+        """Answer one event of ``conn``'s server connection."""
+        request = event.request if isinstance(event, StartRun) else event
+        if self._holding and isinstance(request, self._holding):
+            self.held.append(request)
+            return
+        server = conn.server
+        try:
+            self._answer(conn, event)
+        except FlightlogError as exc:
+            server.refuse(event, exc)
+
+    def _answer(self, conn: MemoryConnection, event: ServerEvent) -> None:
+        server = conn.server
+        match event:
+            case Create(id=request_id, path=path, meta=meta):
+                if path in self.sessions:
+                    raise FlightlogError(
+                        f"{path} already exists; open it to append, or choose a new path",
+                        code=ErrorCode.SESSION_EXISTS,
+                    )
+                session = self.sessions[path] = MemorySession(path, meta)
+                self._count(session.lines[0])
+                self._opened(conn, request_id, session)
+                self._publish(session, 0)
+            case Open(id=request_id, path=path):
+                session = self._open(path)
+                self._opened(conn, request_id, session)
+            case StartRun(request=request, run_id=run_id):
+                data = _encode_json(RunStartData(pid=request.pid, client=request.client))
+                record = self._write(
+                    conn, request.session_id, RUN_START, request.time, data, run_id
+                )
+                server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
+            case RecordEvent(session_id=session_id, event_type=type, time=time, data=data):
+                _check_json(data, "record data")
+                self._write(conn, session_id, type, time, data, event.run_id)
+            case SaveCheckpoint(session_id=session_id, snapshot=snapshot):
+                _check_json(snapshot, "checkpoint snapshot")
+                data = b'{"snapshot":' + snapshot + b"}"
+                record = self._write(conn, session_id, CHECKPOINT, event.time, data, event.run_id)
+                server.send(Ack(id=event.id, seq=record.seq))
+            case CloseRun(session_id=session_id, run_id=run_id, time=time, error=error):
+                data = _encode_json(RunCloseData(error=error))
+                record = self._write(conn, session_id, RUN_CLOSE, time, data, run_id)
+                server.send(Ack(id=event.id, seq=record.seq))
+            case Sync(id=request_id, session_id=session_id):
+                session = self._by_id(session_id)
+                self._sync(conn, session)
+                server.send(Ack(id=request_id, seq=session.last_seq))
+            case LoadCheckpoint(id=request_id, session_id=session_id):
+                server.send(self._by_id(session_id).checkpoint_reply(request_id))
+            case CloseSession(id=request_id, session_id=session_id):
+                session = self._by_id(session_id)
+                session.release()
+                for tail in self._tails_of(session.path):
+                    del self._tails[tail.number]
+                    tail.end("session_closed", session.last_seq)
+                if session.rules.failure is not None:
+                    raise session.rules.failure
+                server.send(Ack(id=request_id, seq=session.last_seq))
+            case Subscribe():
+                self._subscribe(conn, event)
+            case Unsubscribe(id=request_id, subscription=number):
+                tail = self._tails.pop(number)
+                tail.end("unsubscribed")
+                server.send(Ack(id=request_id))
+            case Status(id=request_id):
+                server.send(self._status(request_id))
+            case ConnectionClosed(released=released):
+                self.connections -= 1
+                for session_id in released:
+                    self._by_id(session_id).release()
+                for tail in [t for t in self._tails.values() if t.conn is conn]:
+                    del self._tails[tail.number]
+
+    def _open(self, path: str) -> MemorySession:
+        session = self.sessions.get(path)
+        if session is None:
+            raise FlightlogError(
+                f"{path} does not exist; create it first", code=ErrorCode.SESSION_NOT_FOUND
+            )
+        if session.writer is not None:
+            raise LocalProtocolError(
+                f"{path} is being written by pid {session.writer.server.client_pid}; "
+                "a session has one writer at a time",
+                code=ErrorCode.SESSION_BUSY,
+            )
+        if session.closed:
+            # Opened again after a close, the session starts over (a failure included).
+            session.rules = SessionMachine()
+        return session
+
+    def _opened(self, conn: MemoryConnection, request_id: int, session: MemorySession) -> None:
+        session.writer = conn
+        reply = SessionOpened(
+            id=request_id,
+            session_id=session.session_id,
+            path=session.path,
+            last_seq=session.last_seq,
+            meta=session.meta,
+            interrupted_runs=list(session.interrupted_runs),
+        )
+        conn.server.opened(reply, session.rules)
+
+    def _by_id(self, session_id: str) -> MemorySession:
+        return next(s for s in self.sessions.values() if s.session_id == session_id)
+
+    def _write(
+        self,
+        conn: MemoryConnection,
+        session_id: str,
+        type: str,
+        time: str,
+        data: bytes,
+        run_id: str | None,
+    ) -> Record:
+        session = self._by_id(session_id)
+        if session.broken is not None:
+            conn.server.fail(session_id, session.broken)
+            raise session.broken
+        record = session.append(type, time, data, run_id)
+        self._count(session.lines[-1])
+        self._publish(session, record.seq - 1)
+        return record
+
+    def _sync(self, conn: MemoryConnection, session: MemorySession) -> None:
+        if session.broken is not None:
+            conn.server.fail(session.session_id, session.broken)
+            raise session.broken
+
+    def _count(self, line: bytes) -> None:
+        self._records_written += 1
+        self._bytes_written += len(line) + 1
+
+    # ------------------------------------------------------------------- tails
+
+    def _tails_of(self, path: str | None) -> list[_Tail]:
+        return [t for t in self._tails.values() if t.path == path]
+
+    def _publish(self, session: MemorySession, after: int) -> None:
+        for tail in self._tails_of(session.path) + self._tails_of(None):
+            tail.batch(session.lines_for(tail, after), session.path)
+
+    def _subscribe(self, conn: MemoryConnection, request: Subscribe) -> None:
+        self._subscriptions += 1
+        tail = _Tail(self._subscriptions, conn, request)
+        conn.server.send(Subscribed(id=request.id, subscription=tail.number, path=request.path))
+        if request.path is None:
+            sessions = list(self.sessions.values())
+        elif request.path in self.sessions:
+            sessions = [self.sessions[request.path]]
+        elif request.follow:
+            sessions = []  # it waits for the session to be created
+        else:
+            tail.end(
+                "error",
+                error=FlightlogError(
+                    f"{request.path} does not exist", code=ErrorCode.SESSION_NOT_FOUND
+                ),
+            )
+            return
+        for session in sessions:
+            tail.batch(session.lines_for(tail, request.after), session.path)
+        if request.follow:
+            self._tails[tail.number] = tail
+        else:
+            tail.end("end_of_file", sessions[0].last_seq if len(sessions) == 1 else 0)
+
+    def _status(self, request_id: int) -> StatusReply:
+        held = [s for s in self.sessions.values() if s.writer is not None]
+        return StatusReply(
+            id=request_id,
+            pid=os.getpid(),
+            version=self.name,
+            uptime=0.0,
+            connections=self.connections,
+            subscribers=len(self._tails),
+            records_written=self._records_written,
+            bytes_written=self._bytes_written,
+            open_files=len(held),
+            sessions=[
+                SessionStatus(
+                    path=s.path,
+                    session_id=s.session_id,
+                    writer_pid=s.writer.server.client_pid if s.writer else None,
+                    run_id=s.rules.run_id,
+                    last_seq=s.last_seq,
+                    records=s.last_seq,
+                    error=s.rules.failure.message if s.rules.failure else None,
+                )
+                for s in held
+            ],
+        )
+
+
+def _check_json(data: bytes, what: str) -> None:
+    try:
+        _validate_json(data)
+    except msgspec.DecodeError as exc:
+        raise LocalProtocolError(
+            f"{what} is not valid JSON: {exc}", code=ErrorCode.BAD_EVENT
+        ) from None

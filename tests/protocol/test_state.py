@@ -11,13 +11,17 @@ from flightlog.protocol import (
     ConnectionState,
     Create,
     ErrorCode,
+    FlightlogError,
     Hello,
     LocalProtocolError,
     RecordEvent,
+    RecordingError,
     RemoteProtocolError,
+    SessionMachine,
     SessionOp,
     SessionState,
     Status,
+    _state,
     check_hello,
     connection_transition,
     session_transition,
@@ -28,6 +32,22 @@ RECORD = RecordEvent(session_id="s", run_id="r", event_type="turn_start", time="
 
 def test_the_session_table_is_complete() -> None:
     assert set(SESSION_RULES) == {(s, o) for s in SessionState for o in SessionOp}
+
+
+def test_the_table_in_the_theory_of_operation_is_the_table() -> None:
+    doc = _state.__doc__ or ""
+    rows = doc[doc.index("op              IDLE") :].split("\n")[2:]
+    documented = {}
+    for row in rows[: len(SessionOp)]:
+        op, *outcomes = row.split()
+        for state, outcome in zip(SessionState, outcomes, strict=True):
+            documented[(state, SessionOp[op])] = outcome
+    for (state, op), rule in SESSION_RULES.items():
+        if isinstance(rule, SessionState):
+            expected = "-" if rule is state else rule.name
+        else:
+            expected = "failure" if rule is ErrorCode.WRITE_FAILED else rule.value
+        assert documented[(state, op)] == expected, (state, op)
 
 
 def test_a_run_cycle() -> None:
@@ -106,3 +126,75 @@ def test_nothing_is_accepted_once_closed() -> None:
     assert CONNECTION_RULES[ConnectionState.CLOSED][0] == ()
     with pytest.raises(RemoteProtocolError):
         connection_transition(ConnectionState.CLOSED, Status(id=1))
+
+
+# --------------------------------------------------------------- the session machine
+
+
+def test_a_machine_runs_the_table() -> None:
+    machine: SessionMachine[FlightlogError] = SessionMachine()
+    machine.begin_run("r1")
+    assert (machine.state, machine.run_id) == (SessionState.RUN_OPEN, "r1")
+    machine.check(SessionOp.RECORD, "r1")
+    with pytest.raises(LocalProtocolError) as stale:
+        machine.check(SessionOp.RECORD, "r0")
+    assert stale.value.code == ErrorCode.RUN_NOT_OPEN
+    assert "run r0 is not open" in stale.value.message
+    with pytest.raises(LocalProtocolError) as twice:
+        machine.begin_run("r2")
+    assert twice.value.code == ErrorCode.RUN_OPEN
+    assert machine.run_id == "r1"  # a refusal changes nothing
+    machine.close_run("r1")
+    assert (machine.state, machine.run_id) == (SessionState.IDLE, None)
+    machine.begin_run("r2")
+    assert machine.close() == "r2"  # left without run_close
+    assert machine.state is SessionState.CLOSED
+    with pytest.raises(LocalProtocolError) as closed:
+        machine.check(SessionOp.SYNC)
+    assert closed.value.code == ErrorCode.SESSION_CLOSED
+
+
+def test_a_failure_sticks_and_the_first_one_stays() -> None:
+    machine: SessionMachine[RecordingError] = SessionMachine()
+    machine.begin_run("r1")
+    first = RecordingError("disk full", code=ErrorCode.WRITE_FAILED)
+    assert machine.fail(first)
+    assert not machine.fail(RecordingError("later", code=ErrorCode.WRITE_FAILED))
+    assert (machine.state, machine.failure, machine.run_id) == (SessionState.FAILED, first, "r1")
+    for op in (SessionOp.BEGIN_RUN, SessionOp.RECORD, SessionOp.SYNC, SessionOp.CLOSE_RUN):
+        with pytest.raises(RecordingError) as caught:
+            machine.check(op, "r1")
+        assert caught.value is first
+    machine.check(SessionOp.LOAD_CHECKPOINT)
+    assert machine.release() == "r1"
+    assert (machine.state, machine.run_id) == (SessionState.FAILED, None)
+    assert machine.close() is None
+    assert machine.failure is first
+
+
+def test_a_closed_session_takes_no_failure() -> None:
+    machine: SessionMachine[FlightlogError] = SessionMachine()
+    machine.close()
+    assert not machine.fail(FlightlogError("late", code=ErrorCode.WRITE_FAILED))
+    assert machine.state is SessionState.CLOSED and machine.failure is None
+
+
+def test_a_release_leaves_the_open_run_behind() -> None:
+    machine: SessionMachine[FlightlogError] = SessionMachine()
+    assert machine.release() is None
+    machine.begin_run("r1")
+    assert machine.release() == "r1"
+    assert (machine.state, machine.run_id) == (SessionState.IDLE, None)
+
+
+def test_a_runs_first_refusal_is_kept_per_run() -> None:
+    machine: SessionMachine[FlightlogError] = SessionMachine()
+    first = FlightlogError("bad", code=ErrorCode.BAD_EVENT)
+    assert machine.run_failed("r1", first)
+    assert not machine.run_failed("r1", FlightlogError("worse", code=ErrorCode.BAD_EVENT))
+    assert machine.run_failure("r1") is first
+    assert machine.run_failure("r2") is None
+    # A refusal is the run's: the session goes on.
+    assert machine.state is SessionState.IDLE and machine.failure is None
+    assert machine.run_failed("r2", first)
+    assert machine.run_failure("r1") is None

@@ -11,6 +11,6 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def daemon() -> MemoryDaemon:
+def memory() -> MemoryDaemon:
     """A daemon in memory (the real server connection), for the mock transports."""
     return MemoryDaemon()

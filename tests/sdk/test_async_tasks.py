@@ -17,8 +17,8 @@ pytestmark = pytest.mark.anyio
 class WaitingTransport(AsyncMockTransport):
     """A mock whose receive waits for bytes, like a socket, instead of reading the end."""
 
-    def __init__(self, daemon: MemoryDaemon) -> None:
-        super().__init__(daemon)
+    def __init__(self, memory: MemoryDaemon) -> None:
+        super().__init__(memory)
         self._arrived = anyio.Event()
 
     def push(self, message: Message) -> None:
@@ -38,8 +38,8 @@ class WaitingTransport(AsyncMockTransport):
 
 
 @pytest.fixture
-def transport(daemon: MemoryDaemon) -> WaitingTransport:
-    return WaitingTransport(daemon)
+def transport(memory: MemoryDaemon) -> WaitingTransport:
+    return WaitingTransport(memory)
 
 
 async def start(transport: WaitingTransport) -> tuple[AsyncClient, AsyncSession]:
@@ -47,16 +47,16 @@ async def start(transport: WaitingTransport) -> tuple[AsyncClient, AsyncSession]
     return client, await client.create("s.jsonl")
 
 
-def hold_syncs(daemon: MemoryDaemon) -> list[Sync]:
-    daemon.hold(Sync)
-    return daemon.held
+def hold_syncs(memory: MemoryDaemon) -> list[Sync]:
+    memory.hold(Sync)
+    return memory.held
 
 
 async def test_a_cancelled_wait_leaves_the_client_usable(
-    daemon: MemoryDaemon, transport: WaitingTransport
+    memory: MemoryDaemon, transport: WaitingTransport
 ) -> None:
     client, session = await start(transport)
-    held = hold_syncs(daemon)
+    held = hold_syncs(memory)
     with anyio.move_on_after(0.01) as scope:
         await session.sync()
     assert scope.cancelled_caught
@@ -67,10 +67,10 @@ async def test_a_cancelled_wait_leaves_the_client_usable(
 
 
 async def test_tasks_find_their_own_replies(
-    daemon: MemoryDaemon, transport: WaitingTransport
+    memory: MemoryDaemon, transport: WaitingTransport
 ) -> None:
     client, session = await start(transport)
-    held = hold_syncs(daemon)
+    held = hold_syncs(memory)
     synced: list[int] = []
 
     async def sync() -> None:
@@ -88,7 +88,7 @@ async def test_tasks_find_their_own_replies(
 
 
 async def test_records_go_on_while_another_task_follows_a_tail(
-    daemon: MemoryDaemon, transport: WaitingTransport
+    memory: MemoryDaemon, transport: WaitingTransport
 ) -> None:
     client, session = await start(transport)
     tailed: list[int] = []

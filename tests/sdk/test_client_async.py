@@ -75,8 +75,8 @@ class Unregistered:
 
 
 @pytest.fixture
-def transport(daemon: MemoryDaemon) -> AsyncMockTransport:
-    return AsyncMockTransport(daemon)
+def transport(memory: MemoryDaemon) -> AsyncMockTransport:
+    return AsyncMockTransport(memory)
 
 
 async def start(transport: AsyncMockTransport) -> tuple[AsyncClient, AsyncSession]:
@@ -90,13 +90,13 @@ async def start(transport: AsyncMockTransport) -> tuple[AsyncClient, AsyncSessio
 
 @pytest.mark.anyio
 async def test_connect_says_hello_first(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     async with aconnect(transport=transport, client_name="test-agent") as client:
         assert transport.sent == [
             Hello(id=1, version=PROTOCOL_VERSION, client="test-agent", pid=os.getpid())
         ]
-        assert client.welcome.server == daemon.name
+        assert client.welcome.server == memory.name
         assert client.client_name == "test-agent"
     assert client.closed
 
@@ -132,10 +132,10 @@ async def test_a_closed_client_refuses_requests(transport: AsyncMockTransport) -
 
 @pytest.mark.anyio
 async def test_create_returns_the_session(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
-    created = daemon.session("demo/chat.jsonl")
+    created = memory.session("demo/chat.jsonl")
     assert session.session_id == created.session_id
     assert session.path == "demo/chat.jsonl"
     assert session.meta == {"app": "demo"}
@@ -160,12 +160,12 @@ async def test_daemon_refusals_are_daemon_errors(transport: AsyncMockTransport) 
 
 @pytest.mark.anyio
 async def test_sessions_and_clients_are_context_managers(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     async with aconnect(transport=transport) as client:
         async with client.create("a.jsonl") as session, session.begin_run():
             pass
-        assert daemon.session("a.jsonl").closed
+        assert memory.session("a.jsonl").closed
         async with client.open("a.jsonl") as reopened:
             assert reopened.last_seq == 3
     assert sent_types(transport)[-2:] == ["Open", "CloseSession"]
@@ -188,14 +188,14 @@ async def test_session_close_is_idempotent(transport: AsyncMockTransport) -> Non
 
 @pytest.mark.anyio
 async def test_a_run_records_what_was_sent(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     sent = events()
     async with session.begin_run() as run:
         for event in sent:
             await run.record(event)
-    records = daemon.session("demo/chat.jsonl").records()
+    records = memory.session("demo/chat.jsonl").records()
     assert [r.type for r in records] == [
         "session_start",
         "run_start",
@@ -228,7 +228,7 @@ async def test_record_returns_without_waiting(transport: AsyncMockTransport) -> 
 
 @pytest.mark.anyio
 async def test_record_time_comes_from_the_event_or_the_caller(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
@@ -237,7 +237,7 @@ async def test_record_time_comes_from_the_event_or_the_caller(
     await run.record(AgentStart(), time="2026-01-03T00:00:00Z")
     with pytest.raises(LocalProtocolError):
         await run.record(AgentStart(), time="yesterday")
-    times = [r.time for r in daemon.session("demo/chat.jsonl").records()[2:]]
+    times = [r.time for r in memory.session("demo/chat.jsonl").records()[2:]]
     assert times == [
         "2026-01-02T03:04:05.000006Z",
         "2026-01-02T00:00:00.000000Z",
@@ -343,7 +343,7 @@ async def record_until_refused(run: AsyncRun) -> RecordingError:
 
 @pytest.mark.anyio
 async def test_a_pushed_error_surfaces_from_a_later_record(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
@@ -366,7 +366,7 @@ async def test_a_pushed_error_surfaces_from_a_later_record(
     with pytest.raises(RecordingError) as on_close:
         await run.aclose()
     assert on_close.value is first
-    assert daemon.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    assert memory.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     # Another run of the session is not touched by it.
     other = await session.begin_run()
     await other.record(AgentStart())
@@ -376,7 +376,7 @@ async def test_a_pushed_error_surfaces_from_a_later_record(
 
 @pytest.mark.anyio
 async def test_requests_take_in_a_push_that_record_has_not_looked_for(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
@@ -398,7 +398,7 @@ async def test_requests_take_in_a_push_that_record_has_not_looked_for(
 
 @pytest.mark.anyio
 async def test_a_push_is_raised_by_close_right_after_a_record(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
@@ -411,18 +411,18 @@ async def test_a_push_is_raised_by_close_right_after_a_record(
     with pytest.raises(RecordingError) as on_close:
         await run.aclose()
     assert on_close.value.message == "refused"
-    assert daemon.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    assert memory.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     await client.aclose()
 
 
 @pytest.mark.anyio
 async def test_an_error_pushed_during_close_is_raised_by_close(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
     # The daemon fails to write the run_close: it pushes the failure, then refuses.
-    daemon.break_disk("demo/chat.jsonl", "late")
+    memory.break_disk("demo/chat.jsonl", "late")
     with pytest.raises(RecordingError) as caught:
         await run.aclose()
     assert caught.value.message == "late"
@@ -431,11 +431,11 @@ async def test_an_error_pushed_during_close_is_raised_by_close(
 
 @pytest.mark.anyio
 async def test_a_session_write_failure_stops_every_run(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
-    daemon.break_disk("demo/chat.jsonl", "disk full")
+    memory.break_disk("demo/chat.jsonl", "disk full")
     caught = await record_until_refused(run)
     assert caught.code == ErrorCode.WRITE_FAILED
     assert caught.message == "disk full"
@@ -450,17 +450,17 @@ async def test_a_session_write_failure_stops_every_run(
     with pytest.raises(RecordingError) as on_session_close:
         await session.aclose()
     assert on_session_close.value.message == "disk full"
-    assert daemon.session("demo/chat.jsonl").closed
+    assert memory.session("demo/chat.jsonl").closed
     await client.aclose()
 
 
 @pytest.mark.anyio
 async def test_write_failed_replies_are_recording_errors(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     run = await session.begin_run()
-    daemon.break_disk("demo/chat.jsonl", "fsync failed")
+    memory.break_disk("demo/chat.jsonl", "fsync failed")
     with pytest.raises(RecordingError) as caught:
         await run.save_checkpoint({"step": 1})
     assert caught.value.message == "fsync failed"
@@ -472,21 +472,21 @@ async def test_write_failed_replies_are_recording_errors(
 
 @pytest.mark.anyio
 async def test_an_exception_in_the_block_closes_the_run_with_its_text(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     with pytest.raises(ValueError, match="boom"):
         async with session.begin_run() as run:
             await run.record(AgentStart())
             raise ValueError("boom")
-    closed = daemon.session("demo/chat.jsonl").records()[-1]
+    closed = memory.session("demo/chat.jsonl").records()[-1]
     assert (closed.type, closed.decode_data()) == ("run_close", {"error": "ValueError: boom"})
     await client.aclose()
 
 
 @pytest.mark.anyio
 async def test_the_exception_in_the_block_wins_over_a_sticky_error(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
     with pytest.raises(KeyError):
@@ -497,7 +497,7 @@ async def test_the_exception_in_the_block_wins_over_a_sticky_error(
                 )
             )
             raise KeyError("agent bug")
-    closed = daemon.session("demo/chat.jsonl").records()[-1]
+    closed = memory.session("demo/chat.jsonl").records()[-1]
     assert closed.decode_data() == {"error": "no"}
     await client.aclose()
 
@@ -524,12 +524,12 @@ async def test_checkpoints_round_trip_through_the_codec(transport: AsyncMockTran
 
 
 @pytest.mark.anyio
-async def test_tail_yields_the_records(daemon: MemoryDaemon, transport: AsyncMockTransport) -> None:
+async def test_tail_yields_the_records(memory: MemoryDaemon, transport: AsyncMockTransport) -> None:
     client, session = await start(transport)
     async with session.begin_run() as run:
         await run.record(AgentStart())
     tailed = [record async for record in client.tail("demo/chat.jsonl")]
-    assert tailed == daemon.session("demo/chat.jsonl").records()
+    assert tailed == memory.session("demo/chat.jsonl").records()
     later = [record.seq async for record in client.tail("demo/chat.jsonl", after=2)]
     assert later == [3, 4]
     subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
@@ -623,8 +623,8 @@ async def test_an_abandoned_follow_is_unsubscribed_by_the_next_request(
 
 
 @pytest.mark.anyio
-async def test_bytes_arriving_one_at_a_time(daemon: MemoryDaemon) -> None:
-    transport = AsyncMockTransport(daemon, chunk_size=1)
+async def test_bytes_arriving_one_at_a_time(memory: MemoryDaemon) -> None:
+    transport = AsyncMockTransport(memory, chunk_size=1)
     client, session = await start(transport)
     async with session.begin_run() as run:
         await run.record(AgentStart())
@@ -656,10 +656,10 @@ async def test_a_daemon_that_hangs_up_loses_the_connection(
 
 @pytest.mark.anyio
 async def test_a_reply_lost_midway_fails_the_request(
-    daemon: MemoryDaemon, transport: AsyncMockTransport
+    memory: MemoryDaemon, transport: AsyncMockTransport
 ) -> None:
     client, session = await start(transport)
-    daemon.hold(SaveCheckpoint)
+    memory.hold(SaveCheckpoint)
     run = await session.begin_run()
     with pytest.raises(ConnectionLost):
         await run.save_checkpoint({})

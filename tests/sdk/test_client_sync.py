@@ -80,8 +80,8 @@ class Unregistered:
 
 
 @pytest.fixture
-def transport(daemon: MemoryDaemon) -> MockTransport:
-    return MockTransport(daemon)
+def transport(memory: MemoryDaemon) -> MockTransport:
+    return MockTransport(memory)
 
 
 def start(transport: MockTransport) -> tuple[Client, Session]:
@@ -93,12 +93,12 @@ def start(transport: MockTransport) -> tuple[Client, Session]:
 # ------------------------------------------------------------------------- connecting
 
 
-def test_connect_says_hello_first(daemon: MemoryDaemon, transport: MockTransport) -> None:
+def test_connect_says_hello_first(memory: MemoryDaemon, transport: MockTransport) -> None:
     with connect(transport=transport, client_name="test-agent") as client:
         assert transport.sent == [
             Hello(id=1, version=PROTOCOL_VERSION, client="test-agent", pid=os.getpid())
         ]
-        assert client.welcome.server == daemon.name
+        assert client.welcome.server == memory.name
         assert client.client_name == "test-agent"
     assert client.closed
 
@@ -129,9 +129,9 @@ def test_a_closed_client_refuses_requests(transport: MockTransport) -> None:
 # --------------------------------------------------------------------------- sessions
 
 
-def test_create_returns_the_session(daemon: MemoryDaemon, transport: MockTransport) -> None:
+def test_create_returns_the_session(memory: MemoryDaemon, transport: MockTransport) -> None:
     client, session = start(transport)
-    created = daemon.session("demo/chat.jsonl")
+    created = memory.session("demo/chat.jsonl")
     assert session.session_id == created.session_id
     assert session.path == "demo/chat.jsonl"
     assert session.meta == {"app": "demo"}
@@ -154,12 +154,12 @@ def test_daemon_refusals_are_daemon_errors(transport: MockTransport) -> None:
 
 
 def test_sessions_and_clients_are_context_managers(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     with connect(transport=transport) as client:
         with client.create("a.jsonl") as session, session.begin_run():
             pass
-        assert daemon.session("a.jsonl").closed
+        assert memory.session("a.jsonl").closed
         with client.open("a.jsonl") as reopened:
             assert reopened.last_seq == 3
     assert sent_types(transport)[-2:] == ["Open", "CloseSession"]
@@ -179,13 +179,13 @@ def test_session_close_is_idempotent(transport: MockTransport) -> None:
 # ------------------------------------------------------------------------------- runs
 
 
-def test_a_run_records_what_was_sent(daemon: MemoryDaemon, transport: MockTransport) -> None:
+def test_a_run_records_what_was_sent(memory: MemoryDaemon, transport: MockTransport) -> None:
     client, session = start(transport)
     sent = events()
     with session.begin_run() as run:
         for event in sent:
             run.record(event)
-    records = daemon.session("demo/chat.jsonl").records()
+    records = memory.session("demo/chat.jsonl").records()
     assert [r.type for r in records] == [
         "session_start",
         "run_start",
@@ -216,7 +216,7 @@ def test_record_returns_without_waiting(transport: MockTransport) -> None:
 
 
 def test_record_time_comes_from_the_event_or_the_caller(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -225,7 +225,7 @@ def test_record_time_comes_from_the_event_or_the_caller(
     run.record(AgentStart(), time="2026-01-03T00:00:00Z")
     with pytest.raises(LocalProtocolError):
         run.record(AgentStart(), time="yesterday")
-    times = [r.time for r in daemon.session("demo/chat.jsonl").records()[2:]]
+    times = [r.time for r in memory.session("demo/chat.jsonl").records()[2:]]
     assert times == [
         "2026-01-02T03:04:05.000006Z",
         "2026-01-02T00:00:00.000000Z",
@@ -325,7 +325,7 @@ def record_until_refused(run: Run) -> RecordingError:
 
 
 def test_a_pushed_error_surfaces_from_a_later_record(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -348,7 +348,7 @@ def test_a_pushed_error_surfaces_from_a_later_record(
     with pytest.raises(RecordingError) as on_close:
         run.close()
     assert on_close.value is first
-    assert daemon.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    assert memory.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     # Another run of the session is not touched by it.
     other = session.begin_run()
     other.record(AgentStart())
@@ -357,7 +357,7 @@ def test_a_pushed_error_surfaces_from_a_later_record(
 
 
 def test_requests_take_in_a_push_that_record_has_not_looked_for(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -378,7 +378,7 @@ def test_requests_take_in_a_push_that_record_has_not_looked_for(
 
 
 def test_a_push_is_raised_by_close_right_after_a_record(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
@@ -391,17 +391,17 @@ def test_a_push_is_raised_by_close_right_after_a_record(
     with pytest.raises(RecordingError) as on_close:
         run.close()
     assert on_close.value.message == "refused"
-    assert daemon.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
+    assert memory.session("demo/chat.jsonl").records()[-1].decode_data() == {"error": "refused"}
     client.close()
 
 
 def test_an_error_pushed_during_close_is_raised_by_close(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
     # The daemon fails to write the run_close: it pushes the failure, then refuses.
-    daemon.break_disk("demo/chat.jsonl", "late")
+    memory.break_disk("demo/chat.jsonl", "late")
     with pytest.raises(RecordingError) as caught:
         run.close()
     assert caught.value.message == "late"
@@ -409,11 +409,11 @@ def test_an_error_pushed_during_close_is_raised_by_close(
 
 
 def test_a_session_write_failure_stops_every_run(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
-    daemon.break_disk("demo/chat.jsonl", "disk full")
+    memory.break_disk("demo/chat.jsonl", "disk full")
     caught = record_until_refused(run)
     assert caught.code == ErrorCode.WRITE_FAILED
     assert caught.message == "disk full"
@@ -428,16 +428,16 @@ def test_a_session_write_failure_stops_every_run(
     with pytest.raises(RecordingError) as on_session_close:
         session.close()
     assert on_session_close.value.message == "disk full"
-    assert daemon.session("demo/chat.jsonl").closed
+    assert memory.session("demo/chat.jsonl").closed
     client.close()
 
 
 def test_write_failed_replies_are_recording_errors(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     run = session.begin_run()
-    daemon.break_disk("demo/chat.jsonl", "fsync failed")
+    memory.break_disk("demo/chat.jsonl", "fsync failed")
     with pytest.raises(RecordingError) as caught:
         run.save_checkpoint({"step": 1})
     assert caught.value.message == "fsync failed"
@@ -448,19 +448,19 @@ def test_write_failed_replies_are_recording_errors(
 
 
 def test_an_exception_in_the_block_closes_the_run_with_its_text(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     with pytest.raises(ValueError, match="boom"), session.begin_run() as run:
         run.record(AgentStart())
         raise ValueError("boom")
-    closed = daemon.session("demo/chat.jsonl").records()[-1]
+    closed = memory.session("demo/chat.jsonl").records()[-1]
     assert (closed.type, closed.decode_data()) == ("run_close", {"error": "ValueError: boom"})
     client.close()
 
 
 def test_the_exception_in_the_block_wins_over_a_sticky_error(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
     with pytest.raises(KeyError), session.begin_run() as run:
@@ -470,7 +470,7 @@ def test_the_exception_in_the_block_wins_over_a_sticky_error(
             )
         )
         raise KeyError("agent bug")
-    closed = daemon.session("demo/chat.jsonl").records()[-1]
+    closed = memory.session("demo/chat.jsonl").records()[-1]
     assert closed.decode_data() == {"error": "no"}
     client.close()
 
@@ -495,12 +495,12 @@ def test_checkpoints_round_trip_through_the_codec(transport: MockTransport) -> N
 # ------------------------------------------------------------------------------ tails
 
 
-def test_tail_yields_the_records(daemon: MemoryDaemon, transport: MockTransport) -> None:
+def test_tail_yields_the_records(memory: MemoryDaemon, transport: MockTransport) -> None:
     client, session = start(transport)
     with session.begin_run() as run:
         run.record(AgentStart())
     tailed = [record for record in client.tail("demo/chat.jsonl")]
-    assert tailed == daemon.session("demo/chat.jsonl").records()
+    assert tailed == memory.session("demo/chat.jsonl").records()
     later = [record.seq for record in client.tail("demo/chat.jsonl", after=2)]
     assert later == [3, 4]
     subscribe = [m for m in transport.sent if isinstance(m, Subscribe)]
@@ -587,8 +587,8 @@ def test_an_abandoned_follow_is_unsubscribed_by_the_next_request(
 # ------------------------------------------------------------------ the connection
 
 
-def test_bytes_arriving_one_at_a_time(daemon: MemoryDaemon) -> None:
-    transport = MockTransport(daemon, chunk_size=1)
+def test_bytes_arriving_one_at_a_time(memory: MemoryDaemon) -> None:
+    transport = MockTransport(memory, chunk_size=1)
     client, session = start(transport)
     with session.begin_run() as run:
         run.record(AgentStart())
@@ -618,10 +618,10 @@ def test_a_daemon_that_hangs_up_loses_the_connection(
 
 
 def test_a_reply_lost_midway_fails_the_request(
-    daemon: MemoryDaemon, transport: MockTransport
+    memory: MemoryDaemon, transport: MockTransport
 ) -> None:
     client, session = start(transport)
-    daemon.hold(SaveCheckpoint)
+    memory.hold(SaveCheckpoint)
     run = session.begin_run()
     with pytest.raises(ConnectionLost):
         run.save_checkpoint({})

@@ -48,10 +48,10 @@ from flightlog.sdk._connection import ClientConnection, Pending
 class Link:
     """A client connection wired to a daemon's: what one sends, the other gets."""
 
-    def __init__(self, daemon: MemoryDaemon) -> None:
-        self.daemon = daemon
+    def __init__(self, memory: MemoryDaemon) -> None:
+        self.daemon = memory
         self.conn = ClientConnection(codec=default_codec, client_name="t", pid=os.getpid())
-        self.server = daemon.connect()
+        self.server = memory.connect()
         self._sent = server_decoder()
         self.inbox = bytearray()  # what the daemon sent and the client has not received
 
@@ -72,7 +72,7 @@ class Link:
         self.inbox.clear()
 
     def hang_up(self) -> None:
-        """The client's end of the stream reaches the daemon."""
+        """The client's end of the stream reaches the memory."""
         self.server.receive_data(b"")
 
     def call(self, pending: Pending[Any]) -> Any:
@@ -85,15 +85,15 @@ class Link:
         self.conn.receive_data(encode_frame(message))
 
 
-def connected(daemon: MemoryDaemon) -> Link:
-    link = Link(daemon)
+def connected(memory: MemoryDaemon) -> Link:
+    link = Link(memory)
     link.call(link.conn.hello())
     return link
 
 
 @pytest.fixture
-def link(daemon: MemoryDaemon) -> Link:
-    return connected(daemon)
+def link(memory: MemoryDaemon) -> Link:
+    return connected(memory)
 
 
 def open_run(link: Link) -> tuple[str, str]:
@@ -452,9 +452,9 @@ def test_the_server_refuses_what_a_client_sends_against_the_rules(link: Link) ->
     ]
 
 
-def test_a_session_has_one_writer(daemon: MemoryDaemon, link: Link) -> None:
+def test_a_session_has_one_writer(memory: MemoryDaemon, link: Link) -> None:
     session_id, run_id = open_run(link)
-    other = connected(daemon)
+    other = connected(memory)
     with pytest.raises(DaemonError) as busy:
         other.call(other.conn.open("s.jsonl"))
     assert busy.value.code == ErrorCode.SESSION_BUSY
@@ -478,11 +478,11 @@ def test_a_session_has_one_writer(daemon: MemoryDaemon, link: Link) -> None:
     assert reopened.last_seq == 2
 
 
-def test_a_writer_that_goes_away_leaves_its_run_open(daemon: MemoryDaemon, link: Link) -> None:
+def test_a_writer_that_goes_away_leaves_its_run_open(memory: MemoryDaemon, link: Link) -> None:
     session_id, run_id = open_run(link)
     link.send(link.conn.record(session_id, run_id, AgentStart()))
     link.hang_up()
-    other = connected(daemon)
+    other = connected(memory)
     reopened = other.call(other.conn.open("s.jsonl"))
     assert (reopened.last_seq, reopened.interrupted_runs) == (3, [run_id])
     # The new writer begins its own run.
@@ -517,8 +517,8 @@ def test_a_failed_write_fails_the_session_on_both_sides(link: Link) -> None:
     assert link.daemon.session("s.jsonl").closed
 
 
-def test_a_follow_through_the_server(daemon: MemoryDaemon, link: Link) -> None:
-    reader = connected(daemon)
+def test_a_follow_through_the_server(memory: MemoryDaemon, link: Link) -> None:
+    reader = connected(memory)
     sub = reader.call(reader.conn.subscribe("s.jsonl", follow=True, types=["agent_start"]))
     # It waits for the session, which the writer creates now.
     session_id, run_id = open_run(link)

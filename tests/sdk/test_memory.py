@@ -1,0 +1,166 @@
+"""The memory daemon behind the mock transports answers as flightlogd does.
+
+One script of frames, rule-breaking ones included, is played against a real flightlogd
+on a socket and against a :class:`MemoryDaemon`; what each sends back (every reply and
+push, in order, by kind and error code) must be the same.  Until flightlogd runs the
+protocol's server connection itself, this keeps the two from drifting apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from flightlog.protocol import (
+    PROTOCOL_VERSION,
+    BeginRun,
+    CloseRun,
+    CloseSession,
+    Create,
+    Hello,
+    LoadCheckpoint,
+    Message,
+    Open,
+    RecordEvent,
+    SaveCheckpoint,
+    Subscribe,
+    Sync,
+    TailEnd,
+    Unsubscribe,
+    client_decoder,
+    encode_frame,
+    now,
+)
+from flightlog.sdk import MemoryDaemon
+from flightlog.sdk._memory import MemoryConnection
+from support import DaemonProcess, RawClient
+
+
+class Peer(Protocol):
+    def send(self, message: Message) -> None: ...
+
+    def request(self, message: Message) -> list[Any]: ...
+
+    def until(self, kind: type) -> list[Any]: ...
+
+
+class Real:
+    """A connection to flightlogd."""
+
+    def __init__(self, daemon: DaemonProcess) -> None:
+        self.client = RawClient(daemon.socket, hello=False)
+
+    def send(self, message: Message) -> None:
+        self.client.send(message)
+
+    def request(self, message: Message) -> list[Any]:
+        """Everything received up to and including the reply to ``message``."""
+        self.client.send(message)
+        received = list(self.client.pending)
+        self.client.pending.clear()
+        while True:
+            reply = self.client.receive()
+            received.append(reply)
+            if getattr(reply, "id", None) == getattr(message, "id", None):
+                return received
+
+    def until(self, kind: type) -> list[Any]:
+        """Everything received up to and including a message of ``kind``."""
+        received = [self.client.receive()]
+        while not isinstance(received[-1], kind):
+            received.append(self.client.receive())
+        return received
+
+
+class Memory:
+    """A connection to a memory daemon."""
+
+    def __init__(self, daemon: MemoryDaemon) -> None:
+        self.conn: MemoryConnection = daemon.connect()
+        self.decoder = client_decoder()
+
+    def send(self, message: Message) -> None:
+        self.conn.receive_data(encode_frame(message))
+
+    def request(self, message: Message) -> list[Any]:
+        self.send(message)
+        return self.until(Message)
+
+    def until(self, kind: type) -> list[Any]:
+        self.decoder.feed(self.conn.data_to_send())
+        return list(self.decoder)
+
+
+def kinds(received: list[Any]) -> list[tuple[str, str | None]]:
+    return [(type(m).__name__, getattr(m, "code", None)) for m in received]
+
+
+def script(writer: Peer, other: Peer) -> list[list[tuple[str, str | None]]]:
+    """Play the script; what came back for each request."""
+    out: list[list[tuple[str, str | None]]] = []
+
+    def ask(peer: Peer, message: Message) -> list[Any]:
+        received = peer.request(message)
+        out.append(kinds(received))
+        return received
+
+    ask(writer, Hello(id=1, version=PROTOCOL_VERSION, client="parity", pid=1))
+    ask(other, Hello(id=1, version=PROTOCOL_VERSION, client="other", pid=2))
+    [opened] = ask(writer, Create(id=2, path="s.jsonl", meta={"a": 1}))
+    sid = opened.session_id
+    ask(writer, Create(id=3, path="s.jsonl"))
+    ask(writer, Open(id=4, path="missing.jsonl"))
+    ask(other, Open(id=2, path="s.jsonl"))
+    ask(other, Sync(id=3, session_id=sid))
+    ask(writer, Sync(id=5, session_id="f" * 32))
+    ask(writer, CloseRun(id=6, session_id=sid, run_id="r", time=now()))
+    [started] = ask(writer, BeginRun(id=7, session_id=sid, time=now()))
+    run_id = started.run_id
+    ask(writer, BeginRun(id=8, session_id=sid, time=now()))
+
+    def record(**changes: Any) -> RecordEvent:
+        fields = {
+            "session_id": sid,
+            "run_id": run_id,
+            "event_type": "turn_start",
+            "time": now(),
+            "data": b"{}",
+        }
+        return RecordEvent(**{**fields, **changes})
+
+    writer.send(record())
+    writer.send(record(event_type="run_close"))
+    writer.send(record(data=b"[1]"))  # the run's refusal was pushed already
+    ask(writer, Sync(id=9, session_id=sid))
+    other.send(record())
+    ask(other, Sync(id=4, session_id=sid))
+    snapshot = {"session_id": sid, "run_id": run_id, "snapshot": b"{}"}
+    ask(writer, SaveCheckpoint(id=10, time="later", **snapshot))
+    ask(writer, SaveCheckpoint(id=11, time=now(), **{**snapshot, "run_id": "0" * 32}))
+    ask(writer, SaveCheckpoint(id=12, time=now(), **snapshot))
+    ask(writer, CloseRun(id=13, session_id=sid, run_id=run_id, time=now()))
+    ask(writer, LoadCheckpoint(id=14, session_id=sid))
+    ask(writer, Unsubscribe(id=15, subscription=99))
+    ask(writer, Hello(id=16, version=PROTOCOL_VERSION))
+    # The tail's batches come from a task of flightlogd's own: wait for its end.
+    out.append(kinds(writer.request(Subscribe(id=17, path="s.jsonl")) + writer.until(TailEnd)))
+    ask(writer, CloseSession(id=19, session_id=sid))
+    ask(writer, CloseSession(id=20, session_id=sid))
+    ask(other, Open(id=5, path="s.jsonl"))
+    return out
+
+
+def test_the_memory_daemon_answers_as_flightlogd_does(daemon: DaemonProcess) -> None:
+    writer, other = Real(daemon), Real(daemon)
+    try:
+        real = script(writer, other)
+    finally:
+        writer.client.close()
+        other.client.close()
+    memory = MemoryDaemon()
+    assert script(Memory(memory), Memory(memory)) == real
+    # The script went where it meant to go.
+    assert real[5] == [("ErrorReply", "session_busy")]
+    assert real[11] == [("RecordFailed", "bad_event"), ("Ack", None)]  # one push per run
+    assert real[12] == [("RecordFailed", "not_writer"), ("ErrorReply", "not_writer")]
+    assert real[20] == [("Subscribed", None), ("TailBatch", None), ("TailEnd", None)]
+    assert real[-1] == [("SessionOpened", None)]

@@ -243,8 +243,9 @@ class ClientConnection:
             error = RecordingError(reply.message, code=reply.code)
             if session_id is not None:
                 self._stick(session_id, None, error)
-            # The first failure is the one that explains the rest (the daemon pushes it).
-            return self.sticky_error(session_id, None) or error if session_id else error
+                # The first failure explains the rest (the daemon pushed it before this).
+                return self.sticky_error(session_id, None) or error
+            return error
         return DaemonError(reply.message, code=reply.code, session_id=session_id)
 
     def _stick(self, session_id: str, run_id: str | None, error: RecordingError) -> None:
@@ -318,7 +319,9 @@ class ClientConnection:
         self._check(session_id, None, SessionOp.BEGIN_RUN)
 
         def started(reply: RunStarted) -> RunStarted:
-            self._session(session_id).begin_run(reply.run_id)
+            session = self._sessions.get(session_id)
+            if session is not None:  # else closed meanwhile
+                session.begin_run(reply.run_id)
             return reply
 
         return self._request(

@@ -139,6 +139,12 @@ def script(writer: Peer, other: Peer) -> list[list[tuple[str, str | None]]]:
     ask(writer, SaveCheckpoint(id=12, time=now(), **snapshot))
     ask(writer, CloseRun(id=13, session_id=sid, run_id=run_id, time=now()))
     ask(writer, LoadCheckpoint(id=14, session_id=sid))
+    # Data that would not make one valid line, each in a run of its own.
+    for n, data in enumerate([b'{"a":\n1}', b'{"a":"\xff"}', b'{"a":'], start=1):
+        [started] = ask(writer, BeginRun(id=100 + n, session_id=sid, time=now()))
+        run_id = started.run_id
+        writer.send(record(data=data))
+        ask(writer, CloseRun(id=200 + n, session_id=sid, run_id=run_id, time=now()))
     ask(writer, Unsubscribe(id=15, subscription=99))
     ask(writer, Hello(id=16, version=PROTOCOL_VERSION))
     # The tail's batches come from a task of flightlogd's own: wait for its end.
@@ -162,5 +168,6 @@ def test_the_memory_daemon_answers_as_flightlogd_does(daemon: DaemonProcess) -> 
     assert real[5] == [("ErrorReply", "session_busy")]
     assert real[11] == [("RecordFailed", "bad_event"), ("Ack", None)]  # one push per run
     assert real[12] == [("RecordFailed", "not_writer"), ("ErrorReply", "not_writer")]
-    assert real[20] == [("Subscribed", None), ("TailBatch", None), ("TailEnd", None)]
+    assert real[19:24:2] == [[("RecordFailed", "bad_event"), ("Ack", None)]] * 3
+    assert real[26] == [("Subscribed", None), ("TailBatch", None), ("TailEnd", None)]
     assert real[-1] == [("SessionOpened", None)]

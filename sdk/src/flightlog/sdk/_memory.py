@@ -245,6 +245,7 @@ class MemoryDaemon:
         self.sessions[path].broken = FlightlogError(message, code=ErrorCode.WRITE_FAILED)
 
     def written_elsewhere(self, session_id: str) -> bool:
+        """Whether a connection writes the session ``session_id``."""
         return any(
             s.session_id == session_id and s.writer is not None for s in self.sessions.values()
         )
@@ -448,9 +449,13 @@ class MemoryDaemon:
 
 
 def _check_json(data: bytes, what: str) -> None:
+    """Refuse what would not make one valid line (flightlogd also bounds the nesting)."""
+    if b"\n" in data or b"\r" in data:
+        raise LocalProtocolError(f"{what} must be JSON on one line", code=ErrorCode.BAD_EVENT)
     try:
         _validate_json(data)
-    except msgspec.DecodeError as exc:
+        data.decode("utf-8")
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise LocalProtocolError(
-            f"{what} is not valid JSON: {exc}", code=ErrorCode.BAD_EVENT
+            f"{what} is not valid UTF-8 JSON: {exc}", code=ErrorCode.BAD_EVENT
         ) from None

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flightlog.protocol import (
     Ack,
@@ -30,6 +32,7 @@ from flightlog.protocol import (
     RemoteProtocolError,
     RunStarted,
     SessionOpened,
+    SessionState,
     StatusReply,
     Subscribed,
     TailBatch,
@@ -67,9 +70,11 @@ class Link:
         return messages
 
     def deliver(self) -> None:
+        """The client receives what the daemon sent (b"" would be the end: not sent)."""
         self.inbox += self.server.data_to_send()
-        self.conn.receive_data(bytes(self.inbox))
-        self.inbox.clear()
+        if self.inbox:
+            self.conn.receive_data(bytes(self.inbox))
+            self.inbox.clear()
 
     def hang_up(self) -> None:
         """The client's end of the stream reaches the memory."""
@@ -533,6 +538,62 @@ def test_a_follow_through_the_server(memory: MemoryDaemon, link: Link) -> None:
     with pytest.raises(DaemonError) as caught:
         reader.call(reader.conn.unsubscribe(sub))
     assert caught.value.code == ErrorCode.SUBSCRIPTION_NOT_FOUND
+
+
+OPS = ["begin", "record", "checkpoint", "close_run", "sync", "load", "close", "open", "break"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(OPS), max_size=25))
+def test_the_client_and_the_server_apply_the_same_rules(ops: list[str]) -> None:
+    """Whatever an agent does, the client refuses exactly what the server would: a
+    request the client lets through is refused by the server only when the disk broke
+    (or it opens a session it already writes), and both sides end each step in the same
+    state."""
+    memory = MemoryDaemon()
+    link = connected(memory)
+    sid = link.call(link.conn.create("s.jsonl", {})).session_id
+    run_id = "0" * 32
+    broken = False
+    for op in ops:
+        try:
+            match op:
+                case "begin":
+                    run_id = link.call(link.conn.begin_run(sid)).run_id
+                case "record":
+                    link.send(link.conn.record(sid, run_id, AgentStart()))
+                    link.deliver()
+                case "checkpoint":
+                    link.call(link.conn.save_checkpoint(sid, run_id, {"n": 1}))
+                case "close_run":
+                    if (pending := link.conn.close_run(sid, run_id, None)) is not None:
+                        link.call(pending)
+                case "sync":
+                    link.call(link.conn.sync(sid))
+                case "load":
+                    link.call(link.conn.load_checkpoint(sid))
+                case "close":
+                    if (pending := link.conn.close_session(sid)) is not None:
+                        link.call(pending)
+                case "open":
+                    link.call(link.conn.open("s.jsonl"))
+                case "break":
+                    memory.break_disk("s.jsonl")
+                    broken = True
+        except LocalProtocolError:
+            pass  # refused before anything was sent
+        except RecordingError as exc:
+            assert broken and exc.code == ErrorCode.WRITE_FAILED, exc
+        except DaemonError as exc:
+            assert op == "open" and exc.code == ErrorCode.SESSION_BUSY, exc
+        client = link.conn._sessions.get(sid)
+        server = link.server.server.sessions.get(sid)
+        assert (client is None) == (server is None), op
+        if client is not None and server is not None:
+            assert client.state is server.state, op
+            assert (client.failure is None) == (server.failure is None), op
+            if client.state is not SessionState.FAILED:
+                assert client.run_id == server.run_id, op
 
 
 def test_errors_are_flightlog_errors() -> None:

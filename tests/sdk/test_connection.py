@@ -535,9 +535,30 @@ def test_a_follow_through_the_server(memory: MemoryDaemon, link: Link) -> None:
     reader.call(reader.conn.unsubscribe(sub))
     assert reader.conn.tail_ended(sub)
     # The server knows it is gone.
+    reader.send(encode_frame(Unsubscribe(id=99, subscription=sub)))
+    decoder = client_decoder()
+    decoder.feed(reader.inbox)
+    [refused] = list(decoder)
+    assert isinstance(refused, ErrorReply) and refused.code == "subscription_not_found"
+
+
+def test_a_follow_ended_by_the_writer_while_the_reader_unsubscribes(
+    memory: MemoryDaemon, link: Link
+) -> None:
+    session_id, _ = open_run(link)
+    reader = connected(memory)
+    sub = reader.call(reader.conn.subscribe("s.jsonl", follow=True))
+    closing = link.conn.close_session(session_id)
+    assert closing is not None
+    link.call(closing)
+    # The daemon's TailEnd and the reader's unsubscribe cross on the way.
+    assert reader.call(reader.conn.unsubscribe(sub)) is None
+    assert reader.conn.tail_ended(sub)
+    # Any other refusal of an unsubscribe is still raised.
+    rude = Link(memory)  # no hello
     with pytest.raises(DaemonError) as caught:
-        reader.call(reader.conn.unsubscribe(sub))
-    assert caught.value.code == ErrorCode.SUBSCRIPTION_NOT_FOUND
+        rude.call(rude.conn.unsubscribe(sub))
+    assert caught.value.code == ErrorCode.HELLO_REQUIRED
 
 
 OPS = ["begin", "record", "checkpoint", "close_run", "sync", "load", "close", "open", "break"]

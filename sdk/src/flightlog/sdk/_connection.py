@@ -95,7 +95,7 @@ _ReplyT = TypeVar("_ReplyT", bound=Message)
 class Pending(Generic[T]):
     """One request on its way: its id, its frame, and how its reply becomes a result."""
 
-    __slots__ = ("_finish", "data", "id", "session_id")
+    __slots__ = ("_finish", "_refused", "data", "id", "session_id")
 
     def __init__(
         self,
@@ -103,11 +103,14 @@ class Pending(Generic[T]):
         data: bytes,
         finish: Callable[[Message], T],
         session_id: str | None = None,
+        refused: Callable[[ErrorReply], T] | None = None,
     ) -> None:
         self.id = id
         self.data = data
         self.session_id = session_id
         self._finish = finish
+        #: Turns a refusal into a result, or raises it (None: always raised).
+        self._refused = refused
 
 
 class _Tail:
@@ -193,6 +196,8 @@ class ClientConnection:
                 raise self._failure
             raise LocalProtocolError(f"request {request.id} has no reply yet")
         if isinstance(reply, ErrorReply):
+            if request._refused is not None:
+                return request._refused(reply)
             raise self._refusal(reply, request.session_id)
         return request._finish(reply)
 
@@ -266,6 +271,7 @@ class ClientConnection:
         finish: Callable[[_ReplyT], T],
         reply_type: type[_ReplyT],
         session_id: str | None = None,
+        refused: Callable[[ErrorReply], T] | None = None,
     ) -> Pending[T]:
         if self._failure is not None:
             raise self._failure
@@ -282,7 +288,7 @@ class ClientConnection:
                 )
             return finish(reply)
 
-        return Pending(request_id, data, checked, session_id)
+        return Pending(request_id, data, checked, session_id, refused)
 
     def hello(self) -> Pending[Welcome]:
         """The handshake; its result is the daemon's Welcome."""
@@ -472,10 +478,19 @@ class ClientConnection:
         )
 
     def unsubscribe(self, subscription: int) -> Pending[None]:
-        """End a subscription; pushes still in flight for it are dropped."""
+        """End a subscription; pushes still in flight for it are dropped.
+
+        One the daemon ended meanwhile (its TailEnd crossed the unsubscribe on the way,
+        say when the writer closed the session) is over all the same: no error.
+        """
         self._drop_tail(subscription)
+
+        def over(reply: ErrorReply) -> None:
+            if reply.code != ErrorCode.SUBSCRIPTION_NOT_FOUND:
+                raise self._refusal(reply, None)
+
         return self._request(
-            lambda id: Unsubscribe(id=id, subscription=subscription), _ack_none, Ack
+            lambda id: Unsubscribe(id=id, subscription=subscription), _ack_none, Ack, None, over
         )
 
     def status(self) -> Pending[StatusReply]:

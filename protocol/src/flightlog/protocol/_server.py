@@ -87,6 +87,12 @@ MAX_SUBSCRIPTIONS: Final = 1024
 #: that sends only garbage does not speak the protocol.
 BAD_FRAMES_IN_A_ROW: Final = 8
 
+# Plain globals for the path of every record: reading a member through its Enum class
+# costs a lookup in the metaclass.
+_READY: Final = ConnectionState.READY
+_CLOSED: Final = ConnectionState.CLOSED
+_RECORD: Final = SessionOp.RECORD
+
 
 class StartRun(msgspec.Struct, frozen=True):
     """A ``begin_run`` that opened the run ``run_id``: write its ``run_start``."""
@@ -178,7 +184,7 @@ class ServerConnection:
         Refusals are queued on the way, never returned.  :class:`ConnectionClosed` is
         returned once, after which there are no more events.
         """
-        while self.state is not ConnectionState.CLOSED:
+        while self.state is not _CLOSED:
             try:
                 message = self._decoder.next_message()
             except RemoteProtocolError as bad:
@@ -222,7 +228,7 @@ class ServerConnection:
         return ConnectionClosed(released=released)
 
     def _record(self, message: RecordEvent) -> RecordEvent | None:
-        if self.state is not ConnectionState.READY:
+        if self.state is not _READY:
             self._request(message)  # refused by the connection rules
             return None
         try:
@@ -231,7 +237,7 @@ class ServerConnection:
             self._push_refusal(message.session_id, message.run_id, exc)
             return None
         try:
-            session.check(SessionOp.RECORD, message.run_id)
+            session.check(_RECORD, message.run_id)
             if message.event_type not in AGENT_FACT_TYPES:
                 raise LocalProtocolError(
                     f"{message.event_type[:40]!r} is not an agent fact type that may be recorded",

@@ -130,6 +130,9 @@ for _state in _S:
 
 #: The operations that name a run, which must be the open one.
 _RUN_OPS: Final = frozenset({_O.RECORD, _O.SAVE_CHECKPOINT, _O.CLOSE_RUN})
+# Plain globals: reading a member through its Enum class costs a lookup in the metaclass.
+_RECORD: Final = _O.RECORD
+_RUN_OPEN: Final = _S.RUN_OPEN
 
 _REFUSALS: Final = {
     _E.RUN_NOT_OPEN: "no run is open in this session; call begin_run first",
@@ -174,6 +177,8 @@ class SessionMachine(Generic[E]):
 
     def check(self, op: SessionOp, run_id: str | None = None) -> None:
         """Raise the refusal of ``op`` (naming ``run_id``, for a run's operation)."""
+        if op is _RECORD and self.state is _RUN_OPEN and run_id == self.run_id:
+            return  # every record takes this way: spare it the table's enum hashing
         outcome = SESSION_RULES[(self.state, op)]
         if not isinstance(outcome, SessionState):
             if self.failure is not None and self.state is SessionState.FAILED:

@@ -198,3 +198,28 @@ def test_a_runs_first_refusal_is_kept_per_run() -> None:
     assert machine.state is SessionState.IDLE and machine.failure is None
     assert machine.run_failed("r2", first)
     assert machine.run_failure("r1") is None
+
+
+@pytest.mark.parametrize("state", list(SessionState))
+@pytest.mark.parametrize("op", list(SessionOp))
+@pytest.mark.parametrize("run_id", [None, "r1", "r2"])
+def test_check_agrees_with_the_table(
+    state: SessionState, op: SessionOp, run_id: str | None
+) -> None:
+    """check() takes a short way for records; whatever it answers is the table's."""
+    machine: SessionMachine[FlightlogError] = SessionMachine()
+    machine.state, machine.run_id = state, "r1"
+    careful: str | None = None
+    try:
+        session_transition(state, op)
+    except LocalProtocolError as exc:
+        careful = exc.code
+    named = op in (SessionOp.RECORD, SessionOp.SAVE_CHECKPOINT, SessionOp.CLOSE_RUN)
+    if careful is None and named and run_id is not None and run_id != "r1":
+        careful = ErrorCode.RUN_NOT_OPEN
+    try:
+        machine.check(op, run_id)
+        answered = None
+    except LocalProtocolError as exc:
+        answered = exc.code
+    assert answered == careful

@@ -22,6 +22,7 @@ from flightlog.protocol import (
     SESSION_START,
     STRUCTURAL_TYPES,
     CheckpointData,
+    LineEncoder,
     LocalProtocolError,
     Reader,
     Record,
@@ -41,6 +42,7 @@ from flightlog.protocol import (
 )
 
 SID = new_id()
+TIME_TEXT = "2026-11-29T20:00:00.000000Z"
 
 
 def test_type_sets_are_disjoint_and_complete() -> None:
@@ -74,6 +76,57 @@ def test_append_line_appends() -> None:
     assert buf.startswith(b"previous\n")
     assert buf.count(b"\n") == 3
     assert bytes(buf[9:]) == encode_line(record) * 2
+
+
+_msgspec_line = msgspec.json.Encoder().encode
+
+# Any text msgspec can encode: escapes, control characters, non-ASCII, line separators.
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
+_types = st.one_of(st.sampled_from(sorted(RECORD_TYPES)), _text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    session_id=_text,
+    lines=st.lists(
+        st.tuples(
+            st.integers(-(2**63), 2**64),
+            _types,
+            _text,
+            st.one_of(st.none(), st.sampled_from(["r1", "r2"]), _text),
+            st.sampled_from([b"{}", b'{"a":[1,"\\u00e9"]}', b'{ "spaced" : 1 }', b"[1]", b"null"]),
+        ),
+        max_size=6,
+    ),
+)
+def test_the_line_encoder_writes_what_msgspec_writes_for_the_record(
+    session_id: str, lines: list[tuple[int, str, str, str | None, bytes]]
+) -> None:
+    # The guard beside the fast path: cached envelope pieces give msgspec's bytes.
+    encoder = LineEncoder(session_id)
+    buf = bytearray(b"before\n")
+    expected = b"before\n"
+    for seq, record_type, time, run_id, data in lines:
+        encoder.append(buf, seq, record_type, time, run_id, data)
+        record = Record(
+            session_id=session_id,
+            seq=seq,
+            type=record_type,
+            time=time,
+            run_id=run_id,
+            data=msgspec.Raw(data),
+        )
+        expected += _msgspec_line(record) + b"\n"
+        assert encode_line(record) == _msgspec_line(record) + b"\n"
+    assert bytes(buf) == expected
+
+
+def test_append_line_switches_sessions() -> None:
+    one, two = new_id(), new_id()
+    buf = bytearray()
+    for session_id in (one, two, one):
+        append_line(buf, Record(session_id=session_id, seq=1, type="x", time=TIME_TEXT))
+    assert [msgspec.json.decode(line)["session_id"] for line in buf.splitlines()] == [one, two, one]
 
 
 def test_record_defaults() -> None:

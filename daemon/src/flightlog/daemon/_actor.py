@@ -38,6 +38,7 @@ from flightlog.protocol import (
     ErrorCode,
     ErrorReply,
     FlightlogError,
+    LineEncoder,
     LoadCheckpoint,
     LocalProtocolError,
     Message,
@@ -75,11 +76,6 @@ __all__ = [
 log = structlog.get_logger("flightlogd.session")
 
 _encode_json = msgspec.json.Encoder().encode
-
-#: The bytes of a record line between its seq and its time, by agent fact type.
-_TYPE_PARTS: dict[str, bytes] = {
-    kind: b',"type":' + _encode_json(kind) + b',"time":"' for kind in AGENT_FACT_TYPES
-}
 
 
 class Peer(Protocol):
@@ -226,9 +222,7 @@ class SessionActor:
         self._mailbox = _Mailbox(sessions.config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
         self._disk = sessions.disk(file.resolved.root)
-        # A record's line, cut where its seq, time and data go (see _records).
-        self._line_head = b'{"session_id":' + _encode_json(file.session_id) + b',"seq":'
-        self._run_part_cache = ("", b"")
+        self._lines = LineEncoder(file.session_id)
 
     @property
     def session_id(self) -> str:
@@ -482,18 +476,15 @@ class SessionActor:
         peer = batch[index][0]
         assert peer is not None
         run_id = self.run_id
-        if (
+        if not (
             peer is self.writer
             and self.error is None
             and self.state is SessionState.RUN_OPEN
             and run_id is not None
         ):
-            head = self._line_head
-            run_part = self._run_part(run_id)
-        else:
             run_id = None  # no record matches: each one takes the slow path
-            head = run_part = b""
-        types = _TYPE_PARTS
+        lines = self._lines
+        facts = AGENT_FACT_TYPES
         first, size, end = seq, 0, len(batch)
         while index < end:
             item_peer, message = batch[index]
@@ -503,10 +494,9 @@ class SessionActor:
             data = message.data
             size += len(data)
             time = message.time
-            type_part = types.get(message.event_type)
             if (
                 message.run_id == run_id
-                and type_part is not None
+                and message.event_type in facts
                 and is_time(time)
                 and data[:1] == b"{"
             ):
@@ -515,8 +505,7 @@ class SessionActor:
                 except LocalProtocolError as exc:
                     self._push_failure(peer, message.run_id, exc)
                     continue
-                # Exactly the bytes append_line() writes for this Record.
-                buf += b"%b%d%b%b%b%b}\n" % (head, seq, type_part, time.encode(), run_part, data)
+                lines.append(buf, seq, message.event_type, time, run_id, data)
                 seq += 1
                 continue
             problem = self._check_record(peer, message)
@@ -524,27 +513,9 @@ class SessionActor:
                 self._push_failure(peer, message.run_id, problem)
                 continue
             # Not reached while the checks above agree with _check_record.
-            append_line(
-                buf,
-                Record(
-                    session_id=self.session_id,
-                    seq=seq,
-                    type=message.event_type,
-                    time=time,
-                    run_id=message.run_id,
-                    data=msgspec.Raw(data),
-                ),
-            )
+            lines.append(buf, seq, message.event_type, time, message.run_id, data)
             seq += 1
         return index, seq - first, size
-
-    def _run_part(self, run_id: str) -> bytes:
-        """A line's bytes from after its time to its data, for ``run_id``."""
-        cached_id, part = self._run_part_cache
-        if cached_id != run_id:
-            part = b'","run_id":' + _encode_json(run_id) + b',"data":'
-            self._run_part_cache = (run_id, part)
-        return part
 
     def _check_record(self, peer: Peer, message: RecordEvent) -> FlightlogError | None:
         if peer is not self.writer:

@@ -28,6 +28,7 @@ __all__ = [
     "SESSION_START",
     "STRUCTURAL_TYPES",
     "CheckpointData",
+    "LineEncoder",
     "Record",
     "RunCloseData",
     "RunStartData",
@@ -52,7 +53,7 @@ RUN_CLOSE: Final = "run_close"
 #: Records only the daemon writes, on behalf of create, begin_run, save_checkpoint and close.
 STRUCTURAL_TYPES: Final = frozenset({SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE})
 
-#: The agent facts a run may record (DESIGN.md section 2).
+#: The agent facts a run may record (docs/format.md, section 4).
 AGENT_FACT_TYPES: Final = frozenset(
     {
         "model_request",
@@ -148,7 +149,66 @@ class RunCloseData(msgspec.Struct, kw_only=True, frozen=True):
     error: str | None = None
 
 
-_line_encoder: Final = msgspec.json.Encoder()
+_encode_json: Final = msgspec.json.Encoder().encode
+
+
+def _type_part(record_type: str) -> bytes:
+    return b',"type":' + _encode_json(record_type) + b',"time":'
+
+
+# The bytes between a line's seq and its time, for the types every writer uses.
+_TYPE_PARTS: Final = {kind: _type_part(kind) for kind in RECORD_TYPES}
+_NO_RUN_PART: Final = b',"run_id":null,"data":'
+
+
+class LineEncoder:
+    """Writes the lines of one session's records; every writer of a session file uses it.
+
+    A line is assembled from the envelope's fixed pieces: the ``session_id`` part is
+    encoded once, a ``type`` part once per record type, a ``run_id`` part once per run;
+    only ``seq`` and ``time`` are encoded per line and ``data`` is copied as it is.  The
+    bytes are exactly what msgspec writes for the :class:`Record` (its field order, its
+    string escaping), which a guard test checks.  ``data`` must be the JSON text of
+    one object: it is not checked here (the daemon checks what clients send).
+    """
+
+    __slots__ = ("_head", "_run", "session_id")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self._head = b'{"session_id":' + _encode_json(session_id) + b',"seq":'
+        self._run: tuple[str | None, bytes] = (None, _NO_RUN_PART)
+
+    def append(
+        self,
+        buf: bytearray,
+        seq: int,
+        record_type: str,
+        time: str,
+        run_id: str | None,
+        data: bytes | msgspec.Raw,
+    ) -> None:
+        """Append one complete line, ending in ``\\n``, to ``buf``."""
+        type_part = _TYPE_PARTS.get(record_type)
+        if type_part is None:
+            type_part = _type_part(record_type)
+        cached_id, run_part = self._run
+        if cached_id != run_id:
+            run_part = b',"run_id":' + _encode_json(run_id) + b',"data":'
+            self._run = (run_id, run_part)
+        buf += b"%b%d%b%b%b%b}\n" % (
+            self._head,
+            seq,
+            type_part,
+            _encode_json(time),
+            run_part,
+            data,
+        )
+
+
+# The encoder of the last session append_line() wrote for: callers write one
+# session's lines in a row.
+_last_encoder = LineEncoder("")
 
 
 def encode_line(record: Record) -> bytes:
@@ -159,9 +219,12 @@ def encode_line(record: Record) -> bytes:
 
 
 def append_line(buf: bytearray, record: Record) -> None:
-    """Append ``record`` as one line to ``buf``, without intermediate copies."""
-    _line_encoder.encode_into(record, buf, len(buf))
-    buf.extend(b"\n")
+    """Append ``record`` as one line to ``buf`` (through :class:`LineEncoder`)."""
+    global _last_encoder
+    encoder = _last_encoder
+    if encoder.session_id != record.session_id:
+        encoder = _last_encoder = LineEncoder(record.session_id)
+    encoder.append(buf, record.seq, record.type, record.time, record.run_id, record.data)
 
 
 _TIME_RE: Final = re.compile(

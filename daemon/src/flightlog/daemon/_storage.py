@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import os
 from dataclasses import dataclass, field
 
@@ -26,8 +25,9 @@ from flightlog.protocol import (
     ErrorCode,
     FileFormatError,
     FlightlogError,
+    LineReader,
     LocalProtocolError,
-    Reader,
+    ReadState,
     Record,
     SessionStartData,
     encode_line,
@@ -37,6 +37,9 @@ from ._json import MAX_NESTING, nested_deeper_than
 from ._paths import ResolvedPath, Roots
 
 __all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError"]
+
+# Bytes read at a time when a file is opened and checked.
+_SCAN_CHUNK = 1 << 20
 
 
 # The two calls that put a session's bytes on disk.  Nothing in the daemon changes
@@ -135,7 +138,9 @@ class SessionFile:
         )
         try:
             # Whatever meta a client sends, the first line must be one a reader accepts.
-            Reader(io.BytesIO(line)).read_header()
+            header = LineReader()
+            header.feed(line)
+            header.next()
         except FileFormatError as exc:
             raise LocalProtocolError(
                 f"meta cannot be written as JSON a reader accepts: {exc.reason}",
@@ -195,30 +200,39 @@ class SessionFile:
     def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int) -> SessionFile:
         open_runs: dict[str, None] = {}
         checkpoint: CheckpointRef | None = None
-        with open(os.dup(fd), "rb", buffering=1 << 16) as fileobj:
-            reader = Reader(fileobj)
-            start = 0
-            for record in reader:
-                if record.type == RUN_START and record.run_id:
-                    open_runs[record.run_id] = None
-                elif record.type == RUN_CLOSE and record.run_id:
-                    open_runs.pop(record.run_id, None)
-                elif record.type == CHECKPOINT:
-                    checkpoint = CheckpointRef(record.seq, start, reader.offset - start)
-                start = reader.offset
-            if reader.session_id is None:
-                raise FileFormatError(0, "empty file: no session_start")
-            total = os.fstat(fd).st_size
+        reader = LineReader()
+        position = 0
+        while True:
+            item = reader.next()
+            if item is ReadState.NEED_DATA:
+                data = os.pread(fd, _SCAN_CHUNK, position)
+                position += len(data)
+                if data:
+                    reader.feed(data)
+                else:
+                    reader.feed_eof()
+                continue
+            if item is ReadState.END_OF_FILE:
+                break
+            assert isinstance(item, Record)
+            if item.type == RUN_START and item.run_id:
+                open_runs[item.run_id] = None
+            elif item.type == RUN_CLOSE and item.run_id:
+                open_runs.pop(item.run_id, None)
+            elif item.type == CHECKPOINT:
+                length = len(reader.line) + 1
+                checkpoint = CheckpointRef(item.seq, reader.offset - length, length)
+        assert reader.session_id is not None  # else the reader raised at the end
         return cls(
             roots=roots,
             resolved=resolved,
             session_id=reader.session_id,
-            meta=dict(reader.meta or {}),
+            meta=dict(reader.meta),
             last_seq=reader.last_seq,
             size=reader.offset,
             checkpoint=checkpoint,
             interrupted_runs=list(open_runs),
-            truncated_bytes=total - reader.offset,
+            truncated_bytes=position - reader.offset,
         )
 
     # ------------------------------------------------------------------ writing

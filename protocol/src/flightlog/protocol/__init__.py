@@ -12,6 +12,8 @@ from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
 from ._framing import *  # noqa: F403
 from ._framing import __all__ as _framing_all
+from ._lines import *  # noqa: F403
+from ._lines import __all__ as _lines_all
 from ._reader import *  # noqa: F403
 from ._reader import __all__ as _reader_all
 from ._records import *  # noqa: F403
@@ -29,6 +31,7 @@ __all__ = [
     *_errors_all,
     *_events_all,
     *_framing_all,
+    *_lines_all,
     *_reader_all,
     *_records_all,
     *_server_all,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -24,8 +23,11 @@ from anyio.abc import TaskGroup
 from flightlog.protocol import (
     Ack,
     ErrorCode,
+    FileFormatError,
     FlightlogError,
+    LineReader,
     LocalProtocolError,
+    Record,
     Subscribe,
     Subscribed,
     TailBatch,
@@ -45,6 +47,8 @@ __all__ = ["MAX_SUBSCRIPTIONS", "Tails"]
 log = structlog.get_logger("flightlogd.tail")
 
 _BATCH_BYTES = 256 * 1024
+#: Bytes of a file read at a time.
+_READ_BYTES = 256 * 1024
 #: Bytes of live records a subscriber buffers before it falls back to the file.
 _LIVE_BYTES = 4 * 1024 * 1024
 #: Bytes of live records all the subscriptions of one connection buffer at most.
@@ -250,14 +254,21 @@ class Subscription:
 
 
 class _FileTail:
-    """Reads complete lines with ``seq >= next_seq`` from a session file (blocking: call
+    """Reads the complete lines with ``seq >= next_seq`` of a session file through a
+    :class:`LineReader`, so a tail keeps every reading rule (blocking: call
     :meth:`read_batch` from a disk thread).
 
-    The file is opened for each batch and closed before the batch is sent, so a
-    subscriber that does not read holds no descriptor while it keeps the daemon waiting.
-    Every batch must come from the same file (inode); only regular files are read; and
-    no more than ``max_line`` bytes of a line are held: a longer unfinished tail (the
-    NUL bytes a power cut leaves) is skipped, a longer complete line is an error.
+    At ``offset`` 0 the file is read from line 1; past it, the reader resumes there
+    with the file's ``session_id`` (read from line 1) and the line number ``next_seq``
+    (line *n* holds seq *n* in the part of a file already read).  A broken line raises
+    the reader's :class:`FileFormatError`, naming the line, once the lines before it are
+    returned.  A final line without ``\\n`` is awaited (the writer may be finishing it),
+    or ignored at the end of a file at rest; a file without a complete first line is
+    refused.  The file is opened for each batch and closed before the batch is sent, so
+    a subscriber that does not read holds no descriptor while it keeps the daemon
+    waiting.  Every batch must come from the same file (inode); only regular files are
+    read; a line longer than ``max_line`` (what a frame carries) is refused, and no
+    more than that of a line is held.
     """
 
     def __init__(
@@ -268,7 +279,8 @@ class _FileTail:
         self.offset = offset
         self.next_seq = next_seq
         self.max_line = max_line
-        self._pending = b""
+        self._reader: LineReader | None = None
+        self._position = offset  # where the next bytes fed to the reader are
         self._ident: tuple[int, int] | None = None
 
     def _open(self) -> int:
@@ -291,56 +303,61 @@ class _FileTail:
         return fd
 
     def read_batch(self) -> list[bytes]:
+        """The next lines wanted, about ``_BATCH_BYTES`` of them; ``[]`` at the end of
+        the file.  Raises :class:`FileFormatError` at a broken line."""
         lines: list[bytes] = []
         size = 0
         fd = self._open()
         try:
+            reader = self._reader or self._start(fd)
             while size < _BATCH_BYTES:
-                data = os.pread(fd, 256 * 1024, self.offset + len(self._pending))
-                if not data:
-                    break
-                self._pending += data
-                for line in self._complete_lines():
-                    size += len(line)
-                    lines.append(line)
-                if len(self._pending) > self.max_line:
-                    # No line this daemon writes is this long.  If it never ends it is
-                    # an unfinished tail, which readers ignore; if it does, it is corrupt.
-                    self._skip_overlong(fd)
-                    break
+                try:
+                    item = reader.next()
+                except FileFormatError:
+                    if lines:
+                        break  # the reader raises it again at the next batch
+                    raise
+                if isinstance(item, Record):
+                    self.offset = reader.offset
+                    if item.seq >= self.next_seq:
+                        self.next_seq = item.seq + 1
+                        size += len(reader.line)
+                        lines.append(reader.line)
+                    continue
+                data = os.pread(fd, _READ_BYTES, self._position)
+                if data:
+                    self._position += len(data)
+                    reader.feed(data)
+                    continue
+                if reader.session_id is None:
+                    # No first line, nor anything to wait for: only flightlogd writes
+                    # a session file and it never leaves one without its first line.
+                    reader.feed_eof()
+                    reader.next()
+                break
         finally:
             os.close(fd)
         return lines
 
-    def _skip_overlong(self, fd: int) -> None:
-        position = self.offset + len(self._pending)
-        self._pending = b""
-        while data := os.pread(fd, 1 << 20, position):
-            if b"\n" in data:
-                raise LocalProtocolError(
-                    f"the file has a line longer than {self.max_line} bytes at byte {self.offset}",
-                    code=ErrorCode.SESSION_CORRUPT,
-                )
-            position += len(data)
-
-    def _complete_lines(self) -> Iterator[bytes]:
-        start = 0
-        pending = self._pending
-        while (end := pending.find(b"\n", start)) != -1:
-            line = pending[start:end]
-            start = end + 1
-            try:
-                head = _decode_head(line)
-            except msgspec.DecodeError:
-                raise LocalProtocolError(
-                    f"the file has a corrupt line at byte {self.offset}",
-                    code=ErrorCode.SESSION_CORRUPT,
-                ) from None
-            self.offset += len(line) + 1
-            if head.seq >= self.next_seq:
-                self.next_seq = head.seq + 1
-                yield line
-        self._pending = pending[start:]
+    def _start(self, fd: int) -> LineReader:
+        if self.offset == 0:
+            reader = LineReader(max_line_bytes=self.max_line)
+        else:
+            header = LineReader(max_line_bytes=self.max_line)
+            position = 0
+            while not isinstance(header.next(), Record):
+                data = os.pread(fd, _READ_BYTES, position)
+                position += len(data)
+                if data:
+                    header.feed(data)
+                else:
+                    header.feed_eof()
+            assert header.session_id is not None
+            reader = LineReader.resume(
+                header.session_id, self.next_seq - 1, self.offset, max_line_bytes=self.max_line
+            )
+        self._reader = reader
+        return reader
 
 
 class Tails:

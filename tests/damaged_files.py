@@ -52,7 +52,7 @@ def sound_lines(session_id: str, facts: int) -> list[bytes]:
         line(2, "run_start", b'{"pid":7,"client":"t"}'),
     ]
     for seq in range(3, facts + 3):
-        text = "caf\u00e9 \u2713 \u2028 %d" % seq
+        text = f"caf\u00e9 \u2713 \u2028 {seq}"
         lines.append(line(seq, "message_end", msgspec.json.encode({"text": text})))
     lines.append(line(facts + 3, "run_close", b'{"error":null}'))
     return lines

@@ -16,7 +16,7 @@ from pathlib import Path
 import hypothesis.strategies as st
 import msgspec
 import pytest
-from damaged_files import damaged_files, sound_lines
+from damaged_files import FOREIGN, damaged_files, sound_lines
 from hypothesis import HealthCheck, given, settings
 
 from flightlog import sdk
@@ -218,3 +218,44 @@ def test_the_daemon_agrees_with_check(shared_daemon: DaemonProcess, content: byt
     expected = _checked(check(io.BytesIO(content)))
     verdicts = daemon_verdicts(shared_daemon, content)
     assert verdicts == dict.fromkeys(verdicts, expected), verdicts
+
+
+def _named(change: str) -> bytes:
+    """A sound file of 7 lines with one damage the issue names, at line 4."""
+    lines = sound_lines("ab" * 16, 4)
+    if change == "invalid UTF-8":
+        lines[3] = lines[3].replace("\u00e9".encode(), b"\xe9")
+    elif change == "gap":
+        del lines[3]
+    elif change == "repeat":
+        lines[3] = lines[2]
+    elif change == "foreign":
+        lines[3] = lines[3].replace(b"ab" * 16, FOREIGN.encode())
+    elif change == "crlf":
+        lines[3] = lines[3][:-1] + b"\r\n"
+    elif change == "nul line":
+        lines[3] = bytes(len(lines[3]) - 1) + b"\n"
+    return b"".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ("invalid UTF-8", "line 4: invalid UTF-8 at byte 179 of the line"),
+        ("gap", "line 4: seq 5 leaves a gap: expected 4, 1 record(s) missing"),
+        ("repeat", "line 4: seq 3 repeats the seq of the line before"),
+        ("foreign", f"line 4: session_id {FOREIGN!r} is not the file's session_id {'ab' * 16!r}"),
+        ("crlf", "line 4: line ends with \\r\\n: CRLF line endings are not allowed, only \\n"),
+        (
+            "nul line",
+            "line 4: a line of NUL bytes (was the file cut short by a crash before a sync?)",
+        ),
+    ],
+)
+def test_named_damage_is_named_alike_everywhere(
+    shared_daemon: DaemonProcess, tmp_path: Path, change: str, error: str
+) -> None:
+    content = _named(change)
+    verdicts = protocol_verdicts(content, tmp_path / "s.jsonl")
+    verdicts |= daemon_verdicts(shared_daemon, content)
+    assert verdicts == dict.fromkeys(verdicts, Verdict((1, 2, 3), error))

@@ -1,5 +1,5 @@
-"""The session actor's path for stretches of records: the same bytes as append_line(),
-and the same refusals as the checks one record at a time."""
+"""The session actor's path for stretches of records: through LineEncoder, the same bytes
+as append_line(), and the same refusals as the checks one record at a time."""
 
 from __future__ import annotations
 

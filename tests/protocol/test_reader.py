@@ -1,4 +1,4 @@
-"""The reader: every reading rule of DESIGN.md section 2, streaming and in constant memory."""
+"""The reader: every reading rule of docs/format.md section 5, streaming and in constant memory."""
 
 from __future__ import annotations
 

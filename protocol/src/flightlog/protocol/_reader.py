@@ -1,9 +1,10 @@
 """Reading session files from a file object: :class:`Reader`, :func:`read_records` and
 :func:`check`.
 
-They read one line at a time from a binary file object the caller opened and apply the
+They read a binary file object the caller opened, a piece at a time, and apply the
 reading rules through a :class:`LineReader` (``_lines.py``), which states them once:
-nothing but the current line is held, so a file of any size reads in constant memory.
+nothing but one piece and the current line is held, so a file of any size reads in
+constant memory.
 """
 
 from __future__ import annotations
@@ -25,21 +26,20 @@ __all__ = [
     "read_records",
 ]
 
-# Lines are read in pieces of at most this size, so that a huge unfinished tail (a file
-# padded with NUL bytes after a crash) is skipped without being held.
-_CHUNK: Final = 1024 * 1024
+# Files are read in pieces of this size.
+_CHUNK: Final = 256 * 1024
 
 
 class BinaryReadable(Protocol):
-    """What the reader needs of a file object: ``readline`` returning bytes."""
+    """What the reader needs of a file object: ``read`` returning bytes."""
 
-    def readline(self, size: int = -1, /) -> bytes: ...
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 class Reader:
     """Streams the records of a session file, applying the reading rules.
 
-    ``fileobj`` is a binary file object the caller opened (anything with a ``readline``
+    ``fileobj`` is a binary file object the caller opened (anything with a ``read``
     returning bytes), positioned at the start of the file.  Iterating yields every
     :class:`Record`, ``session_start`` first, and raises :class:`FileFormatError` at the
     first line that breaks a rule; after that the reader raises the same error again.
@@ -110,7 +110,7 @@ class Reader:
             if item is ReadState.END_OF_FILE:
                 self.done = True
                 raise StopIteration
-            chunk = self._readline()
+            chunk = self._read()
             if chunk:
                 lines.feed(chunk)
             else:
@@ -127,8 +127,8 @@ class Reader:
             self._header_pending = True
         return self._header
 
-    def _readline(self) -> bytes:
-        chunk = self._file.readline(_CHUNK)
+    def _read(self) -> bytes:
+        chunk = self._file.read(_CHUNK)
         if type(chunk) is bytes:
             return chunk
         if isinstance(chunk, bytes | bytearray | memoryview):

@@ -61,6 +61,7 @@ def test_records_come_out_as_their_lines_complete() -> None:
     assert need is NEED_DATA
     assert (reader.session_id, reader.meta, reader.format_version) == (SID, {"app": "t"}, 1)
     assert (reader.lines, reader.last_seq, reader.offset) == (1, 1, len(HEADER))
+    assert reader.position == len(HEADER + line(2)) - 1  # the second line is held
     assert reader.line == HEADER[:-1]
     reader.feed(b"\n" + line(3))
     two, three, need = drain(reader)
@@ -201,7 +202,9 @@ def test_resume_goes_on_mid_file_with_its_session_and_line_numbers() -> None:
     content = HEADER + line(2) + line(3) + line(4, sid="e" * 32)
     offset = len(HEADER + line(2))
     reader = LineReader.resume(SID, 2, offset)
+    assert (reader.offset, reader.position) == (offset, offset)
     reader.feed(content[offset:])
+    assert reader.position == len(content)
     three = reader.next()
     assert isinstance(three, Record) and three.seq == 3
     assert (reader.lines, reader.offset) == (3, len(content) - len(line(4)))

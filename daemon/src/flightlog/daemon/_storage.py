@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -36,10 +37,10 @@ from flightlog.protocol import (
 from ._json import MAX_NESTING, nested_deeper_than
 from ._paths import ResolvedPath, Roots
 
-__all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError"]
+__all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError", "read_on"]
 
-# Bytes read at a time when a file is opened and checked.
-_SCAN_CHUNK = 1 << 20
+# Bytes of a file read at a time.
+_READ_BYTES = 256 * 1024
 
 
 # The two calls that put a session's bytes on disk.  Nothing in the daemon changes
@@ -201,27 +202,14 @@ class SessionFile:
         open_runs: dict[str, None] = {}
         checkpoint: CheckpointRef | None = None
         reader = LineReader()
-        position = 0
-        while True:
-            item = reader.next()
-            if item is ReadState.NEED_DATA:
-                data = os.pread(fd, _SCAN_CHUNK, position)
-                position += len(data)
-                if data:
-                    reader.feed(data)
-                else:
-                    reader.feed_eof()
-                continue
-            if item is ReadState.END_OF_FILE:
-                break
-            assert isinstance(item, Record)
-            if item.type == RUN_START and item.run_id:
-                open_runs[item.run_id] = None
-            elif item.type == RUN_CLOSE and item.run_id:
-                open_runs.pop(item.run_id, None)
-            elif item.type == CHECKPOINT:
+        for record in read_on(fd, reader, to_the_end=True):
+            if record.type == RUN_START and record.run_id:
+                open_runs[record.run_id] = None
+            elif record.type == RUN_CLOSE and record.run_id:
+                open_runs.pop(record.run_id, None)
+            elif record.type == CHECKPOINT:
                 length = len(reader.line) + 1
-                checkpoint = CheckpointRef(item.seq, reader.offset - length, length)
+                checkpoint = CheckpointRef(record.seq, reader.offset - length, length)
         assert reader.session_id is not None  # else the reader raised at the end
         return cls(
             roots=roots,
@@ -232,7 +220,7 @@ class SessionFile:
             size=reader.offset,
             checkpoint=checkpoint,
             interrupted_runs=list(open_runs),
-            truncated_bytes=position - reader.offset,
+            truncated_bytes=reader.position - reader.offset,
         )
 
     # ------------------------------------------------------------------ writing
@@ -330,6 +318,28 @@ class SessionFile:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def read_on(fd: int, reader: LineReader, *, to_the_end: bool) -> Iterator[Record]:
+    """Feed ``reader`` the file at ``fd`` from its ``position`` on and yield its records
+    (blocking).  At the end of the file, with ``to_the_end`` the input is over (an
+    unfinished tail is set aside); without, the reader waits there for more, to be
+    read on later.  Raises the reader's :class:`FileFormatError` and :class:`OSError`.
+    """
+    while True:
+        item = reader.next()
+        if isinstance(item, Record):
+            yield item
+            continue
+        if item is ReadState.END_OF_FILE:
+            return
+        data = os.pread(fd, _READ_BYTES, reader.position)
+        if data:
+            reader.feed(data)
+        elif to_the_end:
+            reader.feed_eof()
+        else:
+            return
 
 
 def _lock(fd: int, path: str) -> None:

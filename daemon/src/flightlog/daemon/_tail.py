@@ -27,7 +27,6 @@ from flightlog.protocol import (
     FlightlogError,
     LineReader,
     LocalProtocolError,
-    Record,
     Subscribe,
     Subscribed,
     TailBatch,
@@ -36,6 +35,7 @@ from flightlog.protocol import (
 )
 
 from ._paths import ResolvedPath, Roots
+from ._storage import read_on
 
 if TYPE_CHECKING:
     from ._actor import SessionActor
@@ -47,8 +47,6 @@ __all__ = ["MAX_SUBSCRIPTIONS", "Tails"]
 log = structlog.get_logger("flightlogd.tail")
 
 _BATCH_BYTES = 256 * 1024
-#: Bytes of a file read at a time.
-_READ_BYTES = 256 * 1024
 #: Bytes of live records a subscriber buffers before it falls back to the file.
 _LIVE_BYTES = 4 * 1024 * 1024
 #: Bytes of live records all the subscriptions of one connection buffer at most.
@@ -280,7 +278,6 @@ class _FileTail:
         self.next_seq = next_seq
         self.max_line = max_line
         self._reader: LineReader | None = None
-        self._position = offset  # where the next bytes fed to the reader are
         self._ident: tuple[int, int] | None = None
 
     def _open(self) -> int:
@@ -310,31 +307,24 @@ class _FileTail:
         fd = self._open()
         try:
             reader = self._reader or self._start(fd)
-            while size < _BATCH_BYTES:
-                try:
-                    item = reader.next()
-                except FileFormatError:
-                    if lines:
-                        break  # the reader raises it again at the next batch
-                    raise
-                if isinstance(item, Record):
-                    self.offset = reader.offset
-                    if item.seq >= self.next_seq:
-                        self.next_seq = item.seq + 1
-                        size += len(reader.line)
-                        lines.append(reader.line)
-                    continue
-                data = os.pread(fd, _READ_BYTES, self._position)
-                if data:
-                    self._position += len(data)
-                    reader.feed(data)
-                    continue
+            for record in read_on(fd, reader, to_the_end=False):
+                self.offset = reader.offset
+                if record.seq >= self.next_seq:
+                    self.next_seq = record.seq + 1
+                    size += len(reader.line)
+                    lines.append(reader.line)
+                    if size >= _BATCH_BYTES:
+                        break
+            else:
                 if reader.session_id is None:
-                    # No first line, nor anything to wait for: only flightlogd writes
-                    # a session file and it never leaves one without its first line.
+                    # No first line, nor anything to wait for: flightlogd never
+                    # leaves a session file without its first line.
                     reader.feed_eof()
                     reader.next()
-                break
+        except FileFormatError:
+            if not lines:
+                raise
+            # The lines before the broken one go first; the reader raises it again.
         finally:
             os.close(fd)
         return lines
@@ -343,15 +333,9 @@ class _FileTail:
         if self.offset == 0:
             reader = LineReader(max_line_bytes=self.max_line)
         else:
+            # Read on where the subscriber is, with the session id of line 1.
             header = LineReader(max_line_bytes=self.max_line)
-            position = 0
-            while not isinstance(header.next(), Record):
-                data = os.pread(fd, _READ_BYTES, position)
-                position += len(data)
-                if data:
-                    header.feed(data)
-                else:
-                    header.feed_eof()
+            next(read_on(fd, header, to_the_end=True))
             assert header.session_id is not None
             reader = LineReader.resume(
                 header.session_id, self.next_seq - 1, self.offset, max_line_bytes=self.max_line

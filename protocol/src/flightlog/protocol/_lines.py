@@ -149,6 +149,8 @@ class LineReader:
     * ``offset``: bytes from the start of the file to the end of the last accepted line,
       where a writer truncates the file when it opens it for writing;
     * ``line``: the last accepted line as it is in the file, without its ``\\n``;
+    * ``position``: where in the file the next bytes to feed start (``offset`` plus
+      what the reader holds);
     * ``tail``, ``tail_size``: the unfinished tail once the input is over (at most
       ``max_line_bytes`` of it held), else ``b""`` and 0;
     * ``error``: the :class:`FileFormatError` that stopped the reader, or None.
@@ -162,6 +164,7 @@ class LineReader:
         self.last_seq = 0
         self.lines = 0
         self.offset = 0
+        self.position = 0
         self.line = b""
         self.tail = b""
         self.tail_size = 0
@@ -188,7 +191,7 @@ class LineReader:
         reader = cls(max_line_bytes=max_line_bytes)
         reader.session_id = session_id
         reader.last_seq = reader.lines = last_seq
-        reader.offset = offset
+        reader.offset = reader.position = offset
         return reader
 
     def feed(self, data: bytes) -> None:
@@ -200,6 +203,7 @@ class LineReader:
         """
         if self._eof:
             raise LocalProtocolError("bytes fed to a LineReader after feed_eof()")
+        self.position += len(data)
         if self._pos < len(self._buf):
             self._buf = self._buf[self._pos :] + data
         else:

@@ -14,9 +14,9 @@ __all__ = ["check", "read"]
 def read(path: str | os.PathLike[str]) -> Iterator[Record]:
     """Stream the records of the session file at ``path``, ``session_start`` first.
 
-    One line is held at a time, so a file of any size reads in constant memory; a file
-    still being written reads up to its last complete line.  The file is opened at the
-    first iteration, relative to the current directory (not the daemon's data root).
+    A piece of the file and one line are held at a time, so a file of any size reads in
+    constant memory; a file still being written reads up to its last complete line.
+    The file is opened at the first iteration, relative to the current directory (not the daemon's data root).
     Raises :class:`FileFormatError` at the first line that breaks a reading rule (bytes
     that are not UTF-8 included: no other decoding error escapes), and :class:`OSError`
     when the file cannot be opened or read.

@@ -16,10 +16,10 @@ def read(path: str | os.PathLike[str]) -> Iterator[Record]:
 
     A piece of the file and one line are held at a time, so a file of any size reads in
     constant memory; a file still being written reads up to its last complete line.
-    The file is opened at the first iteration, relative to the current directory (not the daemon's data root).
-    Raises :class:`FileFormatError` at the first line that breaks a reading rule (bytes
-    that are not UTF-8 included: no other decoding error escapes), and :class:`OSError`
-    when the file cannot be opened or read.
+    The file is opened at the first iteration, relative to the current directory (not
+    the daemon's data root).  Raises :class:`FileFormatError` at the first line that
+    breaks a reading rule (bytes that are not UTF-8 included: no other decoding error
+    escapes), and :class:`OSError` when the file cannot be opened or read.
     """
     with open(path, "rb") as fileobj:
         yield from Reader(fileobj)

@@ -150,7 +150,7 @@ class LineReader:
       where a writer truncates the file when it opens it for writing;
     * ``line``: the last accepted line as it is in the file, without its ``\\n``;
     * ``position``: where in the file the next bytes to feed start (``offset`` plus
-      what the reader holds);
+      the bytes fed past it);
     * ``tail``, ``tail_size``: the unfinished tail once the input is over (at most
       ``max_line_bytes`` of it held), else ``b""`` and 0;
     * ``error``: the :class:`FileFormatError` that stopped the reader, or None.

@@ -259,3 +259,26 @@ def test_named_damage_is_named_alike_everywhere(
     verdicts = protocol_verdicts(content, tmp_path / "s.jsonl")
     verdicts |= daemon_verdicts(shared_daemon, content)
     assert verdicts == dict.fromkeys(verdicts, Verdict((1, 2, 3), error))
+
+
+def test_a_line_longer_than_a_frame_is_the_tails_own_limit(short_tmp: Path) -> None:
+    # The one documented difference: check and open accept the line, the tail cannot
+    # send it and says which line it is.
+    daemon = DaemonProcess(short_tmp, "--max-frame-size", "65536").start()
+    try:
+        daemon.root.mkdir(parents=True, exist_ok=True)
+        lines = sound_lines("cd" * 16, 2)
+        lines[1] = lines[1][:-2] + b" " * 200_000 + b"}\n"
+        content = b"".join(lines)
+        (daemon.root / "long.jsonl").write_bytes(content)
+        assert _checked(check(io.BytesIO(content))) == Verdict((1, 2, 3, 4, 5), None)
+        with RawClient(daemon.socket) as client:
+            limit = 65536 + 64 * 1024
+            error = f"line 2: line is {len(lines[1]) - 1} bytes long, more than {limit}"
+            expected = Verdict((1,), error)
+            for follow in (False, True):
+                assert _tail(client, "long.jsonl", follow=follow, expected=expected) == expected
+            opened = _open(client, "long.jsonl", Verdict((1, 2, 3, 4, 5), None), 0)
+            assert opened == Verdict((1, 2, 3, 4, 5), None)
+    finally:
+        daemon.stop()

@@ -54,6 +54,7 @@ def _iterated(records: Iterable[Record]) -> Verdict:
     seqs: list[int] = []
     try:
         for record in records:
+            record.to_builtins()  # what a reader accepts decodes, without msgspec errors
             seqs.append(record.seq)
     except FileFormatError as exc:
         return Verdict(tuple(seqs), exc.message)

@@ -483,7 +483,7 @@ class SessionActor:
             and run_id is not None
         ):
             run_id = None  # no record matches: each one takes the slow path
-        lines = self._lines
+        append = self._lines.append
         facts = AGENT_FACT_TYPES
         first, size, end = seq, 0, len(batch)
         while index < end:
@@ -505,7 +505,7 @@ class SessionActor:
                 except LocalProtocolError as exc:
                     self._push_failure(peer, message.run_id, exc)
                     continue
-                lines.append(buf, seq, message.event_type, time, run_id, data)
+                append(buf, seq, message.event_type, time, run_id, data)
                 seq += 1
                 continue
             problem = self._check_record(peer, message)
@@ -513,7 +513,7 @@ class SessionActor:
                 self._push_failure(peer, message.run_id, problem)
                 continue
             # Not reached while the checks above agree with _check_record.
-            lines.append(buf, seq, message.event_type, time, message.run_id, data)
+            append(buf, seq, message.event_type, time, message.run_id, data)
             seq += 1
         return index, seq - first, size
 

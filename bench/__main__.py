@@ -1,4 +1,5 @@
-"""``python -m bench``: flightlogd against in-process JSONL and a SQLite event log.
+"""``python -m bench``: flightlogd against in-process JSONL and a SQLite event log
+(and, in scenarios 1 and 2, rsyslog and syslog-ng when they can be found).
 
 Runs every scenario (``--only`` picks some), prints progress on stderr and one table
 on stdout, with the machine, the date and the exact command.  ``--quick`` shrinks
@@ -22,6 +23,7 @@ from ._context import Context
 from ._machine import CpuMeter, describe
 from ._report import DASH, Row, format_table
 from ._scale import backpressure, scale
+from ._syslog import ENV_SYSLOG_NG, find_peers, peer_table
 from ._tail import tail_latency
 from ._throughput import large_events, small_events
 
@@ -61,6 +63,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="scratch directory parent, on the disk to measure (default: the system's temp dir)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--syslog-ng",
+        metavar="DIR",
+        default=None,
+        help="where syslog-ng's Debian packages were unpacked (dpkg -x), for scenarios 1 "
+        f"and 2 (default: ${ENV_SYSLOG_NG}, else syslog-ng on the PATH)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.only.split(",")) - set(SCENARIOS)
     if unknown:
@@ -73,7 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = args.runs or (3 if args.quick else 5)
     base = Path(tempfile.mkdtemp(prefix="flbench-", dir=args.dir))
     machine = describe(str(base))
-    ctx = Context(base=base, quick=args.quick, runs=runs)
+    throughput = {"1", "2"} & set(args.only.split(","))
+    peers = find_peers(args.syslog_ng) if throughput else []
+    ctx = Context(base=base, quick=args.quick, runs=runs, peers=peers)
     print(f"command: {machine['command']}")
     print(f"date:    {machine['date']}")
     print(
@@ -84,7 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"disk:    {machine['filesystem']}")
     print(f"code:    {machine['revision']}")
     print(f"load:    {' '.join(map(str, machine['load_average_at_start']))} (1, 5, 15 min)")
+    if peers:
+        print(f"peers:   {'; '.join(peer.describe() for peer in peers)}")
     print(f"runs:    {runs} per scenario{' (quick workloads)' if args.quick else ''}", flush=True)
+    for peer in peers:
+        if peer.skipped:
+            ctx.say(f"{peer.name} skipped in scenarios 1 and 2: {peer.skipped}")
     rows: list[Row] = []
     noise: dict[str, dict[str, float]] = {}  # CPU other processes took, per scenario
     started = time.monotonic()
@@ -113,6 +129,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "other processes' share of the machine's CPU, by scenario (noise): "
         + ", ".join(f"{key}: {value['share']:.0%}" for key, value in noise.items())
     )
+    if peers:
+        print()
+        print("syslog peers, scenarios 1 and 2 (CPU: medians, all processes = agents + daemon):")
+        print()
+        print(peer_table(rows, peers))
     if args.json:
         report = {
             "machine": machine,
@@ -121,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": round(elapsed, 1),
             "other_processes_cpu_by_scenario": noise,
             "rows": [row.to_json() for row in rows],
+            "peers": {
+                peer.name: {"version": peer.version, "binary": peer.binary, "skipped": peer.skipped}
+                for peer in peers
+            },
         }
         Path(args.json).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return 0

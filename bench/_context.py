@@ -5,10 +5,12 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._daemon import Daemon
+from ._syslog import Peer, PeerDaemons
 from ._systems import System
 
 __all__ = ["Context"]
@@ -21,6 +23,7 @@ class Context:
     base: Path
     quick: bool
     runs: int
+    peers: Sequence[Peer] = ()  # rsyslog and syslog-ng, found or skipped (scenarios 1, 2)
     _counter: int = 0
 
     def scratch(self, name: str) -> Path:
@@ -33,13 +36,20 @@ class Context:
     def daemon(self, directory: Path, *args: str) -> Daemon:
         return Daemon(directory / "d", *args)
 
-    def systems(self, directory: Path, daemon: Daemon, run: int) -> list[System]:
-        """The three systems, with fresh data locations for run ``run``, in an order
-        that rotates from run to run so no system always runs first."""
+    def peer_daemons(self, directory: Path) -> PeerDaemons:
+        """The peers found, not yet started, each with a directory under ``directory``."""
+        return PeerDaemons(self.peers, directory)
+
+    def systems(
+        self, directory: Path, daemon: Daemon, run: int, peers: Sequence[System] = ()
+    ) -> list[System]:
+        """The three systems (and ``peers``), with fresh data locations for run ``run``,
+        in an order that rotates from run to run so no system always runs first."""
         systems = [
             System("flightlog", str(daemon.root), daemon.socket),
             System("jsonl", str(directory / f"jsonl{run}")),
             System("sqlite", str(directory / f"sqlite{run}")),
+            *peers,
         ]
         shift = run % len(systems)
         return systems[shift:] + systems[:shift]

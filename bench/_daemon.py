@@ -21,6 +21,9 @@ class Daemon:
     production.  Use as a context manager: the exit is the orderly SIGTERM shutdown.
     """
 
+    title = "flightlogd"  # in error messages
+    env: dict[str, str] | None = None  # None: the harness's environment
+
     def __init__(self, base: Path, *args: str) -> None:
         self.base = base
         self.socket = str(base / "run" / "fl.sock")
@@ -50,11 +53,13 @@ class Daemon:
     def start(self) -> Daemon:
         self.base.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"flightlogd exited with {self.proc.returncode}: {self.log()}")
+                raise RuntimeError(f"{self.title} exited with {self.proc.returncode}: {self.log()}")
             try:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
                     probe.connect(self.socket)
@@ -62,7 +67,7 @@ class Daemon:
             except (FileNotFoundError, ConnectionRefusedError):
                 time.sleep(0.01)
         self.kill()
-        raise RuntimeError(f"flightlogd did not listen within {START_TIMEOUT}s: {self.log()}")
+        raise RuntimeError(f"{self.title} did not listen within {START_TIMEOUT}s: {self.log()}")
 
     def log(self, tail: int = 4000) -> str:
         try:

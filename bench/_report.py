@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Row", "Stat", "Target", "format_table", "percentile"]
+__all__ = ["Row", "Stat", "Target", "format_table", "markdown_table", "percentile"]
 
 # Typographic signs, spelled as escapes (ruff flags them as look-alikes of x and -).
 TIMES = "\u00d7"
@@ -171,7 +171,12 @@ def format_table(rows: Sequence[Row]) -> str:
                 {True: "yes", False: "**no**", None: "—"}[met],
             ]
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return markdown_table(lines)
+
+
+def markdown_table(lines: Sequence[Sequence[str]]) -> str:
+    """A header line and rows of cells as a Markdown table, columns padded to align."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for n, line in enumerate(lines):
         out.append(

@@ -14,7 +14,9 @@
 All three store, per record, the same line bytes (:class:`bench._events.LineEncoder`):
 the agent runs the same codec on the same event for each.  A :class:`System` is built
 in the harness and handed to agents (it pickles as its settings only); an agent calls
-:meth:`System.agent` once and opens its sessions from what that returns.
+:meth:`System.agent` once and opens its sessions from what that returns.  The syslog
+peers of scenarios 1 and 2 (``rsyslog``, ``syslog-ng``) are systems too; their agents
+live in :mod:`bench._syslog`.
 """
 
 from __future__ import annotations
@@ -92,6 +94,10 @@ class System:
             return _JsonlAgent(self.directory)
         if self.name == "sqlite":
             return _SqliteAgent(os.path.join(self.directory, f"agent-{index}.db"))
+        if self.name in ("rsyslog", "syslog-ng"):
+            from ._syslog import SyslogAgent  # it builds on this module
+
+            return SyslogAgent(self.name, self.socket, self.directory)
         raise ValueError(f"unknown system {self.name!r}")
 
 

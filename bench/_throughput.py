@@ -7,6 +7,9 @@ reaches its exact expected size), so the figure is records in the files per seco
 as it is for the baselines; no system fsyncs.  The aggregate is all records over the
 span from the first agent's start to the last agent's finish.
 
+The syslog peers (:mod:`bench._syslog`), when found, run alongside as two more
+systems, with their daemons' CPU metered like flightlogd's.
+
 The CPU rows explain the figures: on a machine with fewer cores than processes the
 throughput is the machine's CPU divided by the CPU every event costs, summed over the
 agents and (for flightlogd) the daemon.
@@ -78,19 +81,23 @@ def _measure(ctx: Context, *, large: bool, agents: int, seconds: float, rows: li
     name = "large" if large else "small"
     directory = ctx.scratch(f"tp-{name}")
     daemon = ctx.daemon(directory).start()
+    peers = ctx.peer_daemons(directory)
     try:
+        peers.start()
         for run in range(ctx.runs):
-            for system in ctx.systems(directory, daemon, run):
+            for system in ctx.systems(directory, daemon, run, peers.systems()):
                 loads = [_Load(system, i, run, large, seconds) for i in range(agents)]
-                cpu_before = cpu_seconds(daemon.pid)
+                peer = peers.get(system.name)
+                pid = peer.pid if peer else daemon.pid if system.name == "flightlog" else None
+                cpu_before = cpu_seconds(pid) if pid else 0.0
                 results = run_agents(_agent, loads, timeout=120 + 10 * seconds)
-                daemon_cpu = cpu_seconds(daemon.pid) - cpu_before
+                daemon_cpu = cpu_seconds(pid) - cpu_before if pid else 0.0
                 span = (max(r[1] for r in results) - min(r[0] for r in results)) / 1e9
                 count = sum(r[2] for r in results)
                 nbytes = sum(r[3] for r in results)
                 agents_cpu = sum(r[4] for r in results)
                 rows[0].add(system.name, count / span if not large else nbytes / span / 1e6)
-                if system.name == "flightlog":
+                if pid:
                     # The daemon's CPU also covers the warm-up records.
                     per_event = daemon_cpu * 1e6 / (count + agents * WARMUP)
                     rows[1].add(system.name, agents_cpu * 1e6 / count + per_event)
@@ -102,8 +109,11 @@ def _measure(ctx: Context, *, large: bool, agents: int, seconds: float, rows: li
                     f"{count / span:,.0f} events/s, {nbytes / span / 1e6:,.1f} MB/s"
                 )
                 ctx.clean(system, run)
+                if peer:
+                    peer.close_files()
     finally:
         daemon.stop()
+        peers.stop()
 
 
 def small_events(ctx: Context) -> list[Row]:

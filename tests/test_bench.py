@@ -1,12 +1,16 @@
 """The benchmark harness keeps working: ``python -m bench --quick`` runs every scenario
 and produces every row.  Speeds are never asserted (CI machines vary); fairness is:
-the baselines write the very bytes the daemon writes."""
+the baselines write the very bytes the daemon writes.  The syslog peers (rsyslog,
+syslog-ng) are measured where they can be found and reported as skipped where not."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._events import LineEncoder, large_event, line_lengths, small_event  # noqa: E402
+from bench._syslog import ENV_SYSLOG_NG, PEERS, LineCheckFailed, SyslogSink  # noqa: E402
 
 ROWS = {
     # row key: the systems it must have figures for
@@ -48,6 +53,8 @@ ROWS = {
     "7b": {"flightlog"},
     "7c": {"flightlog"},
 }
+#: The rows the syslog peers, when measured, have figures in.
+PEER_ROWS = ("1", "1b", "1c", "2", "2b", "2c")
 
 
 @pytest.mark.parametrize(
@@ -89,17 +96,33 @@ def test_quick_run_produces_every_row(tmp_path: Path) -> None:
     out = done.stdout
     for heading in ("command: python -m bench --quick", "date:", "machine:", "cores"):
         assert heading in out
-    table = [line for line in out.splitlines() if line.startswith("| ")]
-    keys = [line.split("|")[1].strip() for line in table[1:]]
+    # The main table, then the syslog peers' table.
+    table, peer_table = [
+        block.splitlines() for block in out.split("\n\n") if block.startswith("| ")
+    ]
+    keys = [line.split("|")[1].strip() for line in table[2:]]
     assert keys == list(ROWS)
 
     data = json.loads(report.read_text())
     assert data["quick"] is True
     assert data["machine"]["cores"] >= 1
+    assert set(data["peers"]) == set(PEERS)
+    measured = {name for name, peer in data["peers"].items() if not peer["skipped"]}
+    peer_lines = {line.split("|")[1].strip().split()[0]: line for line in peer_table[2:]}
+    for name, peer in data["peers"].items():
+        assert name in peer_lines, name  # in the peers' table, measured or not
+        if peer["skipped"]:
+            assert f"skipped: {peer['skipped']}" in peer_lines[name]
+            assert f"{name} skipped in scenarios 1 and 2" in done.stderr
+        else:
+            assert peer["version"] in peer_lines[name]
+            assert "skipped" not in peer_lines[name]
     rows = {row["key"]: row for row in data["rows"]}
     assert list(rows) == list(ROWS)
     for key, systems in ROWS.items():
         values = rows[key]["values"]
+        if key in PEER_ROWS:
+            systems = systems | measured
         assert set(values) == systems, key
         for system in systems:
             assert len(values[system]["runs"]) == data["runs"], (key, system)
@@ -131,3 +154,104 @@ def test_line_lengths_counts_the_seq_digits() -> None:
         lines = LineEncoder("a" * 32, "b" * 32, first_seq=first)
         expected = sum(len(lines.line(event)) for _ in range(count))
         assert line_lengths(at_one, first, count) == expected
+
+
+def test_bench_says_when_a_peer_cannot_be_had(tmp_path: Path) -> None:
+    missing = tmp_path / "no-syslog-ng"
+    env = {key: value for key, value in os.environ.items() if key != ENV_SYSLOG_NG}
+    command = [sys.executable, "-m", "bench", "--quick", "--only", "1", "--runs", "1"]
+    done = subprocess.run(
+        [*command, "--syslog-ng", str(missing), "--json", str(tmp_path / "bench.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    reason = f"no usr/sbin/syslog-ng under {missing}"
+    assert f"syslog-ng skipped in scenarios 1 and 2: {reason}" in done.stderr
+    assert f"| syslog-ng        | skipped: {reason}" in done.stdout
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["peers"]["syslog-ng"]["skipped"] == reason
+    assert "syslog-ng" not in data["rows"][0]["values"]
+
+
+def _frames(data: bytes) -> list[bytes]:
+    """Octet-counted frames (RFC 6587) back out of a stream."""
+    frames = []
+    while data:
+        length, _, rest = data.partition(b" ")
+        frames.append(rest[: int(length)])
+        data = rest[int(length) :]
+    return frames
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_syslog_sink_sends_a_syslog_message_per_line(peer: str, short_tmp: Path) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(short_tmp / "in.sock"))
+    listener.listen()
+    sink = SyslogSink(peer, str(short_tmp / "in.sock"), str(short_tmp), "r3/agent-1.jsonl")
+    events = [small_event(), small_event(), large_event(), small_event(7)]
+    with listener, listener.accept()[0] as conn:
+        for event in events:
+            sink.record(event)
+        sink.sock.close()
+        received = b"".join(iter(lambda: conn.recv(1 << 16), b""))
+    lines = LineEncoder(sink.lines.session_id, sink.lines.run_id)
+    header = b"<14>1 - - r3-agent-1 - - - "
+    sent = [header + lines.line(event) for event in events]
+    if peer == "rsyslog":
+        assert _frames(received) == sent
+    else:
+        assert received == b"".join(sent)
+    assert sink.path == str(short_tmp / "r3-agent-1.jsonl")
+
+
+def _recorded(directory: Path) -> tuple[SyslogSink, list[bytes]]:
+    """A sink that recorded five events of two kinds, drained from a file holding
+    their lines as a peer writes them; and those lines."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(directory / "in.sock"))
+    listener.listen()
+    with listener:
+        sink = SyslogSink("syslog-ng", str(directory / "in.sock"), str(directory), "agent-0")
+        events = [small_event(), small_event(), small_event(9), small_event(9), small_event()]
+        for event in events:
+            sink.record(event)
+    expected = LineEncoder(sink.lines.session_id, sink.lines.run_id)
+    lines = [expected.line(event) for event in events]
+    Path(sink.path).write_bytes(b"".join(lines))
+    sink.drain()
+    return sink, lines
+
+
+def test_syslog_sink_check_accepts_exactly_the_lines_sent(short_tmp: Path) -> None:
+    sink, _ = _recorded(short_tmp)
+    sink.close()  # checks the file
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        (lambda lines: lines[:3], "2 of 5 lines missing"),
+        (lambda lines: [*lines[:2], *lines[3:], lines[2]], "seq 4 leaves a gap"),
+        (lambda lines: [*lines[:2], lines[1], *lines[2:4]], "seq 2 repeats the seq"),
+        (lambda lines: [lines[0], lines[2], lines[1], *lines[3:]], "seq 3 leaves a gap"),
+        (lambda lines: [*lines[:4], b"<14>" + lines[4]], "line 5: not a valid record"),
+        (lambda lines: [*lines[:4], lines[4][:100] + b"\n"], "line 5: not a valid record"),
+        (
+            lambda lines: [*lines[:4], lines[4].replace(b"read_file", b"read_fild")],
+            "line 5: not byte for byte the line sent",
+        ),
+        (lambda lines: [*lines, lines[4]], "line 6: a line beyond the 5 sent"),
+    ],
+)
+def test_syslog_sink_check_finds_every_fault(
+    short_tmp: Path, tamper: Callable[[list[bytes]], list[bytes]], reason: str
+) -> None:
+    sink, lines = _recorded(short_tmp)
+    Path(sink.path).write_bytes(b"".join(tamper(lines)))
+    with pytest.raises(LineCheckFailed, match=reason):
+        sink.close()

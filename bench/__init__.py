@@ -7,6 +7,7 @@ for the latest results and what limits them, and :mod:`bench.__main__` for optio
 Modules: ``_systems`` (the three systems behind one interface), ``_events`` (the
 events and their exact line bytes), ``_procs`` (agent processes, ``/proc``),
 ``_daemon`` (flightlogd as a subprocess), one module per group of scenarios
-(``_throughput``: 1, 2; ``_calls``: 3, 5; ``_tail``: 4; ``_scale``: 6, 7), and
-``_report`` (medians, ratios, targets, the table).
+(``_throughput``: 1, 2; ``_calls``: 3, 5; ``_tail``: 4; ``_scale``: 6, 7),
+``_syslog`` (rsyslog and syslog-ng as peers in scenarios 1 and 2), and ``_report``
+(medians, ratios, targets, the table).  Probes: ``wakeup``, ``roundtrip``, ``steps``.
 """

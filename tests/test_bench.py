@@ -83,6 +83,32 @@ def test_probes_run_and_print_every_line(probe: str, lines: list[str]) -> None:
         assert line in done.stdout, done.stdout
 
 
+def test_steps_probe_prints_every_step_for_every_system() -> None:
+    """The probe docs/benchmarks.md quotes for where the CPU of an event goes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.steps", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = done.stdout
+    tables = [block.splitlines() for block in out.split("\n\n") if block.startswith("| ")]
+    assert len(tables) == 2  # small events, 64 KiB events
+    for table in tables:
+        columns = [cell.strip() for cell in table[0].split("|")[2:-1]]
+        assert columns[0] == "flightlogd"
+        for peer in PEERS:
+            assert any(column.startswith(peer) for column in columns) != (
+                f"{peer} skipped: " in out
+            ), peer
+        steps = [line.split("|")[1].strip() for line in table[2:]]
+        assert steps[0] == "agent: codec (encode_event)"
+        assert steps[-1] == "agent + daemon"
+        assert len(steps) == 7
+
+
 def test_quick_run_produces_every_row(tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
     done = subprocess.run(

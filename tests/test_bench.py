@@ -23,8 +23,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import bench._syslog  # noqa: E402
 from bench._events import LineEncoder, large_event, line_lengths, small_event  # noqa: E402
-from bench._syslog import ENV_SYSLOG_NG, PEERS, LineCheckFailed, SyslogSink  # noqa: E402
+from bench._syslog import (  # noqa: E402
+    ENV_SYSLOG_NG,
+    PEERS,
+    LineCheckFailed,
+    SyslogSink,
+    find_peers,
+    find_rsyslog,
+)
 
 ROWS = {
     # row key: the systems it must have figures for
@@ -197,10 +205,34 @@ def test_bench_says_when_a_peer_cannot_be_had(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     reason = f"no usr/sbin/syslog-ng under {missing}"
     assert f"syslog-ng skipped in scenarios 1 and 2: {reason}" in done.stderr
-    assert f"| syslog-ng        | skipped: {reason}" in done.stdout
+    cells = {
+        line.split("|")[1].strip(): line.split("|")[2].strip()
+        for line in done.stdout.splitlines()
+        if line.startswith("| ")
+    }
+    assert cells["syslog-ng"] == f"skipped: {reason}"
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["peers"]["syslog-ng"]["skipped"] == reason
     assert "syslog-ng" not in data["rows"][0]["values"]
+
+
+def test_peers_are_found_on_the_path_or_skipped_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench._syslog, "_SBIN", ())  # the PATH alone
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(ENV_SYSLOG_NG, raising=False)
+    rsyslog, syslog_ng = find_peers(None)
+    assert rsyslog.skipped == "rsyslogd not found on PATH (apt-get install rsyslog)"
+    assert syslog_ng.skipped.startswith("syslog-ng not found on PATH")
+
+    fake = tmp_path / "rsyslogd"
+    fake.write_text("#!/bin/sh\necho 'rsyslogd  8.2302.0 (aka 2023.02) compiled with:'\n")
+    fake.chmod(0o755)
+    found = find_rsyslog()
+    assert (found.binary, found.version, found.skipped) == (str(fake), "8.2302.0", "")
+    fake.write_text("#!/bin/sh\necho 'cannot run' >&2\nexit 1\n")
+    assert find_rsyslog().skipped == f"{fake} -v failed: cannot run"
 
 
 def _frames(data: bytes) -> list[bytes]:

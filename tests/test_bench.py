@@ -65,6 +65,22 @@ ROWS = {
 PEER_ROWS = ("1", "1b", "1c", "2", "2b", "2c")
 
 
+def _python_m(
+    *args: str, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS`` from the repository root; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
 @pytest.mark.parametrize(
     ("probe", "lines"),
     [
@@ -83,24 +99,14 @@ PEER_ROWS = ("1", "1b", "1c", "2", "2b", "2c")
 )
 def test_probes_run_and_print_every_line(probe: str, lines: list[str]) -> None:
     """The probes docs/benchmarks.md quotes for the floors under scenarios 3 and 5."""
-    done = subprocess.run(
-        [sys.executable, "-m", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = _python_m(probe, timeout=120)
     for line in lines:
         assert line in done.stdout, done.stdout
 
 
 def test_steps_probe_prints_every_step_for_every_system() -> None:
     """The probe docs/benchmarks.md quotes for where the CPU of an event goes."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.steps", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = _python_m("bench.steps", "--quick", timeout=180)
     out = done.stdout
     tables = [block.splitlines() for block in out.split("\n\n") if block.startswith("| ")]
     assert len(tables) == 2  # small events, 64 KiB events
@@ -119,14 +125,7 @@ def test_steps_probe_prints_every_step_for_every_system() -> None:
 
 def test_quick_run_produces_every_row(tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--json", str(report)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = _python_m("bench", "--quick", "--json", str(report), timeout=240)
     out = done.stdout
     for heading in ("command: python -m bench --quick", "date:", "machine:", "cores"):
         assert heading in out
@@ -193,16 +192,12 @@ def test_line_lengths_counts_the_seq_digits() -> None:
 def test_bench_says_when_a_peer_cannot_be_had(tmp_path: Path) -> None:
     missing = tmp_path / "no-syslog-ng"
     env = {key: value for key, value in os.environ.items() if key != ENV_SYSLOG_NG}
-    command = [sys.executable, "-m", "bench", "--quick", "--only", "1", "--runs", "1"]
-    done = subprocess.run(
-        [*command, "--syslog-ng", str(missing), "--json", str(tmp_path / "bench.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    done = _python_m(
+        *("bench", "--quick", "--only", "1", "--runs", "1", "--syslog-ng", str(missing)),
+        *("--json", str(tmp_path / "bench.json")),
         timeout=240,
         env=env,
     )
-    assert done.returncode == 0, done.stderr[-4000:]
     reason = f"no usr/sbin/syslog-ng under {missing}"
     assert f"syslog-ng skipped in scenarios 1 and 2: {reason}" in done.stderr
     cells = {

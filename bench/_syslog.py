@@ -49,12 +49,17 @@ from ._systems import System
 
 __all__ = [
     "ENV_SYSLOG_NG",
+    "MAX_MESSAGE",
     "PEERS",
     "LineCheckFailed",
     "Peer",
     "PeerDaemons",
     "SyslogAgent",
+    "SyslogDaemon",
+    "SyslogSink",
     "find_peers",
+    "find_rsyslog",
+    "find_syslog_ng",
     "peer_table",
 ]
 
@@ -124,7 +129,9 @@ def _first_line(text: str) -> str:
 def find_rsyslog() -> Peer:
     binary = _which("rsyslogd")
     if binary is None:
-        return Peer("rsyslog", skipped="rsyslogd not found on PATH (apt-get install rsyslog)")
+        return Peer(
+            "rsyslog", skipped="rsyslogd not found on PATH nor in sbin (apt-get install rsyslog)"
+        )
     ok, output = _run([binary, "-v"])
     found = re.match(r"rsyslogd\s+(\S+)", output)
     if not ok or found is None:
@@ -335,10 +342,11 @@ class SyslogSink:
         if event is not self._last_event:
             self._last_event = event
             self._segments.append((self.lines.seq + 1, event))
-        message = self.header + self.lines.line(event)
+        line, header = self.lines.line(event), self.header
         if self.octet_counted:
-            message = b"%d %b" % (len(message), message)
-        self.sock.sendall(message)
+            self.sock.sendall(b"%d %b%b" % (len(header) + len(line), header, line))
+        else:
+            self.sock.sendall(header + line)
 
     record_new = record
 

@@ -218,7 +218,7 @@ def test_peers_are_found_on_the_path_or_skipped_with_the_reason(
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(ENV_SYSLOG_NG, raising=False)
     rsyslog, syslog_ng = find_peers(None)
-    assert rsyslog.skipped == "rsyslogd not found on PATH (apt-get install rsyslog)"
+    assert rsyslog.skipped == "rsyslogd not found on PATH nor in sbin (apt-get install rsyslog)"
     assert syslog_ng.skipped.startswith("syslog-ng not found on PATH")
 
     fake = tmp_path / "rsyslogd"

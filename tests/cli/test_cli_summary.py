@@ -512,7 +512,7 @@ def test_argument_helpers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert local_path("demo/a.jsonl") == str(root / "demo" / "a.jsonl")
     assert local_path("demo/b.jsonl") == "demo/b.jsonl"
     (tmp_path / "here.jsonl").write_bytes(b"")
-    assert local_path("here.jsonl") == "here.jsonl"
+    assert local_path("here.jsonl") == str(tmp_path / "here.jsonl")
     assert daemon_path("here.jsonl") == os.path.realpath(tmp_path / "here.jsonl")
     assert daemon_path("demo/a.jsonl") == "demo/a.jsonl"  # the daemon resolves it
     assert daemon_path("/abs/x.jsonl") == "/abs/x.jsonl"

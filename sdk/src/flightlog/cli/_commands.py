@@ -124,10 +124,12 @@ def _data_root() -> str:
 
 
 def local_path(path: str) -> str:
-    """Where PATH is on this machine: as given (relative to the current directory) when
-    it exists there, else under the data root for a relative path, else as given."""
-    if os.path.lexists(path) or os.path.isabs(path):
+    """Where PATH is on this machine: in the current directory when it exists there
+    (made absolute), else under the data root for a relative path, else as given."""
+    if os.path.isabs(path):
         return path
+    if os.path.lexists(path):
+        return os.path.abspath(path)
     under_root = os.path.join(_data_root(), path)
     return under_root if os.path.lexists(under_root) else path
 

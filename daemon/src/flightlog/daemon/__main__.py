@@ -8,7 +8,9 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Final
 
 import anyio
 import structlog
@@ -32,8 +34,36 @@ the daemon exits 0; a second signal exits at once with status 2.
 """
 
 
+#: The smallest and largest --max-frame-size: a frame must hold a request with a long
+#: path, and one frame is buffered whole.
+_FRAME_SIZES: Final = (4096, 1 << 30)
+
+
 def _mode(text: str) -> int:
-    return int(text, 8)
+    """--socket-mode: an octal file mode, 0 to 0777."""
+    try:
+        value = int(text, 8)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode (0 to 0777)")
+    return value
+
+
+def _count(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer option from ``low`` to ``high`` (no upper bound when None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low:,} to {high:,}" if high is not None else f"{low:,} or more"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number {bounds}")
+        return value
+
+    return parse
 
 
 def _seconds(text: str) -> float:
@@ -47,14 +77,24 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _version() -> str:
+    try:
+        return version("flightlogd")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; a bad option or value exits with a usage error (status 2)."""
     defaults = Config()
+    low_frame, high_frame = _FRAME_SIZES
     parser = argparse.ArgumentParser(
         prog="flightlogd",
         description="The flight recorder daemon for AI agents.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument(
         "--socket",
         default=defaults.socket_path,
@@ -74,25 +114,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="DIR",
-        help="also accept absolute session paths under DIR (repeatable)",
+        help="also accept absolute session paths under DIR (default: none; repeatable)",
     )
     parser.add_argument(
         "--socket-mode",
         type=_mode,
         default=defaults.socket_mode,
         metavar="OCTAL",
-        help="socket file mode (default: 0600)",
+        help=f"socket file mode, 0 to 0777 (default: {defaults.socket_mode:04o})",
     )
-    parser.add_argument("--log-format", choices=("json", "console"), default="json")
     parser.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+        "--log-format",
+        choices=("json", "console"),
+        default="json",
+        help="JSON lines or readable lines on stderr (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="the least severe level logged (default: %(default)s)",
     )
     parser.add_argument(
         "--max-frame-size",
-        type=int,
+        type=_count(low_frame, high_frame),
         default=defaults.max_frame_size,
         metavar="BYTES",
-        help="largest frame accepted (default: %(default)s)",
+        help=f"largest frame accepted, {low_frame:,} to {high_frame:,} (default: %(default)s)",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -103,18 +151,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--max-open-files",
-        type=int,
+        type=_count(1),
         default=defaults.max_open_files,
         metavar="N",
-        help="session files kept open at once (default: %(default)s)",
+        help="session files kept open at once, 1 or more (default: %(default)s, lowered "
+        "to fit the descriptor limit)",
     )
     parser.add_argument(
         "--max-connections",
-        type=int,
+        type=_count(1),
         default=defaults.max_connections,
         metavar="N",
-        help="client connections served at once; more are refused with too_many "
-        "(default: %(default)s, lowered to fit the descriptor limit)",
+        help="client connections served at once, 1 or more; more are refused with "
+        "too_many (default: %(default)s, lowered to fit the descriptor limit)",
     )
     parser.add_argument(
         "--read-window",
@@ -130,7 +179,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_seconds,
         default=defaults.shutdown_grace,
         metavar="SECONDS",
-        help="how long shutdown waits for connections",
+        help="how long shutdown waits for connections (default: %(default)s)",
     )
     return parser.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""The daemon's settings, with the defaults of DESIGN.md."""
+"""The daemon's settings and their defaults (the command line is in ``__main__``)."""
 
 from __future__ import annotations
 

@@ -361,9 +361,14 @@ def test_tail_refuses_an_unknown_type(recorded: Recorded) -> None:
 
 
 def test_tail_outside_the_roots_is_refused(recorded: Recorded) -> None:
-    result = flightlog(recorded.daemon, "tail", "/etc/passwd")
+    # Not here to read directly, and the daemon will not look.
+    result = flightlog(recorded.daemon, "tail", "/nonexistent/session.jsonl")
     assert result.returncode == 5
     assert "path_refused" in result.stderr
+    # Here, but not the daemon's to follow.
+    result = flightlog(recorded.daemon, "tail", "-f", "/etc/passwd")
+    assert result.returncode == 5
+    assert "nothing live to follow; without -f, tail reads the file directly" in result.stderr
 
 
 def test_tail_of_a_missing_session(recorded: Recorded) -> None:

@@ -7,9 +7,9 @@ itself, the SDK's errors for the rest) and become a message and a status in one 
 
 Where records come from:
 
-* ``tail`` always reads through the daemon (``client.tail``), which delivers what is in
-  the file and then, with ``-f``, what is written live, without gaps or duplicates.
-  Without ``-f`` and with no daemon running, it reads the file directly instead.
+* ``tail -f`` reads through the daemon (``client.tail``), which delivers what is in the
+  file and then what is written live, without gaps or duplicates.  Without ``-f``,
+  ``tail`` reads like ``show``.
 * ``show`` and ``inspect`` read the file directly when they can, and through the daemon
   when they cannot (a file only the daemon's user may read, or one under the daemon's
   data root on another path): the socket is the access check (docs/operations.md).
@@ -26,7 +26,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, TextIO
 
 import msgspec
@@ -41,7 +41,7 @@ from flightlog.protocol import (
     default_socket_path,
     encode_line,
 )
-from flightlog.sdk._exceptions import ConnectError, DaemonNotRunning
+from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
 from flightlog.sdk._files import check as check_file
 from flightlog.sdk._sync import connect
 
@@ -83,7 +83,7 @@ EXIT_CODES: Final = {
     EXIT_UNSOUND: "a session file breaks the reading rules (corrupt line, gap in seq, ...)",
     EXIT_USAGE: "bad arguments, a file that cannot be read, or nothing matches --run/--call",
     EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end",
-    EXIT_NO_DAEMON: "no daemon listens on the socket, or the connection to it broke",
+    EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
     EXIT_REFUSED: "the daemon refused the request or ended the tail with an error",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
@@ -258,8 +258,31 @@ _END_REASONS: Final[dict[str | None, str]] = {
     "session_closed": "the writer closed the session",
     "shutting_down": "the daemon is shutting down",
     "unsubscribed": "unsubscribed",
-    None: "the connection to the daemon ended",
+    None: "the daemon closed the connection (it stopped, or was stopped)",
 }
+
+#: Ends of a follow that leave the session open: following again later goes on.
+_CUT_SHORT: Final = frozenset({"shutting_down", None})
+
+
+class _RunFilter:
+    """``--run``: records whose run id starts with the prefix; remembers a match."""
+
+    def __init__(self, prefix: str | None) -> None:
+        self.prefix = prefix
+        self.matched = False
+
+    def __call__(self, record: Record) -> bool:
+        if self.prefix is None:
+            return True
+        if (record.run_id or "").startswith(self.prefix):
+            self.matched = True
+            return True
+        return False
+
+    def require_match(self, path: str) -> None:
+        if self.prefix is not None and not self.matched:
+            raise CommandError(f"no run {self.prefix!r} in {path}", EXIT_USAGE)
 
 
 def cmd_tail(args: argparse.Namespace, style: Style) -> int:
@@ -271,59 +294,66 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
         raise CommandError("tail needs a PATH (or --all for every session)", EXIT_USAGE)
     if args.after < 0:
         raise CommandError("--after takes a seq, 0 or more", EXIT_USAGE)
-    run_prefix: str | None = args.run
-    # A whole run id filters in the daemon; a prefix of one filters here.
-    server_run = run_prefix if run_prefix is not None and len(run_prefix) == 32 else None
+    target: str = args.path or ""
+    run_filter = _RunFilter(args.run)
     printer = _TailPrinter(args, style, with_path=args.all)
 
     def wanted(record: Record) -> bool:
-        if types is not None and record.type not in types:
-            return False
-        return run_prefix is None or (record.run_id or "").startswith(run_prefix)
+        # The run first: a record of the run filtered out by type still matches --run.
+        in_run = run_filter(record)
+        return in_run and (types is None or record.type in types)
 
-    try:
-        client = connect(_socket(args), client_name=_CLIENT_NAME)
-    except DaemonNotRunning:
-        if args.follow or args.all:
-            raise
-        return _tail_file(args, printer, wanted)
-    with client:
+    if not (args.follow or args.all):
+        # What is in the file: read it directly when this user may, else through the
+        # daemon (open_source decides), whether or not a daemon runs.
+        with open_source(target, args) as source:
+            for record in source.records:
+                if wanted(record) and record.seq > args.after:
+                    printer.write(record)
+        run_filter.require_match(target)
+        return EXIT_OK
+    # A whole run id filters in the daemon; a prefix of one filters here.
+    server_run = args.run if args.run is not None and len(args.run) == 32 else None
+    with connect(_socket(args), client_name=_CLIENT_NAME) as client:
         if args.all:
-            with client.tail_all(follow=True, types=types, run_id=server_run) as tail_all:
+            tail_all = client.tail_all(follow=True, types=types, run_id=server_run)
+            # A daemon that goes away may close the connection before it ends the tail.
+            with contextlib.suppress(ConnectionLost), tail_all:
                 for path, record in tail_all:
                     if wanted(record):
                         printer.write(record, path)
-            _err(style.dim("-- the daemon ended the subscription --"))
-            return EXIT_OK
-        target = str(args.path)
+            why = _END_REASONS.get(tail_all.end_reason, str(tail_all.end_reason))
+            _err(style.dim(f"-- the daemon ended the subscription: {why} --"))
+            return EXIT_NO_DAEMON if tail_all.end_reason in _CUT_SHORT else EXIT_OK
         tail = client.tail(
             daemon_path(target),
             after=args.after,
-            follow=args.follow,
+            follow=True,
             types=types,
             run_id=server_run,
         )
         last_seq = args.after
-        with tail:
-            for record in tail:
-                last_seq = record.seq
-                if wanted(record):
-                    printer.write(record)
-        if args.follow:
-            reason = tail.end_reason
-            why = _END_REASONS.get(reason, str(reason))
-            _err(style.dim(f"-- end of {args.path}: {why} (last seq {last_seq}) --"))
-    return EXIT_OK
-
-
-def _tail_file(
-    args: argparse.Namespace, printer: _TailPrinter, wanted: Callable[[Record], bool]
-) -> int:
-    """``tail`` without ``-f`` while no daemon runs: the file's records, read directly."""
-    with open_source(args.path, args) as source:
-        for record in source.records:
-            if record.seq > args.after and wanted(record):
-                printer.write(record)
+        try:
+            with contextlib.suppress(ConnectionLost), tail:
+                for record in tail:
+                    last_seq = record.seq
+                    if wanted(record):
+                        printer.write(record)
+        except DaemonError as exc:
+            if exc.code == ErrorCode.PATH_REFUSED and os.path.isfile(local_path(target)):
+                raise CommandError(
+                    f"{target}: the daemon does not write this path (it is outside its "
+                    "data root and --allow roots), so there is nothing live to follow; "
+                    "without -f, tail reads the file directly",
+                    EXIT_REFUSED,
+                ) from None
+            raise
+    why = _END_REASONS.get(tail.end_reason, str(tail.end_reason))
+    _err(style.dim(f"-- end of {target}: {why} (last seq {last_seq}) --"))
+    if tail.end_reason in _CUT_SHORT:
+        # The session goes on without this follow: a script must not take it as ended.
+        return EXIT_NO_DAEMON
+    run_filter.require_match(target)
     return EXIT_OK
 
 
@@ -428,14 +458,14 @@ def cmd_check(args: argparse.Namespace, style: Style) -> int:
             _out(f"{path}: " + style.red(f"cannot read: {exc.strerror or exc}"))
             continue
         if report.sound:
-            runs = f"{report.runs} run" + ("" if report.runs == 1 else "s")
+            runs = _plural(report.runs, "run")
             if report.open_runs:
                 runs += f" ({len(report.open_runs)} without run_close)"
             _out(
                 f"{path}: "
                 + style.green("sound")
-                + f", {report.records:,} records (last seq {report.last_seq}), {runs}, "
-                f"{report.checkpoints} checkpoints"
+                + f", {_plural(report.records, 'record')} (last seq {report.last_seq}), "
+                f"{runs}, {_plural(report.checkpoints, 'checkpoint')}"
             )
         else:
             unsound = True

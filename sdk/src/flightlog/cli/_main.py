@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Final, NoReturn
 
 from flightlog.protocol import FileFormatError, FlightlogError
@@ -89,17 +90,19 @@ examples:
   flightlog tail --all                                 every session the daemon writes from now on
 
 Each line: time (UTC), seq, type, [call: kind id#attempt], a short summary.
-Without -f and with no daemon running, the file is read directly.
+Without -f the file is read directly when this user may read it, else through the
+daemon.  A follow cut short by the daemon's shutdown exits 4: follow again once it is
+back.  --run matching no record exits 2.
 
 {_EXIT_HELP}
 """
 
 _SHOW_EPILOG: Final = f"""\
 examples:
-  flightlog show demo/session.jsonl                   every run
-  flightlog show demo/session.jsonl --run 3f2a9c1e    one run (an id or a prefix of one)
-  flightlog show demo/session.jsonl --call call_2     every attempt of one call, in full
-  flightlog show demo/session.jsonl --call call_2:2   its second attempt only
+  flightlog show demo/session.jsonl                        every run
+  flightlog show demo/session.jsonl --run 3f2a9c1e         one run (an id or a prefix of one)
+  flightlog show demo/session.jsonl --call call_lisbon     every attempt of one call, in full
+  flightlog show demo/session.jsonl --call call_lisbon:2   its second attempt only
 
 A call with no end record is shown as NO END, never as a success.
 
@@ -182,6 +185,13 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
+def _version() -> str:
+    try:
+        return version("flightlog-sdk")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="flightlog",
@@ -190,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     _common(parser, suppress=False)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     def command(

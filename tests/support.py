@@ -29,10 +29,21 @@ DAEMON_START_TIMEOUT = 20.0
 
 
 class DaemonProcess:
-    """``flightlogd`` running as a child process on a socket under ``base``."""
+    """``flightlogd`` running as a child process on a socket under ``base``.
 
-    def __init__(self, base: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    ``program`` is the command that runs the daemon: the workspace's by default, an
+    installed ``flightlogd`` in the install tests.
+    """
+
+    def __init__(
+        self,
+        base: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        program: Sequence[str] = (sys.executable, "-m", "flightlog.daemon"),
+    ) -> None:
         self.base = base
+        self.program = tuple(program)
         self.socket = str(base / "run" / "flightlog.sock")
         self.root = base / "root"
         self.log_path = base / f"flightlogd-{time.monotonic_ns()}.log"
@@ -43,9 +54,7 @@ class DaemonProcess:
     def start(self, *, wait: bool = True, preexec_fn: Any = None) -> DaemonProcess:
         self.base.mkdir(parents=True, exist_ok=True)
         command = [
-            sys.executable,
-            "-m",
-            "flightlog.daemon",
+            *self.program,
             "--socket",
             self.socket,
             "--root",

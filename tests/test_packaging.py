@@ -1,4 +1,6 @@
-"""The distributions' dependencies: an agent installs the SDK without the daemon's."""
+"""The distributions' dependencies: an agent installs the SDK without the daemon's, an
+operator gets the `flightlog` command with the daemon.  (tests/install builds and
+installs them.)"""
 
 from __future__ import annotations
 
@@ -34,5 +36,5 @@ def test_the_protocol_needs_only_msgspec() -> None:
     assert _closure("flightlog-protocol") == {"flightlog-protocol", "msgspec"}
 
 
-def test_the_daemon_has_its_runtime() -> None:
-    assert {"anyio", "uvloop", "structlog", "msgspec"} <= _closure("flightlogd")
+def test_the_daemon_has_its_runtime_and_the_command() -> None:
+    assert {"anyio", "uvloop", "structlog", "msgspec", "flightlog-sdk"} <= _closure("flightlogd")

@@ -10,6 +10,7 @@ from the wheels built here.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -176,6 +177,17 @@ def test_an_operator_and_an_agent_install_and_use_flightlog(
     assert "flightlog-sdk" in listed.stdout
     assert not {"flightlogd", "uvloop", "structlog"} & set(listed.stdout.split())
 
+    # Without a daemon installed, the demo says how to install one, as operations.md does.
+    no_daemon = outside.run(
+        venv / "bin" / "flightlog",
+        "demo",
+        "--fast",
+        FLIGHTLOG_SOCKET=str(outside.base / "none.sock"),
+        PATH="/usr/bin:/bin",
+    )
+    assert no_daemon.returncode == 4
+    assert f"`{_checkout_install_command()}`" in no_daemon.stderr
+
     daemon = DaemonProcess(
         outside.base / "d", "--log-format", "json", program=[str(bin_dir / "flightlogd")]
     )
@@ -214,3 +226,27 @@ def test_an_operator_and_an_agent_install_and_use_flightlog(
         assert f"pid {daemon.pid}" in status.stdout
     finally:
         daemon.stop()
+
+
+def _checkout_install_command() -> str:
+    """The per-user install from a checkout, as docs/operations.md gives it."""
+    text = (WORKSPACE / "docs" / "operations.md").read_text()
+    (line,) = (line for line in text.splitlines() if line.startswith("uv tool install ./"))
+    return line.split("#")[0].strip()
+
+
+def test_the_documented_install_from_a_checkout(outside: Outside) -> None:
+    command = shlex.split(_checkout_install_command())
+    tools = outside.base / "checkout-tools"
+    installed = subprocess.run(
+        [_uv(), *command[1:]],
+        cwd=WORKSPACE,
+        env={**outside.env, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(tools / "bin")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr
+    for program in ("flightlogd", "flightlog"):
+        shown = outside.run(tools / "bin" / program, "--version")
+        assert shown.stdout == f"{program} 0.1.0\n", shown.stderr

@@ -69,10 +69,14 @@ _START_TIMEOUT: Final = 15.0
 _MODEL: Final = "demo-sonnet-1"
 _PROVIDER: Final = "simulated"
 
+#: Commands that work without a package index (docs/operations.md, "Installing").
 _INSTALL_HINT: Final = (
-    "flightlogd is not installed: install it with `uv tool install flightlogd` "
-    "(or `pip install flightlogd`; in a checkout of flightlog, `uv sync` installs it), "
-    "or start a daemon yourself and point $FLIGHTLOG_SOCKET at its socket"
+    "flightlogd is not installed: in a checkout of flightlog, `uv run flightlog demo` "
+    "runs both from the workspace, and `uv tool install ./daemon "
+    "--with-executables-from flightlog-sdk` installs the daemon with this command for "
+    "you (`uv tool install flightlogd --with-executables-from flightlog-sdk` once it is "
+    "published; see docs/operations.md, Installing); or start a daemon yourself and "
+    "point $FLIGHTLOG_SOCKET at its socket"
 )
 
 _TOOLS: Final = [

@@ -5,7 +5,7 @@
     from flightlog.sdk import connect
 
     with connect() as client:
-        session = client.create("demo/chat-1.jsonl", meta={"app": "demo"})
+        session = client.create("demo/hello.jsonl", meta={"app": "demo"})
         with session.begin_run() as run:
             run.record(event)
         session.close()

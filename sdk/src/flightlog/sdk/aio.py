@@ -5,7 +5,7 @@
     from flightlog.sdk.aio import aconnect
 
     async with aconnect() as client:
-        async with client.create("demo/chat-1.jsonl") as session:
+        async with client.create("demo/hello.jsonl") as session:
             async with session.begin_run() as run:
                 await run.record(event)
 """

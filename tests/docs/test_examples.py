@@ -1,0 +1,165 @@
+"""Every ```python example of README.md, docs/*.md and the packages' READMEs runs as written, twice, against a
+real daemon in a temporary directory; so do the cheap shell examples of the CLI.
+
+The examples are read from the Markdown here, never copied.  A block that cannot run
+alone is marked in the Markdown itself, with the info string ```python fragment, and
+listed in FRAGMENTS below; a fragment missing from the list, or listed but no longer
+there, fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from flightlog.sdk import check
+from support import DaemonProcess, run_python
+
+REPO = Path(__file__).resolve().parents[2]
+DOCUMENTS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *(REPO / package / "README.md" for package in ("protocol", "sdk", "daemon")),
+]
+
+#: (document, first line) of every block marked ```python fragment.
+FRAGMENTS: set[tuple[str, str]] = set()
+
+_BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Block:
+    document: str
+    line: int
+    language: str
+    info: str
+    code: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.document}:{self.line}"
+
+
+def _blocks(language: str) -> list[Block]:
+    found = []
+    for path in DOCUMENTS:
+        text = path.read_text()
+        for match in _BLOCK.finditer(text):
+            if match.group(1) == language:
+                line = text.count("\n", 0, match.start()) + 1
+                name = path.relative_to(REPO).as_posix()
+                found.append(Block(name, line, language, match.group(2).strip(), match.group(3)))
+    return found
+
+
+PYTHON = [block for block in _blocks("python") if block.info != "fragment"]
+
+
+def test_the_fragments_are_the_listed_ones() -> None:
+    marked = {
+        (block.document, block.code.splitlines()[0])
+        for block in _blocks("python")
+        if block.info == "fragment"
+    }
+    assert marked == FRAGMENTS
+    assert len(PYTHON) >= 10  # README's and docs/sdk.md's examples are found
+
+
+def _env(daemon: DaemonProcess) -> dict[str, str]:
+    return {
+        "FLIGHTLOG_SOCKET": daemon.socket,
+        "FLIGHTLOG_ROOT": str(daemon.root),
+        "NO_COLOR": "1",
+    }
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[block.id for block in PYTHON])
+def test_a_python_example_runs_twice(block: Block, daemon: DaemonProcess) -> None:
+    for attempt in (1, 2):
+        proc = run_python(block.code, env=_env(daemon))
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, f"run {attempt} of {block.id}:\n{err.decode()}"
+        assert b"Traceback" not in err
+    sessions = list(daemon.root.rglob("*.jsonl"))
+    for path in sessions:
+        report = check(path)
+        assert report.sound, (path, report.error)
+    if "client.create(" in block.code:
+        assert sessions, "the example recorded nothing"
+
+
+def _shell(daemon: DaemonProcess, command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` with `flightlog` and `flightlogd` being the workspace's."""
+    bin_dir = Path(sys.executable).parent
+    return subprocess.run(
+        ["sh", "-c", command.replace("uv run ", "")],
+        env={**os.environ, **_env(daemon), "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_cli_tour_of_docs_cli_md(daemon: DaemonProcess, tmp_path: Path) -> None:
+    (tour,) = (b for b in _blocks("sh") if b.document == "docs/cli.md" and "demo" in b.code)
+    for line in tour.code.splitlines():
+        command = line.split("#")[0].strip()
+        if " -f " in f"{command} ":
+            continue  # follows until the writer closes: run in tests/cli
+        if command == "flightlog demo":
+            command = "flightlog demo --fast"
+        done = _shell(daemon, command, tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        assert done.stdout, command
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed (.ci/run installs it)")
+def test_the_readme_stops_the_daemon_the_demo_started(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    (stop,) = (b for b in _blocks("sh") if b.document == "README.md" and "kill" in b.code)
+    done = _shell(daemon, stop.code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert daemon.proc is not None
+    assert daemon.proc.wait(timeout=30) == 0
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed (.ci/run installs it)")
+def test_the_jq_recipes_of_docs_format_md_skip_an_unfinished_tail(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    path = daemon.root / "jq.jsonl"
+    recorded = run_python(
+        "from flightlog.sdk import connect\n"
+        "with connect() as client:\n"
+        "    client.create('jq.jsonl', meta={'app': 'jq'}).close()\n",
+        env=_env(daemon),
+    )
+    _, err = recorded.communicate(timeout=60)
+    assert recorded.returncode == 0, err.decode()
+    complete = path.read_bytes()
+    expected = _shell(daemon, f"jq . {path}", tmp_path).stdout
+    (recipes,) = (b for b in _blocks("sh") if b.document == "docs/format.md" and "jq" in b.code)
+    lines = [line.split("  #")[0].strip() for line in recipes.code.splitlines()]
+    assert len(lines) == 2
+    # A crash cut the last line short; or it wrote a whole record but not its newline,
+    # which readers must ignore too although it parses.
+    cut = complete[: len(complete) // 2]
+    whole = complete.rstrip(b"\n").replace(b'"seq":1', b'"seq":2')
+    for tail in (cut, whole):
+        path.write_bytes(complete + tail)
+        plain = _shell(daemon, f"jq . {path}", tmp_path)
+        assert plain.returncode != 0 or plain.stdout != expected  # what the recipes are for
+        for line in lines:
+            done = _shell(daemon, line.replace("FILE", str(path)), tmp_path)
+            assert done.returncode == 0, (line, done.stderr)
+            assert done.stdout == expected, line

@@ -1,5 +1,6 @@
-"""Every ```python example of README.md, docs/*.md and the packages' READMEs runs as written, twice, against a
-real daemon in a temporary directory; so do the cheap shell examples of the CLI.
+"""Every ```python example of README.md, docs/*.md and the packages' READMEs runs as
+written, twice, against a real daemon in a temporary directory; so do the cheap shell
+examples of the CLI.
 
 The examples are read from the Markdown here, never copied.  A block that cannot run
 alone is marked in the Markdown itself, with the info string ```python fragment, and

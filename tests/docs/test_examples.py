@@ -164,3 +164,19 @@ def test_the_jq_recipes_of_docs_format_md_skip_an_unfinished_tail(
             done = _shell(daemon, line.replace("FILE", str(path)), tmp_path)
             assert done.returncode == 0, (line, done.stderr)
             assert done.stdout == expected, line
+
+
+def test_the_help_and_upgrade_examples_name_what_the_demo_records(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    demo = _shell(daemon, "flightlog demo --fast --no-start", tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    help_text = _shell(daemon, "flightlog show --help", tmp_path).stdout
+    examples = [line.strip().split("  ")[0] for line in help_text.splitlines()]
+    calls = [command for command in examples if " --call " in command]
+    assert len(calls) == 2
+    operations = (REPO / "docs" / "operations.md").read_text().splitlines()
+    (verify,) = (line for line in operations if line.startswith("flightlog check "))
+    for command in [*calls, verify.split("#")[0].strip()]:
+        done = _shell(daemon, command, tmp_path)
+        assert done.returncode == 0, (command, done.stderr)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from flightlog.daemon import _disk
-from flightlog.daemon._disk import Disk
+from flightlog.daemon import _primitives
+from flightlog.daemon._primitives import Disk
 from flightlog.daemon._storage import StorageError
 
 pytestmark = pytest.mark.anyio
@@ -145,7 +145,7 @@ async def test_a_caller_waiting_for_a_thread_can_be_cancelled() -> None:
 
 
 async def test_idle_threads_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_disk, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(_primitives, "IDLE_SECONDS", 0.05)
     disk = _disk_of()
     gate = threading.Event()
     async with anyio.create_task_group() as tg:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from flightlog.daemon._actor import Item, Release, _Mailbox
+from flightlog.daemon._peers import Item, Release
+from flightlog.daemon._primitives import Mailbox
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +28,7 @@ def _items(n: int, start: int = 0) -> list[Item]:
 
 
 async def test_items_come_out_in_order_up_to_the_limit() -> None:
-    mailbox = _Mailbox(8)
+    mailbox = Mailbox[Item](8)
     items = _items(8)
     for item in items:
         assert mailbox.put_nowait(item)
@@ -38,7 +39,7 @@ async def test_items_come_out_in_order_up_to_the_limit() -> None:
 
 
 async def test_a_full_mailbox_makes_puts_wait_and_serves_them_in_order() -> None:
-    mailbox = _Mailbox(2)
+    mailbox = Mailbox[Item](2)
     first = _items(2)
     waiting = _items(3)
     for item in first:
@@ -64,7 +65,7 @@ async def test_a_full_mailbox_makes_puts_wait_and_serves_them_in_order() -> None
 
 
 async def test_a_cancelled_put_is_skipped_and_blocks_nobody() -> None:
-    mailbox = _Mailbox(1)
+    mailbox = Mailbox[Item](1)
     assert mailbox.put_nowait(_items(1)[0])
     cancelled = _items(1)[0]
     with anyio.move_on_after(0.01):
@@ -77,7 +78,7 @@ async def test_a_cancelled_put_is_skipped_and_blocks_nobody() -> None:
 
 
 async def test_a_cancelled_put_behind_an_empty_mailbox_blocks_nobody() -> None:
-    mailbox = _Mailbox(1)
+    mailbox = Mailbox[Item](1)
     assert mailbox.put_nowait(_items(1)[0])
     with anyio.move_on_after(0.01):
         await mailbox.put(_items(1)[0])
@@ -90,7 +91,7 @@ async def test_a_cancelled_put_behind_an_empty_mailbox_blocks_nobody() -> None:
 
 
 async def test_closing_refuses_waiting_and_later_puts() -> None:
-    mailbox = _Mailbox(1)
+    mailbox = Mailbox[Item](1)
     assert mailbox.put_nowait(_items(1)[0])
     results: list[bool] = []
 
@@ -108,7 +109,7 @@ async def test_closing_refuses_waiting_and_later_puts() -> None:
 
 
 async def test_the_idle_wait() -> None:
-    mailbox = _Mailbox(4)
+    mailbox = Mailbox[Item](4)
     with anyio.fail_after(2):
         assert not await mailbox.wait(0.01)  # nothing came
     item = _items(1)[0]

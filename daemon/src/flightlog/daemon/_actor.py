@@ -1,24 +1,24 @@
 """The session actor: the only task that writes a session file.
 
-An actor drains its bounded mailbox in batches: it waits for an item, then takes
-everything queued.  It assigns each record its seq, encodes every line of the batch
-into one buffer and appends it with one ``write``.  It syncs (in one of its root's
-disk threads) only when the batch holds a checkpoint, a run close, a sync, a session
-close or a release, and sends the replies of those requests only once the data is
-durable.  A failed write or sync is sticky: the actor keeps the
+An actor drains its bounded mailbox (:class:`~._primitives.Mailbox`) in batches: it
+waits for an item, then takes everything queued.  It assigns each record its seq,
+encodes every line of the batch into one buffer and appends it with one ``write``.  It
+syncs (in one of its root's disk threads) only when the batch holds a checkpoint, a run
+close, a sync, a session close or a release, and sends the replies of those requests
+only once the data is durable.  A failed write or sync is sticky: the actor keeps the
 error, refuses every later write with it, pushes it to the writer and returns it on
 close.
 
-The actor's mailbox carries :class:`Item` tuples in the order the writer's connection
-sent them, so a reply never overtakes the records sent before its request.
+The mailbox carries :data:`Item` tuples in the order the writer's connection sent
+them, so a reply never overtakes the records sent before its request.  The actor
+reaches the connections through :class:`Peer`, the live tails through
+:class:`Subscriber` and the registry that started it through :class:`Registry`; it
+holds none of them.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import anyio
 import msgspec
@@ -31,18 +31,14 @@ from flightlog.protocol import (
     RUN_START,
     Ack,
     BeginRun,
-    CheckpointData,
-    CheckpointLoaded,
     CloseRun,
     CloseSession,
     ErrorCode,
-    ErrorReply,
     FlightlogError,
     LineEncoder,
     LoadCheckpoint,
     LocalProtocolError,
     Message,
-    Record,
     RecordEvent,
     RecordFailed,
     RunCloseData,
@@ -52,20 +48,22 @@ from flightlog.protocol import (
     SessionOp,
     SessionState,
     Sync,
-    append_line,
     is_time,
     new_id,
     session_transition,
 )
 
+from ._batch import Batch, Reply, bad_time, check_time, checkpoint_reply, error_reply, ready
+from ._config import Config
 from ._json import check_json
+from ._peers import Item, Peer, Release, Shutdown, Subscriber, payload_size
+from ._primitives import Disk, Mailbox
 from ._storage import SessionFile, StorageError
 
-if TYPE_CHECKING:
-    from ._sessions import Sessions
-
 __all__ = [
+    "Item",
     "Peer",
+    "Registry",
     "Release",
     "SessionActor",
     "Shutdown",
@@ -77,151 +75,62 @@ log = structlog.get_logger("flightlogd.session")
 
 _encode_json = msgspec.json.Encoder().encode
 
-
-class Peer(Protocol):
-    """What an actor needs of a connection."""
-
-    pid: int
-    uid: int
-    client: str
-    closed: bool
-
-    async def send(self, message: Message) -> None: ...
-
-    def push(self, message: Message) -> None: ...
-
-    def release_bytes(self, count: int) -> None: ...
+#: Items an actor takes from its mailbox at once.
+_BATCH_ITEMS = 4096
 
 
-class Subscriber(Protocol):
-    """A live tail of this session, fed after every successful write."""
+class Registry(Protocol):
+    """What an actor tells the registry that started it."""
 
-    def publish(
-        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
+    @property
+    def tailing_all(self) -> bool:
+        """Whether anyone tails every session (then :meth:`publish_all` wants lines)."""
+        ...
+
+    def publish_all(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str
     ) -> None: ...
 
-    def session_closed(self, last_seq: int) -> None: ...
+    def file_used(self, actor: SessionActor, records: int, nbytes: int) -> None: ...
 
+    def file_idle(self, actor: SessionActor) -> None: ...
 
-class Release(msgspec.Struct, frozen=True):
-    """The writer's connection went away: write what it sent, sync, release."""
+    def session_failed(self, actor: SessionActor) -> None: ...
 
-
-class Shutdown(msgspec.Struct, frozen=True):
-    """The daemon is stopping: write, sync and close."""
-
-
-Item = tuple["Peer | None", Message | Release | Shutdown]
-
-
-class _Mailbox:
-    """An actor's bounded mailbox: the items in order, the actor waiting for them, and
-    the puts waiting for room (backpressure), in the order they came.
-
-    What anyio's memory object stream did here, for a fraction of its cost per item
-    and per wake-up; asyncio only, like the rest of the daemon.
-    """
-
-    __slots__ = ("_putters", "_reader", "closed", "items", "size")
-
-    def __init__(self, size: int) -> None:
-        self.items: deque[Item] = deque()
-        self.size = size
-        self.closed = False
-        self._reader: asyncio.Future[None] | None = None
-        # Each waiting put: its future (True once its item is in, False if closed).
-        self._putters: deque[tuple[asyncio.Future[bool], Item]] = deque()
-
-    def put_nowait(self, item: Item) -> bool:
-        """Queue ``item`` if there is room; False when it must wait (or is closed)."""
-        putters = self._putters
-        while putters and putters[0][0].done():
-            putters.popleft()  # cancelled while waiting
-        # A put still waiting means the mailbox is full: take() gives room to those first.
-        if self.closed or putters or len(self.items) >= self.size:
-            return False
-        self.items.append(item)
-        reader = self._reader
-        if reader is not None and not reader.done():
-            reader.set_result(None)
-        return True
-
-    async def put(self, item: Item) -> bool:
-        """Queue ``item``, waiting for room; False when the mailbox is (or gets) closed."""
-        if self.closed:
-            return False
-        if self.put_nowait(item):
-            return True
-        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._putters.append((waiter, item))
-        # Cancelled while waiting: its entry stays, done, and is skipped.
-        return await waiter
-
-    async def wait(self, seconds: float) -> bool:
-        """Wait for an item, at most ``seconds``; whether there is one."""
-        if not self.items:
-            loop = asyncio.get_running_loop()
-            reader = self._reader = loop.create_future()
-            timer = loop.call_later(seconds, _wake, reader)
-            try:
-                await reader
-            finally:
-                timer.cancel()
-                self._reader = None
-        return bool(self.items)
-
-    def take(self, limit: int) -> list[Item]:
-        """Up to ``limit`` items, oldest first; the puts waiting get their room."""
-        items = self.items
-        if len(items) <= limit:
-            batch = list(items)
-            items.clear()
-        else:
-            batch = [items.popleft() for _ in range(limit)]
-        putters = self._putters
-        while putters and len(items) < self.size:
-            waiter, item = putters.popleft()
-            if not waiter.done():
-                items.append(item)
-                waiter.set_result(True)
-        return batch
-
-    def close(self) -> None:
-        """Refuse every later put, and the puts waiting; drop what is queued."""
-        self.closed = True
-        self.items.clear()
-        for waiter, _ in self._putters:
-            if not waiter.done():
-                waiter.set_result(False)
-        self._putters.clear()
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+    def session_finished(self, actor: SessionActor) -> None: ...
 
 
 class SessionActor:
     """Owns one session file; see the module docstring."""
 
-    def __init__(self, file: SessionFile, sessions: Sessions, writer: Peer) -> None:
+    def __init__(
+        self,
+        file: SessionFile,
+        writer: Peer,
+        *,
+        registry: Registry,
+        disk: Disk,
+        config: Config,
+    ) -> None:
         self.file = file
-        self.sessions = sessions
         self.writer: Peer | None = writer
         self.state = SessionState.IDLE
         self.run_id: str | None = None
         self.error: FlightlogError | None = None
-        self.subscribers: set[Subscriber] = set()
-        self.records_written = 0
-        self.bytes_written = 0
-        self.busy = False  # a worker thread is using the descriptor
+        # A file this daemon created holds the session_start line it wrote.
+        self.records_written = 1 if file.created_line else 0
+        self.bytes_written = len(file.created_line)
+        self.busy = False  # a disk thread is using the descriptor
         self.closing = False
         self.finished = anyio.Event()
         self.released = anyio.Event()
+        self._registry = registry
+        self._disk = disk
+        self._idle_timeout = config.idle_timeout
+        self._subscribers: set[Subscriber] = set()
         self._failure_pushed_for: str | None = None
-        self._mailbox = _Mailbox(sessions.config.mailbox_size)
+        self._mailbox: Mailbox[Item] = Mailbox(config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
-        self._disk = sessions.disk(file.resolved.root)
         self._lines = LineEncoder(file.session_id)
 
     @property
@@ -232,10 +141,16 @@ class SessionActor:
     def path(self) -> str:
         return self.file.path
 
-    # ------------------------------------------------------------------ mailbox
+    @property
+    def subscribers(self) -> int:
+        """Live tails of this session."""
+        return len(self._subscribers)
+
+    # ------------------------------------------------------------ the outside
 
     async def put(self, peer: Peer | None, message: Message | Release | Shutdown) -> None:
-        """Queue ``message``; waits while the mailbox is full (backpressure)."""
+        """Queue ``message``; waits while the mailbox is full (backpressure).  Raises
+        :class:`LocalProtocolError` (``session_closed``) once the actor is closing."""
         mailbox = self._mailbox
         if not mailbox.put_nowait((peer, message)) and not await mailbox.put((peer, message)):
             raise LocalProtocolError("the session is closed", code=ErrorCode.SESSION_CLOSED)
@@ -251,6 +166,13 @@ class SessionActor:
         self.writer = writer
         self.released = anyio.Event()
 
+    def attach(self, subscriber: Subscriber) -> None:
+        """Feed ``subscriber`` every line written from now on."""
+        self._subscribers.add(subscriber)
+
+    def detach(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
     # --------------------------------------------------------------------- task
 
     async def run(self) -> None:
@@ -258,15 +180,14 @@ class SessionActor:
         mailbox = self._mailbox
         try:
             while True:
-                if not mailbox.items and not await mailbox.wait(self.sessions.config.idle_timeout):
-                    if self.writer is None and not self.subscribers:
+                if not mailbox.items and not await mailbox.wait(self._idle_timeout):
+                    if self.writer is None and not self._subscribers:
                         return
                     if not self.busy:
-                        self.sessions.file_idle(self)
+                        self._registry.file_idle(self)
                     continue
-                batch = mailbox.take(4096)
                 try:
-                    done = await self._process(batch)
+                    done = await self._process(mailbox.take(_BATCH_ITEMS))
                 except Exception:
                     self._fail_unexpectedly("processing a batch")
                     done = False
@@ -287,169 +208,161 @@ class SessionActor:
             except StorageError as exc:
                 self._fail(exc)
         self.file.close()
-        self.sessions.file_closed(self)
-        for subscriber in list(self.subscribers):
+        for subscriber in list(self._subscribers):
             subscriber.session_closed(self.file.last_seq)
-        self.subscribers.clear()
-        self.sessions.forget(self)
+        self._subscribers.clear()
+        self._registry.session_finished(self)
         self._log.info("session_closed", last_seq=self.file.last_seq, error=_text(self.error))
         self.released.set()
         self.finished.set()
 
     # ---------------------------------------------------------------- a batch
 
-    async def _process(self, batch: list[Item]) -> bool:
+    async def _process(self, items: list[Item]) -> bool:
         """Write one batch; returns True when the actor should stop."""
-        buf = bytearray()
-        count = 0
-        first_seq = self.file.last_seq + 1
-        # Replies wait for the write (and the sync, if any) of everything before them.
-        replies: list[tuple[Peer, Callable[[], Message]]] = []
-        needs_sync = False
+        batch = Batch(self.file.last_seq + 1)
         stop = False
-        released_bytes: dict[int, tuple[Peer, int]] = {}
-        # (seq, offset, length) of checkpoints in the buffer, indexed once written.
-        checkpoints: list[tuple[int, int, int]] = []
-
-        def add(record_type: str, time: str, data: bytes, run_id: str | None) -> int:
-            nonlocal count
-            seq = first_seq + count
-            append_line(
-                buf,
-                Record(
-                    session_id=self.session_id,
-                    seq=seq,
-                    type=record_type,
-                    time=time,
-                    run_id=run_id,
-                    data=msgspec.Raw(data),
-                ),
-            )
-            count += 1
-            return seq
-
-        index, end = 0, len(batch)
+        index, end = 0, len(items)
         while index < end:
-            peer, message = batch[index]
+            peer, message = items[index]
             if message.__class__ is RecordEvent:
                 # Records come in stretches: take the whole stretch in one go.
                 assert peer is not None
-                index, lines, size = self._records(batch, index, buf, first_seq + count)
-                count += lines
-                _, n = released_bytes.get(id(peer), (peer, 0))
-                released_bytes[id(peer)] = (peer, n + size)
+                index, lines, size = self._records(
+                    items, index, batch.buf, batch.first_seq + batch.count
+                )
+                batch.count += lines
+                batch.release(peer, size)
                 continue
             index += 1
-            if peer is not None and (size := payload_size(message)):
-                _, n = released_bytes.get(id(peer), (peer, 0))
-                released_bytes[id(peer)] = (peer, n + size)
-            if isinstance(message, (Release, Shutdown)):
-                needs_sync = True
-                if isinstance(message, Release) and peer is self.writer:
-                    self._release()
-                if isinstance(message, Shutdown):
+            match message:
+                case Release():
+                    batch.needs_sync = True
+                    if peer is self.writer:
+                        self._release()
+                case Shutdown():
+                    batch.needs_sync = True
                     stop = self.closing = True
-                continue
-            assert peer is not None
-            request_id = getattr(message, "id", 0)
-            try:
-                if peer is not self.writer:
-                    raise LocalProtocolError(
-                        "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
-                    )
-                if isinstance(message, BeginRun):
-                    if not is_time(message.time):
-                        raise _bad_time(message.time)
-                    self._transition(SessionOp.BEGIN_RUN)
-                    self.state = SessionState.RUN_OPEN
-                    self.run_id = new_id()
-                    self._failure_pushed_for = None
-                    run_id = self.run_id
-                    data = _encode_json(RunStartData(pid=message.pid, client=message.client))
-                    seq = add(RUN_START, message.time, data, run_id)
-                    replies.append(
-                        (peer, self._durable(RunStarted(id=request_id, run_id=run_id, seq=seq)))
-                    )
-                elif isinstance(message, SaveCheckpoint):
-                    self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
-                    if not is_time(message.time):
-                        raise _bad_time(message.time)
-                    check_json(message.snapshot, "checkpoint snapshot")
-                    data = b'{"snapshot":' + message.snapshot + b"}"
-                    start = len(buf)
-                    seq = add(CHECKPOINT, message.time, data, message.run_id)
-                    offset = self.file.size + start
-                    checkpoints.append((seq, offset, len(buf) - start))
-                    needs_sync = True
-                    replies.append((peer, self._durable(Ack(id=request_id, seq=seq))))
-                elif isinstance(message, CloseRun):
-                    self._check_run(message.run_id, SessionOp.CLOSE_RUN)
-                    if not is_time(message.time):
-                        raise _bad_time(message.time)
-                    self.state = session_transition(self.state, SessionOp.CLOSE_RUN)
-                    data = _encode_json(RunCloseData(error=message.error))
-                    seq = add(RUN_CLOSE, message.time, data, message.run_id)
-                    self.run_id = None
-                    needs_sync = True
-                    replies.append((peer, self._durable(Ack(id=request_id, seq=seq))))
-                elif isinstance(message, Sync):
+                case _:
+                    assert peer is not None
+                    stop = await self._request(batch, peer, message) or stop
+        return await self._complete(batch, stop)
+
+    async def _request(self, batch: Batch, peer: Peer, message: Message) -> bool:
+        """Handle one request of the batch; True when it closes the session."""
+        batch.release(peer, payload_size(message))
+        request_id: int = getattr(message, "id", 0)
+        try:
+            if peer is not self.writer:
+                raise LocalProtocolError(
+                    "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
+                )
+            match message:
+                case BeginRun():
+                    reply = self._begin_run(batch, message)
+                case SaveCheckpoint():
+                    reply = self._save_checkpoint(batch, message)
+                case CloseRun():
+                    reply = self._close_run(batch, message)
+                case Sync():
                     self._transition(SessionOp.SYNC)
-                    needs_sync = True
-                    replies.append((peer, self._ack_last(request_id)))
-                elif isinstance(message, LoadCheckpoint):
-                    self._transition(SessionOp.LOAD_CHECKPOINT)
-                    # The checkpoint may be in this very batch: write first, then read.
-                    await self._flush(buf, count, first_seq, checkpoints)
-                    first_seq, count = self.file.last_seq + 1, 0
-                    buf = bytearray()
-                    record = await self._read_checkpoint()
-                    replies.append((peer, _reply(_checkpoint_reply(request_id, record))))
-                elif isinstance(message, CloseSession):
-                    self.state = session_transition(self.state, SessionOp.CLOSE_SESSION)
-                    # Closing from now on: an open that comes while this batch is
-                    # written and synced waits for the actor to finish, and is not
-                    # handed the released actor just before it stops.
-                    stop = self.closing = True
-                    self._release()
-                    needs_sync = True
-                    replies.append((peer, self._ack_last(request_id)))
-                else:
+                    batch.needs_sync = True
+                    reply = self._ack_last(request_id)
+                case LoadCheckpoint():
+                    reply = await self._load_checkpoint(batch, message)
+                case CloseSession():
+                    reply = self._close_session(batch, message)
+                case _:
                     raise LocalProtocolError(
                         f"{type(message).__name__} is not a session request",
                         code=ErrorCode.BAD_MESSAGE,
                     )
-            except FlightlogError as exc:
-                self._log_refusal(peer, type(message).__name__, exc)
-                replies.append((peer, _reply(_error_reply(request_id, exc, self.session_id))))
-            except Exception:
-                # A bug: answer the request rather than leave its caller waiting, and
-                # keep the session (and the daemon) serving.
-                self._log.exception("request_failed", request=type(message).__name__)
-                error = FlightlogError(
-                    f"{type(message).__name__} failed inside flightlogd; see its log",
-                    code=ErrorCode.INTERNAL,
-                )
-                replies.append((peer, _reply(_error_reply(request_id, error, self.session_id))))
+        except FlightlogError as exc:
+            self._log_refusal(peer, type(message).__name__, exc)
+            reply = ready(error_reply(request_id, exc, self.session_id))
+        except Exception:
+            # A bug: answer the request rather than leave its caller waiting, and
+            # keep the session (and the daemon) serving.
+            self._log.exception("request_failed", request=type(message).__name__)
+            error = FlightlogError(
+                f"{type(message).__name__} failed inside flightlogd; see its log",
+                code=ErrorCode.INTERNAL,
+            )
+            reply = ready(error_reply(request_id, error, self.session_id))
+        batch.replies.append((peer, reply))
+        return isinstance(message, CloseSession) and self.closing
 
-        await self._flush(buf, count, first_seq, checkpoints)
-        if needs_sync and self.error is None:
+    def _begin_run(self, batch: Batch, message: BeginRun) -> Reply:
+        check_time(message.time)
+        self._transition(SessionOp.BEGIN_RUN)
+        self.state = SessionState.RUN_OPEN
+        run_id = self.run_id = new_id()
+        self._failure_pushed_for = None
+        data = _encode_json(RunStartData(pid=message.pid, client=message.client))
+        seq = batch.add(self.session_id, RUN_START, message.time, data, run_id)
+        return self._durable(RunStarted(id=message.id, run_id=run_id, seq=seq))
+
+    def _save_checkpoint(self, batch: Batch, message: SaveCheckpoint) -> Reply:
+        self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
+        check_time(message.time)
+        check_json(message.snapshot, "checkpoint snapshot")
+        data = b'{"snapshot":' + message.snapshot + b"}"
+        start = len(batch.buf)
+        seq = batch.add(self.session_id, CHECKPOINT, message.time, data, message.run_id)
+        batch.checkpoints.append((seq, start, len(batch.buf) - start))
+        batch.needs_sync = True
+        return self._durable(Ack(id=message.id, seq=seq))
+
+    def _close_run(self, batch: Batch, message: CloseRun) -> Reply:
+        self._check_run(message.run_id, SessionOp.CLOSE_RUN)
+        check_time(message.time)
+        self.state = session_transition(self.state, SessionOp.CLOSE_RUN)
+        data = _encode_json(RunCloseData(error=message.error))
+        seq = batch.add(self.session_id, RUN_CLOSE, message.time, data, message.run_id)
+        self.run_id = None
+        batch.needs_sync = True
+        return self._durable(Ack(id=message.id, seq=seq))
+
+    async def _load_checkpoint(self, batch: Batch, message: LoadCheckpoint) -> Reply:
+        self._transition(SessionOp.LOAD_CHECKPOINT)
+        # The checkpoint may be in this very batch: write first, then read.
+        await self._flush(batch)
+        batch.restart(self.file.last_seq + 1)
+        record = await self._read_checkpoint()
+        return ready(checkpoint_reply(message.id, record))
+
+    def _close_session(self, batch: Batch, message: CloseSession) -> Reply:
+        self.state = session_transition(self.state, SessionOp.CLOSE_SESSION)
+        # Closing from now on: an open that comes while this batch is written and
+        # synced waits for the actor to finish, and is not handed the released actor
+        # just before it stops.
+        self.closing = True
+        self._release()
+        batch.needs_sync = True
+        return self._ack_last(message.id)
+
+    async def _complete(self, batch: Batch, stop: bool) -> bool:
+        """Write the batch, sync it if it needs it, then hand back the connections'
+        bytes and send the replies; True when the actor should stop."""
+        await self._flush(batch)
+        if batch.needs_sync and self.error is None:
             try:
                 await self._sync()
             except StorageError as exc:
                 self._fail(exc)
             except Exception:
                 self._fail_unexpectedly("sync")
-        for peer, n in released_bytes.values():
-            peer.release_bytes(n)
+        for peer, size in batch.released.values():
+            peer.release_bytes(size)
         if stop:
             # From the acknowledgement on, the session is closed: a new subscriber
             # must find the file at rest, not this actor on its way out.
             self.closing = True
-        for peer, make_reply in replies:
+        for peer, make_reply in batch.replies:
             await peer.send(make_reply())
         if stop:
             return True
-        return self.writer is None and not self.subscribers and not self._mailbox.items
+        return self.writer is None and not self._subscribers and not self._mailbox.items
 
     def _release(self) -> None:
         writer, self.writer = self.writer, None
@@ -534,7 +447,7 @@ class SessionActor:
                 code=ErrorCode.BAD_EVENT,
             )
         if not is_time(message.time):
-            return _bad_time(message.time)
+            return bad_time(message.time)
         data = message.data
         if data[:1] != b"{":
             return LocalProtocolError(
@@ -582,37 +495,33 @@ class SessionActor:
             uid=peer.uid,
         )
 
-    def _durable(self, reply: Message) -> Callable[[], Message]:
-        """The reply to a request whose line is in this batch: made once the batch is
-        written (and synced), and an error instead if that failed."""
+    def _durable(self, reply: Message) -> Reply:
+        """The reply to a request whose line is in this batch: an error instead if the
+        batch's write (or sync) failed."""
         request_id: int = getattr(reply, "id", 0)
 
         def make() -> Message:
             if self.error is not None:
-                return _error_reply(request_id, self.error, self.session_id)
+                return error_reply(request_id, self.error, self.session_id)
             return reply
 
         return make
 
-    def _ack_last(self, request_id: int) -> Callable[[], Message]:
+    def _ack_last(self, request_id: int) -> Reply:
         def make() -> Message:
             if self.error is not None:
-                return _error_reply(request_id, self.error, self.session_id)
+                return error_reply(request_id, self.error, self.session_id)
             return Ack(id=request_id, seq=self.file.last_seq)
 
         return make
 
     # ----------------------------------------------------------------- storage
 
-    async def _flush(
-        self,
-        buf: bytearray,
-        count: int,
-        first_seq: int,
-        checkpoints: list[tuple[int, int, int]],
-    ) -> None:
+    async def _flush(self, batch: Batch) -> None:
+        count, buf = batch.count, batch.buf
         if not count or self.error is not None:
             return
+        offset = self.file.size
         try:
             self.file.write(buf, count=count)
         except StorageError as exc:
@@ -621,19 +530,20 @@ class SessionActor:
         except Exception:
             self._fail_unexpectedly("write")
             return
-        for seq, offset, length in checkpoints:
-            self.file.note_checkpoint(seq, offset, length)
-        checkpoints.clear()
+        for seq, start, length in batch.checkpoints:
+            self.file.note_checkpoint(seq, offset + start, length)
+        batch.checkpoints.clear()
         self.records_written += count
         self.bytes_written += len(buf)
-        self.sessions.file_used(self, count, len(buf))
-        tails = self.sessions.tails
-        if self.subscribers or tails.all:
+        registry = self._registry
+        registry.file_used(self, count, len(buf))
+        if self._subscribers or registry.tailing_all:
             chunk = bytes(buf)
+            first_seq = batch.first_seq
             last_seq, end = first_seq + count - 1, self.file.size
-            for subscriber in list(self.subscribers):
+            for subscriber in list(self._subscribers):
                 subscriber.publish(chunk, first_seq, last_seq, end)
-            tails.publish_all(chunk, first_seq, last_seq, end, self.path)
+            registry.publish_all(chunk, first_seq, last_seq, end, self.path)
 
     async def _sync(self) -> None:
         if not self.file.dirty:
@@ -672,7 +582,7 @@ class SessionActor:
             return
         self.error = error
         self.state = SessionState.FAILED
-        self.sessions.note_error()
+        self._registry.session_failed(self)
         self._log.error("session_failed", code=error.code, reason=error.message)
         if self.writer is not None:
             self._failure_pushed_for = self.run_id
@@ -684,43 +594,6 @@ class SessionActor:
                     message=error.message,
                 )
             )
-
-
-def _reply(message: Message) -> Callable[[], Message]:
-    return lambda: message
-
-
-def _error_reply(request_id: int, error: FlightlogError, session_id: str) -> ErrorReply:
-    return ErrorReply(id=request_id, code=error.code, message=error.message, session_id=session_id)
-
-
-def _checkpoint_reply(request_id: int, record: Record | None) -> CheckpointLoaded:
-    if record is None:
-        return CheckpointLoaded(id=request_id)
-    data = msgspec.json.decode(record.data, type=CheckpointData)
-    return CheckpointLoaded(
-        id=request_id,
-        seq=record.seq,
-        run_id=record.run_id,
-        time=record.time,
-        snapshot=bytes(data.snapshot),
-    )
-
-
-def _bad_time(time: str) -> LocalProtocolError:
-    return LocalProtocolError(
-        f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
-        code=ErrorCode.BAD_EVENT,
-    )
-
-
-def payload_size(message: object) -> int:
-    """Bytes of JSON payload a message carries: what a connection's buffer counts."""
-    if isinstance(message, RecordEvent):
-        return len(message.data)
-    if isinstance(message, SaveCheckpoint):
-        return len(message.snapshot)
-    return 0
 
 
 def _text(error: FlightlogError | None) -> str | None:

@@ -1,98 +1,35 @@
 """A connection's socket, read and written from event-loop callbacks.
 
-Connections are watched for reading by one :class:`Poller`, an epoll set of the
-daemon's own that the event loop watches as a single descriptor.  A socket stays in it
-as long as the connection wants bytes: each time it is readable, its
-:meth:`Channel._on_readable` reads what is there into the frame decoder and wakes the
-connection's task.  Nothing is registered and unregistered per read (anyio's socket
-streams do that on every ``receive``, several system calls each time), and a burst of
-frames costs one wake-up of the task.  Reading pauses while the decoder holds more than
-``read_size`` bytes the task has not taken: that, and the connection's own budget of
-bytes handed to actors, is the backpressure a client feels as a full socket buffer.
-A paused socket is out of the epoll set for real (the event loop's own ``remove_reader``
-takes it out only lazily, at its next event), so data arriving meanwhile wakes nobody.
+Connections are watched for reading by the daemon's :class:`~._primitives.Poller`.  A
+socket stays in its epoll set as long as the connection wants bytes: each time it is
+readable, :meth:`Channel._on_readable` reads what is there into the frame decoder and
+wakes the connection's task, once per burst (why not anyio's socket streams:
+docs/benchmarks.md).  Reading pauses while the decoder holds more than ``read_size``
+bytes the task has not taken: that, and the connection's own budget of bytes handed to
+actors, is the backpressure a client feels as a full socket buffer.  A paused socket
+is out of the epoll set, so data arriving meanwhile wakes nobody.
 
 Writes go straight to the socket when nothing is queued before them (a reply costs one
 ``send`` and no task switch), and the rest is queued and written when the socket is
 writable again.  A failed write only ends writing: the read side goes on to the end of
 the stream, so whatever the client sent before it went away still lands.
+
+Cancellation (see :mod:`._primitives`): a cancelled :meth:`Channel.send` writes nothing
+of its message; a cancelled :meth:`Channel.wait_readable` loses no bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import select
 import socket
-import time
-from collections.abc import Callable
 from typing import Any
 
 from flightlog.protocol import FrameDecoder
 
-from ._timerfd import TimerFd
+from ._primitives import Poller
 
-__all__ = ["Channel", "Poller"]
-
-
-class Poller:
-    """The epoll set of every connection's reads, and the timer that ends the holds of
-    :meth:`Channel.hold_reading`; see the module docstring."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._epoll = select.epoll()
-        self._readers: dict[int, Callable[[], object]] = {}
-        self._timer = TimerFd()
-        # (deadline, release) in deadline order: every hold lasts the same window.
-        self._holds: collections.deque[tuple[float, Callable[[], object]]] = collections.deque()
-        self.watch(self._timer.fd, self._release_holds)
-        self._loop.add_reader(self._epoll.fileno(), self._dispatch)
-
-    def watch(self, fd: int, on_readable: Callable[[], object]) -> None:
-        self._epoll.register(fd, select.EPOLLIN)
-        self._readers[fd] = on_readable
-
-    def unwatch(self, fd: int) -> None:
-        if self._readers.pop(fd, None) is not None:
-            self._epoll.unregister(fd)
-
-    def hold(self, seconds: float, release: Callable[[], object]) -> None:
-        """Call ``release`` in ``seconds``."""
-        deadline = time.monotonic() + seconds
-        if not self._holds:
-            self._timer.fire_at(deadline)
-        self._holds.append((deadline, release))
-
-    def _release_holds(self) -> None:
-        self._timer.clear()
-        holds = self._holds
-        now = time.monotonic()
-        while holds and holds[0][0] <= now:
-            holds.popleft()[1]()
-        if holds:
-            self._timer.fire_at(holds[0][0])
-
-    def _dispatch(self) -> None:
-        readers = self._readers
-        for fd, _ in self._epoll.poll(0, 256):
-            on_readable = readers.get(fd)
-            if on_readable is not None:
-                on_readable()
-
-    def close(self) -> None:
-        self._loop.remove_reader(self._epoll.fileno())
-        self._epoll.close()
-        self._timer.close()
-        self._readers.clear()
-        self._holds.clear()
-
-    def __enter__(self) -> Poller:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+__all__ = ["Channel"]
 
 
 class Channel:

@@ -23,7 +23,7 @@ import contextlib
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import anyio
 import structlog
@@ -50,6 +50,7 @@ from flightlog.protocol import (
     SaveCheckpoint,
     SessionOpened,
     Status,
+    StatusReply,
     Subscribe,
     Sync,
     Unsubscribe,
@@ -58,25 +59,18 @@ from flightlog.protocol import (
     server_decoder,
 )
 
-from ._actor import Release, SessionActor, payload_size
+from ._actor import SessionActor
 from ._channel import Channel
+from ._config import Config
+from ._peers import Release, payload_size
+from ._primitives import Poller
+from ._sessions import Sessions
+from ._tail import Tails
 
-if TYPE_CHECKING:
-    from ._server import Daemon
-
-__all__ = ["Connection"]
+__all__ = ["Connection", "peer_credentials"]
 
 log = structlog.get_logger("flightlogd.connection")
 
-_SESSION_MESSAGES = (
-    RecordEvent,
-    BeginRun,
-    SaveCheckpoint,
-    CloseRun,
-    CloseSession,
-    Sync,
-    LoadCheckpoint,
-)
 _READ_SIZE = 256 * 1024
 #: Bytes of replies (checkpoints loaded, tailed lines) queued for one client at most.
 _OUTBOX_BYTES = 8 * 1024 * 1024
@@ -99,20 +93,41 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 class Connection:
-    """A client connection; a :class:`~._actor.Peer` to the actors it writes."""
+    """A client connection; a :class:`~._peers.Peer` to the actors it writes and a
+    :class:`~._tail.TailPeer` to its subscriptions.
 
-    def __init__(self, daemon: Daemon, sock: socket.socket, number: int) -> None:
-        self.daemon = daemon
+    It is given what it uses: the settings, the poller its socket is read by, the
+    sessions and the tails, the daemon's name for the hello and a way to ask the
+    daemon's status."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        number: int,
+        *,
+        config: Config,
+        poller: Poller,
+        sessions: Sessions,
+        tails: Tails,
+        server: tuple[int, str],
+        status: Callable[[int], StatusReply],
+    ) -> None:
         self.number = number
         self.pid, self.uid, self.gid = peer_credentials(sock)
         self.client = ""
         self.closed = False
         self.state = ConnectionState.AWAIT_HELLO
+        #: The sessions this connection writes, by id.
         self.sessions: dict[str, SessionActor] = {}
-        self._decoder = server_decoder(daemon.config.max_frame_size)
+        self._config = config
+        self._registry = sessions
+        self._tails = tails
+        self._server = server
+        self._status = status
+        self._decoder = server_decoder(config.max_frame_size)
         self._encoder = FrameEncoder()
         self._channel = Channel(
-            sock, daemon.poller, self._decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
+            sock, poller, self._decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
         )
         self._inflight = 0
         self._bad_frames = 0  # frames in a row that were no message
@@ -120,10 +135,6 @@ class Connection:
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
-        # The tails of this connection read one batch from a file at a time, and their
-        # live buffers share one budget (see _tail).
-        self.tail_reading = anyio.Lock()
-        self.tail_live_bytes = 0
         self._stopping = False
         self.log = log.bind(conn=number, pid=self.pid, uid=self.uid)
 
@@ -142,7 +153,7 @@ class Connection:
 
     def release_bytes(self, count: int) -> None:
         self._inflight -= count
-        if self._inflight <= self.daemon.config.connection_buffer // 2:
+        if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
 
     # ---------------------------------------------------------------- serving
@@ -180,7 +191,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         channel = self._channel
-        window = self.daemon.config.read_window
+        window = self._config.read_window
         clock = time.monotonic
         last = last_request = 0.0
         while True:
@@ -207,7 +218,7 @@ class Connection:
                 if channel.read_error is not None:
                     self.log.info("connection_error", reason=str(channel.read_error))
                 return
-            if self._inflight > self.daemon.config.connection_buffer:
+            if self._inflight > self._config.connection_buffer:
                 self._drained = anyio.Event()
                 await self._drained.wait()
 
@@ -296,50 +307,63 @@ class Connection:
         )
 
     async def _route(self, message: Message) -> None:
-        if isinstance(message, _SESSION_MESSAGES):
-            actor = self._writable(message.session_id)
-            if isinstance(message, CloseSession):
-                del self.sessions[message.session_id]
-            await self._hand_to(actor, message)
-        elif isinstance(message, Hello):
-            self.client = message.client[:200]
-            self.log = self.log.bind(client=self.client)
-            await self.send(
-                Welcome(
-                    id=message.id,
-                    version=PROTOCOL_VERSION,
-                    max_frame_size=self.daemon.config.max_frame_size,
-                    daemon_pid=self.daemon.pid,
-                    server=f"flightlogd {self.daemon.version}",
+        match message:
+            case (
+                BeginRun()
+                | SaveCheckpoint()
+                | CloseRun()
+                | CloseSession()
+                | Sync()
+                | LoadCheckpoint()
+                | RecordEvent()
+            ):
+                actor = self._writable(message.session_id)
+                if isinstance(message, CloseSession):
+                    del self.sessions[message.session_id]
+                await self._hand_to(actor, message)
+            case Hello():
+                self.client = message.client[:200]
+                self.log = self.log.bind(client=self.client)
+                pid, server = self._server
+                await self.send(
+                    Welcome(
+                        id=message.id,
+                        version=PROTOCOL_VERSION,
+                        max_frame_size=self._config.max_frame_size,
+                        daemon_pid=pid,
+                        server=server,
+                    )
                 )
-            )
-        elif isinstance(message, (Create, Open)):
-            sessions = self.daemon.sessions
-            if isinstance(message, Create):
-                actor = await sessions.create(self, message.path, dict(message.meta))
-            else:
-                actor = await sessions.open(self, message.path)
-            self.sessions[actor.session_id] = actor
-            file = actor.file
-            await self.send(
-                SessionOpened(
-                    id=message.id,
-                    session_id=actor.session_id,
-                    path=actor.path,
-                    last_seq=file.last_seq,
-                    meta=file.meta,
-                    interrupted_runs=list(file.interrupted_runs),
-                    truncated_bytes=file.truncated_bytes,
+            case Create():
+                actor = await self._registry.create(self, message.path, dict(message.meta))
+                await self._opened(message.id, actor)
+            case Open():
+                await self._opened(message.id, await self._registry.open(self, message.path))
+            case Status():
+                await self.send(self._status(message.id))
+            case Subscribe():
+                await self._tails.subscribe(self, message, self._registry.live)
+            case Unsubscribe():
+                await self._tails.unsubscribe(self, message)
+            case _:  # pragma: no cover - the state table admits nothing else
+                raise LocalProtocolError(
+                    f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
                 )
+
+    async def _opened(self, request_id: int, actor: SessionActor) -> None:
+        self.sessions[actor.session_id] = actor
+        file = actor.file
+        await self.send(
+            SessionOpened(
+                id=request_id,
+                session_id=actor.session_id,
+                path=actor.path,
+                last_seq=file.last_seq,
+                meta=file.meta,
+                interrupted_runs=list(file.interrupted_runs),
+                truncated_bytes=file.truncated_bytes,
             )
-        elif isinstance(message, Status):
-            await self.send(self.daemon.status(message.id))
-        elif isinstance(message, (Subscribe, Unsubscribe)):
-            await self.daemon.tails.handle(self, message)
-        else:  # pragma: no cover - the state table admits nothing else
-            raise LocalProtocolError(
-                f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
-            )
+        )
 
     async def _hand_to(self, actor: SessionActor, message: Message) -> None:
         # Counted until the actor has written it: what makes reading stop.
@@ -355,7 +379,7 @@ class Connection:
         actor = self.sessions.get(session_id)
         if actor is not None:
             return actor
-        if session_id in self.daemon.sessions.by_id:
+        if self._registry.is_open(session_id):
             raise LocalProtocolError(
                 f"session {session_id[:32]} is written by another connection",
                 code=ErrorCode.NOT_WRITER,
@@ -370,4 +394,4 @@ class Connection:
             with contextlib.suppress(FlightlogError):
                 await actor.put(self, Release())
         self.sessions.clear()
-        await self.daemon.tails.drop_connection(self)
+        self._tails.drop_peer(self)

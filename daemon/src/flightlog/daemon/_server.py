@@ -29,11 +29,11 @@ from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, 
 
 from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
 
-from ._channel import Poller
 from ._config import Config
 from ._connection import Connection, peer_credentials
 from ._paths import Roots
-from ._sessions import DISK_THREADS, Sessions
+from ._primitives import DISK_THREADS, Disks, Poller
+from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
 from ._tail import Tails
 
@@ -69,37 +69,35 @@ def _daemon_version() -> str:
 
 
 class Daemon:
-    """The running daemon: its settings, sessions and connections."""
+    """The running daemon: its settings, sessions, tails and connections.
 
-    def __init__(self, config: Config) -> None:
+    ``serve`` makes its parts first, then the daemon with them, whole."""
+
+    def __init__(
+        self,
+        config: Config,
+        roots: Roots,
+        *,
+        poller: Poller,
+        sessions: Sessions,
+        tails: Tails,
+        socket_paths: list[str],
+    ) -> None:
         self.pid = os.getpid()
         self.version = _daemon_version()
         self.started = time.monotonic()
-        self.roots = Roots(config.root, config.allow)
-        self.config = _fit_descriptors(config, len(self.roots.allowed))
+        self.config = config
+        self.roots = roots
+        self.poller = poller
+        self.sessions = sessions
+        self.tails = tails
+        self.socket_paths = socket_paths
         self.connections: set[Connection] = set()
         self._numbers = 0
-        self.socket_paths: list[str] = []
-        self._sessions: Sessions | None = None
-        self._poller: Poller | None = None
         self._idle = anyio.Event()
         self._idle.set()
         self._accepting: list[anyio.CancelScope] = []
         self.draining = False
-
-    @property
-    def sessions(self) -> Sessions:
-        assert self._sessions is not None, "the daemon is not serving"
-        return self._sessions
-
-    @property
-    def poller(self) -> Poller:
-        assert self._poller is not None, "the daemon is not serving"
-        return self._poller
-
-    @property
-    def tails(self) -> Tails:
-        return self.sessions.tails
 
     def status(self, request_id: int) -> StatusReply:
         sessions = self.sessions
@@ -109,7 +107,7 @@ class Daemon:
             version=self.version,
             uptime=time.monotonic() - self.started,
             connections=len(self.connections),
-            subscribers=sessions.tails.count,
+            subscribers=self.tails.count,
             records_written=sessions.records_written,
             bytes_written=sessions.bytes_written,
             records_per_second=sessions.records_per_second(),
@@ -147,7 +145,16 @@ class Daemon:
             await stream.aclose()
             return
         # From here the connection drives the socket itself (see _channel).
-        conn = Connection(self, sock, self._numbers)
+        conn = Connection(
+            sock,
+            self._numbers,
+            config=self.config,
+            poller=self.poller,
+            sessions=self.sessions,
+            tails=self.tails,
+            server=(self.pid, f"flightlogd {self.version}"),
+            status=self.status,
+        )
         self.connections.add(conn)
         if self._idle.is_set():
             # Only a set event is replaced: shutdown may be waiting on the unset one.
@@ -200,7 +207,7 @@ class Daemon:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         log.info("stopped_listening")
-        self.sessions.tails.shutdown()
+        self.tails.shutdown()
         for conn in list(self.connections):
             conn.stop()
         if self.connections:
@@ -227,19 +234,30 @@ async def serve(
     daemon binds ``config.socket_path``.  Raises :class:`AlreadyRunning` when another
     daemon serves the same socket or data root.
     """
-    daemon = Daemon(config)
-    config = daemon.config
-    os.makedirs(daemon.roots.root, mode=0o700, exist_ok=True)
-    with _root_lock(daemon.roots.root):
+    roots = Roots(config.root, config.allow)
+    config = _fit_descriptors(config, len(roots.allowed))
+    os.makedirs(roots.root, mode=0o700, exist_ok=True)
+    with _root_lock(roots.root):
+        socket_paths: list[str] = []
         if not listeners:
             listeners = [_bind(config.socket_path, config.socket_mode)]
-            daemon.socket_paths.append(config.socket_path)
+            socket_paths.append(config.socket_path)
         for sock in listeners:
             sock.setblocking(False)
         anyio_listeners = [await SocketListener.from_socket(sock) for sock in listeners]
-        with Poller() as daemon._poller:
+        with Poller() as poller:
             async with anyio.create_task_group() as actors_tg:
-                daemon._sessions = Sessions(config, daemon.roots, actors_tg)
+                disks = Disks()
+                tails = Tails(config, roots, disks, actors_tg)
+                sessions = Sessions(config, roots, disks, actors_tg, tails)
+                daemon = Daemon(
+                    config,
+                    roots,
+                    poller=poller,
+                    sessions=sessions,
+                    tails=tails,
+                    socket_paths=socket_paths,
+                )
                 async with anyio.create_task_group() as conns_tg:
                     for listener in anyio_listeners:
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
@@ -250,8 +268,8 @@ async def serve(
                     log.info(
                         "listening",
                         sockets=[str(s.getsockname()) for s in listeners],
-                        root=daemon.roots.root,
-                        allow=list(daemon.roots.allowed[1:]),
+                        root=roots.root,
+                        allow=list(roots.allowed[1:]),
                         pid=daemon.pid,
                         version=daemon.version,
                     )
@@ -260,9 +278,9 @@ async def serve(
                     if notifier is not None:
                         notifier.stopping("draining sessions")
                     await daemon._drain(conns_tg)
-                log.info("sessions_closing", sessions=len(daemon.sessions.by_path))
+                log.info("sessions_closing", sessions=len(sessions.by_path))
                 with anyio.CancelScope(shield=True), anyio.move_on_after(config.shutdown_grace):
-                    await daemon.sessions.shutdown()
+                    await sessions.shutdown()
                 actors_tg.cancel_scope.cancel()
         log.info("stopped")
 

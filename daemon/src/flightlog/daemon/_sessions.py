@@ -3,7 +3,9 @@
 It hands sessions to connections (create, open), refuses a second writer with the
 holder's pid, and keeps the number of open session files bounded: a session whose
 file has seen no write for a while, or the least recently used one when too many are
-open, has its descriptor closed until its next write.
+open, has its descriptor closed until its next write.  It is each actor's
+:class:`~._actor.Registry`, and tells the live tails (a :class:`Watcher`) of every
+session that starts and every line it writes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -26,30 +28,47 @@ from flightlog.protocol import (
     now,
 )
 
-from ._actor import Peer, SessionActor, Shutdown
+from ._actor import SessionActor
 from ._config import Config
-from ._disk import Disk
 from ._paths import Roots
+from ._peers import Peer, Shutdown
+from ._primitives import DISK_THREADS, Disks
 from ._storage import SessionFile
-from ._tail import Tails
 
-__all__ = ["DISK_THREADS", "Sessions"]
+__all__ = ["DISK_THREADS", "Sessions", "Watcher"]
 
 log = structlog.get_logger("flightlogd.sessions")
 
-#: Threads that the blocking file work (create, open, fsync, reading) under one root
-#: may use at once.  A disk that hangs holds at most these; the sessions under every
-#: other root go on (a single pool would be exhausted by the hung disk's fsyncs).
-DISK_THREADS = 16
+
+class Watcher(Protocol):
+    """Who follows every session: the live tails."""
+
+    @property
+    def tailing_all(self) -> bool: ...
+
+    def publish_all(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str
+    ) -> None: ...
+
+    def session_started(self, actor: SessionActor) -> None: ...
 
 
 class Sessions:
     """All sessions the daemon holds open."""
 
-    def __init__(self, config: Config, roots: Roots, task_group: TaskGroup) -> None:
+    def __init__(
+        self,
+        config: Config,
+        roots: Roots,
+        disks: Disks,
+        task_group: TaskGroup,
+        watcher: Watcher,
+    ) -> None:
         self.config = config
         self.roots = roots
+        self._disks = disks
         self._task_group = task_group
+        self._watcher = watcher
         self.by_path: dict[str, SessionActor] = {}
         self.by_id: dict[str, SessionActor] = {}
         self._opening: dict[str, anyio.Event] = {}
@@ -60,16 +79,14 @@ class Sessions:
         self.started = time.monotonic()
         self._rate_mark = (self.started, 0)
         self.rate = 0.0
-        self.tails = Tails(self, roots, task_group)
-        self._disks: dict[str, Disk] = {}
 
-    def disk(self, root: str) -> Disk:
-        """The threads for blocking file work under ``root``: creates, opens, fsyncs,
-        checkpoint and tail reads (see DISK_THREADS)."""
-        disk = self._disks.get(root)
-        if disk is None:
-            disk = self._disks[root] = Disk(root, anyio.CapacityLimiter(DISK_THREADS))
-        return disk
+    def live(self, path: str) -> SessionActor | None:
+        """The actor of the session at ``path``, unless there is none or it is closing."""
+        actor = self.by_path.get(path)
+        return None if actor is None or actor.closing else actor
+
+    def is_open(self, session_id: str) -> bool:
+        return session_id in self.by_id
 
     # ------------------------------------------------------- create and open
 
@@ -84,7 +101,7 @@ class Sessions:
             if resolved.path in self.by_path:
                 raise _exists(resolved.path)
             try:
-                file = await self.disk(resolved.root).run(
+                file = await self._disks(resolved.root).run(
                     lambda: SessionFile.create(
                         self.roots, resolved, session_id=new_id(), meta=meta, time=now()
                     )
@@ -97,7 +114,8 @@ class Sessions:
                     code=ErrorCode.WRITE_FAILED,
                 ) from None
             actor = self._start(file, peer)
-            self.tails.publish_all(file.created_line, 1, 1, file.size, file.path)
+            if self._watcher.tailing_all:
+                self._watcher.publish_all(file.created_line, 1, 1, file.size, file.path)
             return actor
 
     async def open(self, peer: Peer, path: str) -> SessionActor:
@@ -126,7 +144,7 @@ class Sessions:
                 if not actor.released.is_set():
                     raise _busy(resolved.path, writer)
             try:
-                file = await self.disk(resolved.root).run(SessionFile.open, self.roots, resolved)
+                file = await self._disks(resolved.root).run(SessionFile.open, self.roots, resolved)
             except FileNotFoundError:
                 raise FlightlogError(
                     f"{resolved.path} does not exist; create it first",
@@ -146,12 +164,18 @@ class Sessions:
         return _PathClaim(self._opening, path)
 
     def _start(self, file: SessionFile, peer: Peer) -> SessionActor:
-        actor = SessionActor(file, self, peer)
+        actor = SessionActor(
+            file,
+            peer,
+            registry=self,
+            disk=self._disks(file.resolved.root),
+            config=self.config,
+        )
         self.by_path[file.path] = actor
         self.by_id[file.session_id] = actor
-        self.file_used(actor, 0, 0)
+        self.file_used(actor, actor.records_written, actor.bytes_written)
         self._task_group.start_soon(actor.run, name=f"session {file.session_id}")
-        self.tails.session_started(actor)
+        self._watcher.session_started(actor)
         self._log_claim(actor, peer)
         return actor
 
@@ -165,13 +189,16 @@ class Sessions:
             uid=peer.uid,
         )
 
-    def forget(self, actor: SessionActor) -> None:
-        if self.by_path.get(actor.path) is actor:
-            del self.by_path[actor.path]
-        if self.by_id.get(actor.session_id) is actor:
-            del self.by_id[actor.session_id]
+    # ------------------------------------------------ what actors tell it
 
-    # -------------------------------------------------- descriptors and rates
+    @property
+    def tailing_all(self) -> bool:
+        return self._watcher.tailing_all
+
+    def publish_all(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str
+    ) -> None:
+        self._watcher.publish_all(chunk, first_seq, last_seq, end_offset, path)
 
     def file_used(self, actor: SessionActor, records: int, nbytes: int) -> None:
         """An actor wrote (or opened) its file: it is now the most recently used."""
@@ -192,11 +219,18 @@ class Sessions:
             actor.file.close()
         self._open_files.pop(actor, None)
 
-    def file_closed(self, actor: SessionActor) -> None:
-        self._open_files.pop(actor, None)
-
-    def note_error(self) -> None:
+    def session_failed(self, actor: SessionActor) -> None:
         self.errors += 1
+
+    def session_finished(self, actor: SessionActor) -> None:
+        """The actor closed its file and stopped: forget it."""
+        self._open_files.pop(actor, None)
+        if self.by_path.get(actor.path) is actor:
+            del self.by_path[actor.path]
+        if self.by_id.get(actor.session_id) is actor:
+            del self.by_id[actor.session_id]
+
+    # -------------------------------------------------------------- status
 
     @property
     def open_files(self) -> int:
@@ -220,7 +254,7 @@ class Sessions:
                 last_seq=actor.file.last_seq,
                 records=actor.records_written,
                 bytes=actor.bytes_written,
-                subscribers=len(actor.subscribers),
+                subscribers=actor.subscribers,
                 file_open=actor.file.fd is not None,
                 error=actor.error.message if actor.error else None,
             )

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import msgspec
@@ -27,6 +28,7 @@ from flightlog.protocol import (
     FlightlogError,
     LineReader,
     LocalProtocolError,
+    Message,
     Subscribe,
     Subscribed,
     TailBatch,
@@ -34,15 +36,13 @@ from flightlog.protocol import (
     Unsubscribe,
 )
 
+from ._actor import SessionActor
+from ._config import Config
 from ._paths import ResolvedPath, Roots
+from ._primitives import Disks
 from ._storage import read_on
 
-if TYPE_CHECKING:
-    from ._actor import SessionActor
-    from ._connection import Connection
-    from ._sessions import Sessions
-
-__all__ = ["MAX_SUBSCRIPTIONS", "Tails"]
+__all__ = ["MAX_SUBSCRIPTIONS", "TailPeer", "Tails"]
 
 log = structlog.get_logger("flightlogd.tail")
 
@@ -66,19 +66,42 @@ class _Head(msgspec.Struct):
 _decode_head = msgspec.json.Decoder(_Head).decode
 
 
+class TailPeer(Protocol):
+    """What the tails need of a connection."""
+
+    number: int
+
+    async def send(self, message: Message) -> None: ...
+
+
+class _PeerTails:
+    """One connection's subscriptions, and what they share: one batch read from a
+    file at a time, and one budget of live bytes."""
+
+    def __init__(self) -> None:
+        self.subscriptions: dict[int, Subscription] = {}
+        self.reading = anyio.Lock()
+        self.live_bytes = 0
+
+
 class Subscription:
     """One subscriber of one session (or of all sessions, with ``resolved`` None)."""
 
     def __init__(
         self,
-        tails: Tails,
-        conn: Connection,
+        peer: TailPeer,
+        shared: _PeerTails,
         number: int,
         request: Subscribe,
         resolved: ResolvedPath | None,
+        *,
+        config: Config,
+        roots: Roots,
+        disks: Disks,
+        on_end: Callable[[Subscription], None],
     ) -> None:
-        self.tails = tails
-        self.conn = conn
+        self.peer = peer
+        self.shared = shared
         self.number = number
         self.resolved = resolved
         self.follow = request.follow or resolved is None
@@ -91,9 +114,16 @@ class Subscription:
         self.overflowed = False
         self.behind = True  # the file holds records the live buffer does not
         self.closed_at: int | None = None  # the writer closed the session at this seq
+        self.waiting = False  # following a session that does not exist yet
+        self.stopping = False  # the daemon is shutting down
         self.wakeup = anyio.Event()
         self.scope = anyio.CancelScope()
         self.actor: SessionActor | None = None
+        self._buffer_items = config.subscriber_buffer
+        self._max_line = config.max_frame_size + _LINE_OVERHEAD
+        self._roots = roots
+        self._disks = disks
+        self._on_end = on_end
 
     @property
     def path(self) -> str | None:
@@ -105,9 +135,9 @@ class Subscription:
         self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
     ) -> None:
         if (
-            len(self.live) >= self.tails.config.subscriber_buffer
+            len(self.live) >= self._buffer_items
             or self.live_bytes + len(chunk) > _LIVE_BYTES
-            or self.conn.tail_live_bytes + len(chunk) > _CONNECTION_LIVE_BYTES
+            or self.shared.live_bytes + len(chunk) > _CONNECTION_LIVE_BYTES
         ):
             # Fallen behind: forget the buffer, the file has it all.
             self._clear_live()
@@ -116,12 +146,12 @@ class Subscription:
         elif not self.behind:
             self.live.append((chunk, first_seq, last_seq, end_offset, path))
             self.live_bytes += len(chunk)
-            self.conn.tail_live_bytes += len(chunk)
+            self.shared.live_bytes += len(chunk)
         self.wakeup.set()
 
     def _clear_live(self) -> None:
         self.live.clear()
-        self.conn.tail_live_bytes -= self.live_bytes
+        self.shared.live_bytes -= self.live_bytes
         self.live_bytes = 0
 
     def session_closed(self, last_seq: int) -> None:
@@ -141,14 +171,14 @@ class Subscription:
                 reason, code, message = "error", ErrorCode.INTERNAL, f"reading the file: {exc}"
             except Exception:
                 # A bug ends this subscription, not the daemon.
-                log.exception("subscription_failed", conn=self.conn.number, path=self.path)
+                log.exception("subscription_failed", conn=self.peer.number, path=self.path)
                 reason, code, message = "error", ErrorCode.INTERNAL, "see flightlogd's log"
-        self.tails.detach(self)
+        self._on_end(self)
         self._clear_live()
-        if self.scope.cancel_called and self.tails.stopping:
+        if self.scope.cancel_called and self.stopping:
             reason = "shutting_down"
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await self.conn.send(
+            await self.peer.send(
                 TailEnd(
                     subscription=self.number,
                     reason=reason,
@@ -177,7 +207,7 @@ class Subscription:
                 try:
                     await self._catch_up()
                 except FlightlogError as exc:
-                    if not (exc.code == ErrorCode.SESSION_NOT_FOUND and self._waiting()):
+                    if not (exc.code == ErrorCode.SESSION_NOT_FOUND and self.waiting):
                         raise
                     # Following a session that does not exist yet (tail -F): it is
                     # read from its start once created (Tails.session_started).
@@ -191,29 +221,19 @@ class Subscription:
             if not self.behind:
                 await self._wait()
 
-    def _waiting(self) -> bool:
-        """Whether this is a follow subscription waiting for its session to start."""
-        assert self.resolved is not None
-        return self in self.tails.waiting.get(self.resolved.path, ())
-
     async def _wait(self) -> None:
         await self.wakeup.wait()
         self.wakeup = anyio.Event()
 
     async def _catch_up(self) -> None:
         assert self.resolved is not None
-        reader = _FileTail(
-            self.tails.roots,
-            self.resolved,
-            self.offset,
-            self.next_seq,
-            self.tails.config.max_frame_size + _LINE_OVERHEAD,
-        )
+        reader = _FileTail(self._roots, self.resolved, self.offset, self.next_seq, self._max_line)
+        disk = self._disks(self.resolved.root)
         while True:
             # One batch read and sent at a time per connection: a client that tails many
             # sessions and reads slowly holds one batch in the daemon, not one each.
-            async with self.conn.tail_reading:
-                lines = await self.tails.sessions.disk(self.resolved.root).run(reader.read_batch)
+            async with self.shared.reading:
+                lines = await disk.run(reader.read_batch)
                 if not lines:
                     break
                 self.next_seq = reader.next_seq
@@ -224,7 +244,7 @@ class Subscription:
         while self.live and not self.behind:
             chunk, first_seq, last_seq, end_offset, path = self.live.popleft()
             self.live_bytes -= len(chunk)
-            self.conn.tail_live_bytes -= len(chunk)
+            self.shared.live_bytes -= len(chunk)
             if self.resolved is not None:
                 if last_seq < self.next_seq:
                     continue
@@ -246,7 +266,7 @@ class Subscription:
 
     async def _send(self, lines: list[bytes], path: str | None) -> None:
         if lines:
-            await self.conn.send(
+            await self.peer.send(
                 TailBatch(subscription=self.number, lines=lines, path=path or self.path)
             )
 
@@ -345,93 +365,130 @@ class _FileTail:
 
 
 class Tails:
-    """All subscriptions of the daemon."""
+    """All subscriptions of the daemon; the sessions' :class:`~._sessions.Watcher`."""
 
-    def __init__(self, sessions: Sessions, roots: Roots, task_group: TaskGroup) -> None:
-        self.sessions = sessions
+    def __init__(self, config: Config, roots: Roots, disks: Disks, task_group: TaskGroup) -> None:
+        self.config = config
         self.roots = roots
-        self.config = sessions.config
+        self._disks = disks
         self._task_group = task_group
         self._numbers = 0
-        self.all: set[Subscription] = set()
-        self.by_conn: dict[Connection, dict[int, Subscription]] = {}
-        self.waiting: dict[str, set[Subscription]] = {}
-        self.stopping = False
+        self._all: set[Subscription] = set()
+        self._by_peer: dict[TailPeer, _PeerTails] = {}
+        self._waiting: dict[str, set[Subscription]] = {}
 
     @property
     def count(self) -> int:
-        return sum(len(subs) for subs in self.by_conn.values())
+        return sum(len(tails.subscriptions) for tails in self._by_peer.values())
 
-    async def handle(self, conn: Connection, request: Subscribe | Unsubscribe) -> None:
-        if isinstance(request, Unsubscribe):
-            sub = self.by_conn.get(conn, {}).get(request.subscription)
-            if sub is None:
-                raise LocalProtocolError(
-                    f"no subscription {request.subscription} on this connection",
-                    code=ErrorCode.SUBSCRIPTION_NOT_FOUND,
-                )
-            sub.scope.cancel()
-            await conn.send(Ack(id=request.id))
-            return
-        if len(self.by_conn.get(conn, ())) >= MAX_SUBSCRIPTIONS:
+    async def subscribe(
+        self, peer: TailPeer, request: Subscribe, live: Callable[[str], SessionActor | None]
+    ) -> None:
+        """Start a subscription for ``peer``: of the session at ``request.path`` (whose
+        actor ``live`` finds while it runs), or of every session.  Raises
+        :class:`FlightlogError` (``too_many``, ``path_refused``)."""
+        shared = self._by_peer.get(peer)
+        if shared is not None and len(shared.subscriptions) >= MAX_SUBSCRIPTIONS:
             raise LocalProtocolError(
                 f"this connection holds {MAX_SUBSCRIPTIONS} subscriptions, the most it may; "
                 "unsubscribe first",
                 code=ErrorCode.TOO_MANY,
             )
         resolved = self.roots.resolve(request.path) if request.path is not None else None
+        if shared is None:
+            shared = self._by_peer[peer] = _PeerTails()
         self._numbers += 1
-        sub = Subscription(self, conn, self._numbers, request, resolved)
-        self.by_conn.setdefault(conn, {})[sub.number] = sub
-        await conn.send(Subscribed(id=request.id, subscription=sub.number, path=sub.path))
+        sub = Subscription(
+            peer,
+            shared,
+            self._numbers,
+            request,
+            resolved,
+            config=self.config,
+            roots=self.roots,
+            disks=self._disks,
+            on_end=self._detach,
+        )
+        shared.subscriptions[sub.number] = sub
+        try:
+            await peer.send(Subscribed(id=request.id, subscription=sub.number, path=sub.path))
+        except BaseException:
+            self._detach(sub)
+            raise
         if resolved is None:
             sub.behind = False
-            self.all.add(sub)
-        else:
-            actor = self.sessions.by_path.get(resolved.path)
-            if actor is not None and not actor.closing:
-                self.attach(sub, actor)
-            elif sub.follow:
-                self.waiting.setdefault(resolved.path, set()).add(sub)
-        log.info("subscribed", conn=conn.number, path=sub.path, after=request.after)
+            self._all.add(sub)
+        elif (actor := live(resolved.path)) is not None:
+            self._attach(sub, actor)
+        elif sub.follow:
+            sub.waiting = True
+            self._waiting.setdefault(resolved.path, set()).add(sub)
+        log.info("subscribed", conn=peer.number, path=sub.path, after=request.after)
         self._task_group.start_soon(sub.run, name=f"tail {sub.number}")
 
-    def attach(self, sub: Subscription, actor: SessionActor) -> None:
+    async def unsubscribe(self, peer: TailPeer, request: Unsubscribe) -> None:
+        """End a subscription of ``peer``.  Raises :class:`FlightlogError`
+        (``subscription_not_found``)."""
+        shared = self._by_peer.get(peer)
+        sub = shared.subscriptions.get(request.subscription) if shared else None
+        if sub is None:
+            raise LocalProtocolError(
+                f"no subscription {request.subscription} on this connection",
+                code=ErrorCode.SUBSCRIPTION_NOT_FOUND,
+            )
+        sub.scope.cancel()
+        await peer.send(Ack(id=request.id))
+
+    def _attach(self, sub: Subscription, actor: SessionActor) -> None:
         sub.actor = actor
-        actor.subscribers.add(sub)
+        actor.attach(sub)
 
-    def session_started(self, actor: SessionActor) -> None:
-        for sub in self.waiting.pop(actor.path, ()):
-            self.attach(sub, actor)
-            sub.behind = True
-            sub.wakeup.set()
-
-    def publish_all(self, chunk: bytes, first_seq: int, last_seq: int, end: int, path: str) -> None:
-        for sub in list(self.all):
-            sub.publish(chunk, first_seq, last_seq, end, path)
-
-    def detach(self, sub: Subscription) -> None:
-        self.all.discard(sub)
-        subs = self.by_conn.get(sub.conn)
-        if subs is not None:
-            subs.pop(sub.number, None)
-            if not subs:
-                del self.by_conn[sub.conn]
+    def _detach(self, sub: Subscription) -> None:
+        self._all.discard(sub)
+        shared = self._by_peer.get(sub.peer)
+        if shared is not None:
+            shared.subscriptions.pop(sub.number, None)
+            if not shared.subscriptions:
+                del self._by_peer[sub.peer]
         if sub.resolved is not None:
-            waiting = self.waiting.get(sub.resolved.path)
+            waiting = self._waiting.get(sub.resolved.path)
             if waiting is not None:
                 waiting.discard(sub)
                 if not waiting:
-                    del self.waiting[sub.resolved.path]
+                    del self._waiting[sub.resolved.path]
         if sub.actor is not None:
-            sub.actor.subscribers.discard(sub)
+            sub.actor.detach(sub)
 
-    async def drop_connection(self, conn: Connection) -> None:
-        for sub in list(self.by_conn.get(conn, {}).values()):
-            sub.scope.cancel()
+    # ------------------------------------------------------ Watcher protocol
+
+    @property
+    def tailing_all(self) -> bool:
+        return bool(self._all)
+
+    def session_started(self, actor: SessionActor) -> None:
+        for sub in self._waiting.pop(actor.path, ()):
+            sub.waiting = False
+            self._attach(sub, actor)
+            sub.behind = True
+            sub.wakeup.set()
+
+    def publish_all(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str
+    ) -> None:
+        for sub in list(self._all):
+            sub.publish(chunk, first_seq, last_seq, end_offset, path)
+
+    # ------------------------------------------------------------- endings
+
+    def drop_peer(self, peer: TailPeer) -> None:
+        """End every subscription of a connection that is going away."""
+        shared = self._by_peer.get(peer)
+        if shared is not None:
+            for sub in list(shared.subscriptions.values()):
+                sub.scope.cancel()
 
     def shutdown(self) -> None:
-        self.stopping = True
-        for subs in list(self.by_conn.values()):
-            for sub in list(subs.values()):
+        for shared in list(self._by_peer.values()):
+            for sub in list(shared.subscriptions.values()):
+                sub.stopping = True
                 sub.scope.cancel()

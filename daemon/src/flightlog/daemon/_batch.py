@@ -1,0 +1,116 @@
+"""One batch of a session actor: the lines it gathers, the replies that wait for
+their write (and sync), and the payload bytes to hand back to each connection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from flightlog.protocol import (
+    CheckpointData,
+    CheckpointLoaded,
+    ErrorCode,
+    ErrorReply,
+    FlightlogError,
+    LocalProtocolError,
+    Message,
+    Record,
+    append_line,
+    is_time,
+)
+
+from ._peers import Peer
+
+__all__ = [
+    "Batch",
+    "Reply",
+    "bad_time",
+    "check_time",
+    "checkpoint_reply",
+    "error_reply",
+    "ready",
+]
+
+
+#: A reply that waits for its batch's write (and sync): made once they are done.
+Reply = Callable[[], Message]
+
+
+class Batch:
+    """What one batch gathers until it is written: its lines, the replies that wait
+    for them, the payload bytes to hand back to each connection."""
+
+    __slots__ = ("buf", "checkpoints", "count", "first_seq", "needs_sync", "released", "replies")
+
+    def __init__(self, first_seq: int) -> None:
+        self.buf = bytearray()
+        self.count = 0
+        self.first_seq = first_seq
+        self.replies: list[tuple[Peer, Reply]] = []
+        self.needs_sync = False
+        self.released: dict[int, tuple[Peer, int]] = {}
+        # (seq, offset in buf, length) of the checkpoints, indexed once written.
+        self.checkpoints: list[tuple[int, int, int]] = []
+
+    def add(self, session_id: str, kind: str, time: str, data: bytes, run_id: str | None) -> int:
+        """Append a line; its seq."""
+        seq = self.first_seq + self.count
+        append_line(
+            self.buf,
+            Record(
+                session_id=session_id,
+                seq=seq,
+                type=kind,
+                time=time,
+                run_id=run_id,
+                data=msgspec.Raw(data),
+            ),
+        )
+        self.count += 1
+        return seq
+
+    def release(self, peer: Peer, size: int) -> None:
+        if size:
+            _, held = self.released.get(id(peer), (peer, 0))
+            self.released[id(peer)] = (peer, held + size)
+
+    def restart(self, first_seq: int) -> None:
+        """Start over after what was gathered so far was written."""
+        self.buf = bytearray()
+        self.count = 0
+        self.first_seq = first_seq
+        self.checkpoints.clear()
+
+
+def ready(message: Message) -> Reply:
+    return lambda: message
+
+
+def error_reply(request_id: int, error: FlightlogError, session_id: str) -> ErrorReply:
+    return ErrorReply(id=request_id, code=error.code, message=error.message, session_id=session_id)
+
+
+def checkpoint_reply(request_id: int, record: Record | None) -> CheckpointLoaded:
+    if record is None:
+        return CheckpointLoaded(id=request_id)
+    data = msgspec.json.decode(record.data, type=CheckpointData)
+    return CheckpointLoaded(
+        id=request_id,
+        seq=record.seq,
+        run_id=record.run_id,
+        time=record.time,
+        snapshot=bytes(data.snapshot),
+    )
+
+
+def bad_time(time: str) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
+        code=ErrorCode.BAD_EVENT,
+    )
+
+
+def check_time(time: str) -> None:
+    if not is_time(time):
+        raise bad_time(time)

@@ -1,0 +1,60 @@
+"""What a session actor is sent, and the parts it talks to as it sees them.
+
+A connection is a :class:`Peer` to the actors it writes, a live tail a
+:class:`Subscriber`; the actor holds them through these Protocols only.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+
+from flightlog.protocol import Message, RecordEvent, SaveCheckpoint
+
+__all__ = ["Item", "Peer", "Release", "Shutdown", "Subscriber", "payload_size"]
+
+
+class Peer(Protocol):
+    """What an actor needs of a connection."""
+
+    pid: int
+    uid: int
+    client: str
+    closed: bool
+
+    async def send(self, message: Message) -> None: ...
+
+    def push(self, message: Message) -> None: ...
+
+    def release_bytes(self, count: int) -> None: ...
+
+
+class Subscriber(Protocol):
+    """A live tail of this session, fed after every successful write."""
+
+    def publish(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
+    ) -> None: ...
+
+    def session_closed(self, last_seq: int) -> None: ...
+
+
+class Release(msgspec.Struct, frozen=True):
+    """The writer's connection went away: write what it sent, sync, release."""
+
+
+class Shutdown(msgspec.Struct, frozen=True):
+    """The daemon is stopping: write, sync and close."""
+
+
+Item = tuple["Peer | None", Message | Release | Shutdown]
+
+
+def payload_size(message: object) -> int:
+    """Bytes of JSON payload a message carries: what a connection's buffer counts."""
+    if isinstance(message, RecordEvent):
+        return len(message.data)
+    if isinstance(message, SaveCheckpoint):
+        return len(message.snapshot)
+    return 0

@@ -11,14 +11,10 @@ close.
 
 The mailbox carries :data:`Item` tuples in the order the writer's connection sent
 them, so a reply never overtakes the records sent before its request.  The actor
-reaches the connections through :class:`Peer`, the live tails through
-:class:`Subscriber` and the registry that started it through :class:`Registry`; it
-holds none of them.
+reaches connections, tails and its registry through the Protocols of :mod:`._peers`.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
 
 import anyio
 import msgspec
@@ -54,22 +50,14 @@ from flightlog.protocol import (
 )
 
 from ._batch import Batch, Reply, bad_time, check_time, checkpoint_reply, error_reply, ready
+from ._channel import Lease
 from ._config import Config
 from ._json import check_json
-from ._peers import Item, Peer, Release, Shutdown, Subscriber, payload_size
+from ._peers import Item, Peer, Registry, Release, Shutdown, Subscriber, payload_size
 from ._primitives import Disk, Mailbox
 from ._storage import SessionFile, StorageError
 
-__all__ = [
-    "Item",
-    "Peer",
-    "Registry",
-    "Release",
-    "SessionActor",
-    "Shutdown",
-    "Subscriber",
-    "payload_size",
-]
+__all__ = ["Item", "SessionActor"]
 
 log = structlog.get_logger("flightlogd.session")
 
@@ -77,27 +65,6 @@ _encode_json = msgspec.json.Encoder().encode
 
 #: Items an actor takes from its mailbox at once.
 _BATCH_ITEMS = 4096
-
-
-class Registry(Protocol):
-    """What an actor tells the registry that started it."""
-
-    @property
-    def tailing_all(self) -> bool:
-        """Whether anyone tails every session (then :meth:`publish_all` wants lines)."""
-        ...
-
-    def publish_all(
-        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str
-    ) -> None: ...
-
-    def file_used(self, actor: SessionActor, records: int, nbytes: int) -> None: ...
-
-    def file_idle(self, actor: SessionActor) -> None: ...
-
-    def session_failed(self, actor: SessionActor) -> None: ...
-
-    def session_finished(self, actor: SessionActor) -> None: ...
 
 
 class SessionActor:
@@ -108,7 +75,7 @@ class SessionActor:
         file: SessionFile,
         writer: Peer,
         *,
-        registry: Registry,
+        registry: Registry[SessionActor],
         disk: Disk,
         config: Config,
     ) -> None:
@@ -212,7 +179,8 @@ class SessionActor:
             subscriber.session_closed(self.file.last_seq)
         self._subscribers.clear()
         self._registry.session_finished(self)
-        self._log.info("session_closed", last_seq=self.file.last_seq, error=_text(self.error))
+        error = self.error.message if self.error else None
+        self._log.info("session_closed", last_seq=self.file.last_seq, error=error)
         self.released.set()
         self.finished.set()
 
@@ -277,18 +245,18 @@ class SessionActor:
                         f"{type(message).__name__} is not a session request",
                         code=ErrorCode.BAD_MESSAGE,
                     )
-        except FlightlogError as exc:
-            self._log_refusal(peer, type(message).__name__, exc)
+        except Exception as exc:
+            if isinstance(exc, FlightlogError):
+                self._log_refusal(peer, type(message).__name__, exc)
+            else:
+                # A bug: answer the request rather than leave its caller waiting, and
+                # keep the session (and the daemon) serving.
+                self._log.exception("request_failed", request=type(message).__name__)
+                exc = FlightlogError(
+                    f"{type(message).__name__} failed inside flightlogd; see its log",
+                    code=ErrorCode.INTERNAL,
+                )
             reply = ready(error_reply(request_id, exc, self.session_id))
-        except Exception:
-            # A bug: answer the request rather than leave its caller waiting, and
-            # keep the session (and the daemon) serving.
-            self._log.exception("request_failed", request=type(message).__name__)
-            error = FlightlogError(
-                f"{type(message).__name__} failed inside flightlogd; see its log",
-                code=ErrorCode.INTERNAL,
-            )
-            reply = ready(error_reply(request_id, error, self.session_id))
         batch.replies.append((peer, reply))
         return isinstance(message, CloseSession) and self.closing
 
@@ -328,7 +296,16 @@ class SessionActor:
         # The checkpoint may be in this very batch: write first, then read.
         await self._flush(batch)
         batch.restart(self.file.last_seq + 1)
-        record = await self._read_checkpoint()
+        if self.error is not None:
+            raise self.error
+        self.busy = True
+        try:
+            record = await self._disk.run(self.file.read_checkpoint)
+        except StorageError as exc:
+            self._fail(exc)
+            raise
+        finally:
+            self.busy = False
         return ready(checkpoint_reply(message.id, record))
 
     def _close_session(self, batch: Batch, message: CloseSession) -> Reply:
@@ -345,24 +322,40 @@ class SessionActor:
         """Write the batch, sync it if it needs it, then hand back the connections'
         bytes and send the replies; True when the actor should stop."""
         await self._flush(batch)
+        replied = False
         if batch.needs_sync and self.error is None:
+            # The replies go out from the disk thread right after the sync, when they
+            # can: the loop's wake-up is then off the caller's path (docs/architecture.md).
+            lease = None if stop else self._lease(batch.replies)
             try:
-                await self._sync()
+                await self._sync(lease)
             except StorageError as exc:
                 self._fail(exc)
             except Exception:
                 self._fail_unexpectedly("sync")
+            finally:
+                replied = lease is not None and lease.end()
         for peer, size in batch.released.values():
             peer.release_bytes(size)
         if stop:
             # From the acknowledgement on, the session is closed: a new subscriber
             # must find the file at rest, not this actor on its way out.
             self.closing = True
-        for peer, make_reply in batch.replies:
-            await peer.send(make_reply())
+        if not replied:
+            for peer, make_reply in batch.replies:
+                await peer.send(make_reply())
         if stop:
             return True
         return self.writer is None and not self._subscribers and not self._mailbox.items
+
+    def _lease(self, replies: list[tuple[Peer, Reply]]) -> Lease | None:
+        """The socket of the one peer ``replies`` go to, lent to write them once synced."""
+        if not replies or not self.file.dirty:
+            return None
+        peer = replies[0][0]
+        if any(other is not peer for other, _ in replies):
+            return None
+        return peer.lease([make_reply() for _, make_reply in replies])
 
     def _release(self) -> None:
         writer, self.writer = self.writer, None
@@ -496,24 +489,18 @@ class SessionActor:
         )
 
     def _durable(self, reply: Message) -> Reply:
-        """The reply to a request whose line is in this batch: an error instead if the
-        batch's write (or sync) failed."""
-        request_id: int = getattr(reply, "id", 0)
-
-        def make() -> Message:
-            if self.error is not None:
-                return error_reply(request_id, self.error, self.session_id)
-            return reply
-
-        return make
+        """The reply to a request whose line is in this batch."""
+        return self._after_write(getattr(reply, "id", 0), lambda: reply)
 
     def _ack_last(self, request_id: int) -> Reply:
-        def make() -> Message:
-            if self.error is not None:
-                return error_reply(request_id, self.error, self.session_id)
-            return Ack(id=request_id, seq=self.file.last_seq)
+        return self._after_write(request_id, lambda: Ack(id=request_id, seq=self.file.last_seq))
 
-        return make
+    def _after_write(self, request_id: int, make: Reply) -> Reply:
+        """``make``, called once the batch is written (and synced), or the error the
+        write (or sync) failed with."""
+        return lambda: (
+            make() if self.error is None else error_reply(request_id, self.error, self.session_id)
+        )
 
     # ----------------------------------------------------------------- storage
 
@@ -545,24 +532,14 @@ class SessionActor:
                 subscriber.publish(chunk, first_seq, last_seq, end)
             registry.publish_all(chunk, first_seq, last_seq, end, self.path)
 
-    async def _sync(self) -> None:
+    async def _sync(self, lease: Lease | None = None) -> None:
+        """fsync what was written, then (in the same disk thread) write ``lease``'s
+        replies: they leave only once the sync succeeded."""
         if not self.file.dirty:
             return
         self.busy = True
         try:
-            await self._disk.run(self.file.sync)
-        finally:
-            self.busy = False
-
-    async def _read_checkpoint(self) -> Record | None:
-        if self.error is not None:
-            raise self.error
-        self.busy = True
-        try:
-            return await self._disk.run(self.file.read_checkpoint)
-        except StorageError as exc:
-            self._fail(exc)
-            raise
+            await self._disk.run(_sync_then_send, self.file, lease)
         finally:
             self.busy = False
 
@@ -596,5 +573,7 @@ class SessionActor:
             )
 
 
-def _text(error: FlightlogError | None) -> str | None:
-    return None if error is None else error.message
+def _sync_then_send(file: SessionFile, lease: Lease | None) -> None:
+    file.sync()
+    if lease is not None:
+        lease.send()

@@ -29,7 +29,7 @@ from flightlog.protocol import FrameDecoder
 
 from ._primitives import Poller
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "Lease"]
 
 
 class Channel:
@@ -67,6 +67,7 @@ class Channel:
         self._room = asyncio.Event()  # set whenever the queue shrinks or ends
         self._send_lock = asyncio.Lock()
         self.write_ended = False
+        self._lease: Lease | None = None  # the socket is lent to a disk thread
         self._closed = False
 
     @property
@@ -158,7 +159,7 @@ class Channel:
         Dropped once writing has ended."""
         if self.write_ended or self._closed:
             return
-        if self._queue:
+        if self._queue or self._lease is not None:
             self._queue += data
             return
         try:
@@ -216,6 +217,30 @@ class Channel:
         self._stop_writing()
         self._make_room()
 
+    def lease(self, data: bytes) -> Lease | None:
+        """Lend the socket for writing ``data`` from a disk thread, or None when it
+        cannot be written at once (bytes are queued before it, or writing ended)."""
+        if self._queue or self._lease is not None or self.write_ended or self._closed:
+            return None
+        self._lease = Lease(self, self._sock, data)
+        return self._lease
+
+    def _lease_ended(self, lease: Lease) -> None:
+        self._lease = None
+        if self._closed:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            return
+        if lease.error is not None:
+            self._end_writing()
+            return
+        if lease.sent is not None and lease.sent < len(lease.data):
+            self._queue[:0] = memoryview(lease.data)[lease.sent :]
+        if self._queue and not self._writing:
+            self._writing = True
+            self._loop.add_writer(self._fd, self._on_writable)
+        self._make_room()
+
     async def flush(self) -> None:
         """Wait until the queue is written, or writing has ended."""
         while self._queue and not self.write_ended and not self._closed:
@@ -232,5 +257,42 @@ class Channel:
         self._stop_writing()
         self._queue.clear()
         self._make_room()
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        if self._lease is None:  # else closed once the disk thread is done with it
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+
+class Lease:
+    """A channel's socket lent to a disk thread for one write.
+
+    :meth:`send` runs in the thread (at most once); :meth:`end` runs on the loop, always
+    (whether or not :meth:`send` ran), and gives the socket back: what the socket did
+    not take is queued first, and the channel closes its socket only once it is back.
+    Meanwhile the loop queues what it writes."""
+
+    __slots__ = ("_channel", "_sock", "data", "error", "sent")
+
+    def __init__(self, channel: Channel, sock: socket.socket, data: bytes) -> None:
+        self._channel = channel
+        self._sock = sock
+        self.data = data
+        self.sent: int | None = None  # None: send() did not run
+        self.error: OSError | None = None
+
+    def send(self) -> None:
+        """Write what the socket takes now (in the disk thread)."""
+        sock, data = self._sock, self.data
+        sent = 0
+        try:
+            while sent < len(data):
+                sent += sock.send(data[sent:] if sent else data)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            self.error = exc
+        self.sent = sent
+
+    def end(self) -> bool:
+        """Give the socket back (on the loop); whether :meth:`send` ran."""
+        self._channel._lease_ended(self)
+        return self.sent is not None

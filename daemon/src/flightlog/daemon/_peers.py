@@ -1,18 +1,23 @@
 """What a session actor is sent, and the parts it talks to as it sees them.
 
 A connection is a :class:`Peer` to the actors it writes, a live tail a
-:class:`Subscriber`; the actor holds them through these Protocols only.
+:class:`Subscriber`, the registry of sessions a :class:`Registry`; the actor holds
+them through these Protocols only.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 
 from flightlog.protocol import Message, RecordEvent, SaveCheckpoint
 
-__all__ = ["Item", "Peer", "Release", "Shutdown", "Subscriber", "payload_size"]
+from ._channel import Lease
+
+__all__ = ["Item", "Peer", "Registry", "Release", "Shutdown", "Subscriber", "payload_size"]
+
+Actor = TypeVar("Actor", contravariant=True)
 
 
 class Peer(Protocol):
@@ -29,6 +34,11 @@ class Peer(Protocol):
 
     def release_bytes(self, count: int) -> None: ...
 
+    def lease(self, messages: list[Message]) -> Lease | None:
+        """The connection's socket, lent to a disk thread to write ``messages`` right
+        after a sync; None when they must go through :meth:`send`."""
+        ...
+
 
 class Subscriber(Protocol):
     """A live tail of this session, fed after every successful write."""
@@ -38,6 +48,27 @@ class Subscriber(Protocol):
     ) -> None: ...
 
     def session_closed(self, last_seq: int) -> None: ...
+
+
+class Registry(Protocol[Actor]):
+    """What an actor tells the registry that started it."""
+
+    @property
+    def tailing_all(self) -> bool:
+        """Whether anyone tails every session (then :meth:`publish_all` wants lines)."""
+        ...
+
+    def publish_all(
+        self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str
+    ) -> None: ...
+
+    def file_used(self, actor: Actor, records: int, nbytes: int) -> None: ...
+
+    def file_idle(self, actor: Actor) -> None: ...
+
+    def session_failed(self, actor: Actor) -> None: ...
+
+    def session_finished(self, actor: Actor) -> None: ...
 
 
 class Release(msgspec.Struct, frozen=True):

@@ -14,7 +14,9 @@ docs/benchmarks.md measures.  What each promises when its caller is cancelled:
   out of the set once unwatched, and a hold always ends in its release.
 - :class:`~._channel.Channel` (a connection's socket, on the poller): a cancelled
   ``send`` writes nothing of its message; a cancelled ``wait_readable`` loses no
-  bytes (they stay in the decoder).
+  bytes (they stay in the decoder).  A socket lent to a disk thread
+  (:class:`~._channel.Lease`) is given back on the loop whatever became of the job,
+  and stays open until then.
 
 They are asyncio only (plain or uvloop), which is what the daemon runs on.
 """
@@ -141,10 +143,7 @@ DISK_THREADS = 16
 #: Seconds a thread with nothing to do waits for a job before it exits.
 IDLE_SECONDS = 10.0
 
-#: Called on the loop with a job's outcome, before its caller resumes.
-Then = Callable[[bool, Any], None]
-
-_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "_Pending"]
+_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
 class Disk:
@@ -173,28 +172,25 @@ class Disk:
         """Threads alive (busy or waiting)."""
         return self._threads
 
-    async def run(self, func: Callable[..., T], *args: Any, then: Then | None = None) -> T:
-        """``func(*args)`` in one of the root's threads; its result or exception.
-
-        ``then(ok, result_or_exception)``, if given, runs on the loop as soon as the
-        job is done, before the caller resumes (it must not raise)."""
+    async def run(self, func: Callable[..., T], *args: Any) -> T:
+        """``func(*args)`` in one of the root's threads; its result or exception."""
         loop = asyncio.get_running_loop()
-        pending = _Pending(loop.create_future(), then)
+        future: asyncio.Future[T] = loop.create_future()
         limiter = self.limiter
         try:
-            limiter.acquire_on_behalf_of_nowait(pending)
+            limiter.acquire_on_behalf_of_nowait(future)
         except anyio.WouldBlock:
             # Every thread of this root is busy (or hung): wait for one, cancellably.
-            await limiter.acquire_on_behalf_of(pending)
+            await limiter.acquire_on_behalf_of(future)
         try:
             self._ensure_thread()
             with anyio.CancelScope(shield=True):
                 # The thread needs the GIL, which this one lets go of only once the
                 # loop waits: queue the job as late as possible.
-                self._jobs.put((func, args, loop, pending))
-                result: T = await pending.future
+                self._jobs.put((func, args, loop, future))
+                result = await future
         finally:
-            limiter.release_on_behalf_of(pending)
+            limiter.release_on_behalf_of(future)
         return result
 
     def _ensure_thread(self) -> None:
@@ -218,7 +214,7 @@ class Disk:
         jobs, lock = self._jobs, self._lock
         while True:
             try:
-                func, args, loop, pending = jobs.get(timeout=IDLE_SECONDS)
+                func, args, loop, future = jobs.get(timeout=IDLE_SECONDS)
             except queue.Empty:
                 with lock:
                     # Leave only if some waiting thread has no job promised to it;
@@ -238,29 +234,18 @@ class Disk:
             with lock:
                 self._idle += 1
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                loop.call_soon_threadsafe(pending.settle, *outcome)
-            del loop, pending, outcome
+                loop.call_soon_threadsafe(_settle, future, outcome)
+            del loop, future, outcome
 
 
-class _Pending:
-    """A job's caller: its future, and what runs on the loop before it resumes."""
-
-    __slots__ = ("future", "then")
-
-    def __init__(self, future: asyncio.Future[Any], then: Then | None) -> None:
-        self.future = future
-        self.then = then
-
-    def settle(self, ok: bool, value: Any) -> None:
-        future = self.future
-        if future.done():
-            return
-        if self.then is not None:
-            self.then(ok, value)
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if future.done():
+        return
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 class Disks:

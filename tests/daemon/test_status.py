@@ -1,0 +1,64 @@
+"""``status`` through a real daemon: what it counts for a session is what its file holds."""
+
+from __future__ import annotations
+
+from daemon_support import begin, create, fact
+
+from flightlog.protocol import (
+    Ack,
+    CloseRun,
+    CloseSession,
+    Open,
+    SessionOpened,
+    Status,
+    StatusReply,
+    Sync,
+    now,
+)
+from support import DaemonProcess, RawClient
+
+
+def _status(client: RawClient, path: str) -> tuple[int, int, int]:
+    reply = client.request(Status(id=client.next_id()))
+    assert isinstance(reply, StatusReply)
+    (session,) = [s for s in reply.sessions if s.path == path]
+    return session.records, session.bytes, session.last_seq
+
+
+def test_a_new_session_counts_every_line_of_its_file(daemon: DaemonProcess) -> None:
+    with RawClient(daemon.socket) as client:
+        opened = create(client, "counted.jsonl", agent="demo")
+        assert _status(client, opened.path) == (
+            1,
+            (daemon.root / "counted.jsonl").stat().st_size,
+            1,
+        )
+        run = begin(client, opened.session_id)
+        for n in range(44):
+            client.send(fact(opened.session_id, run.run_id, n))
+        client.request(
+            CloseRun(
+                id=client.next_id(), session_id=opened.session_id, run_id=run.run_id, time=now()
+            )
+        )
+        data = (daemon.root / "counted.jsonl").read_bytes()
+        # session_start, run_start, 44 facts, run_close: 47 lines, all counted.
+        assert _status(client, opened.path) == (data.count(b"\n"), len(data), 47)
+        assert data.count(b"\n") == 47
+
+
+def test_a_reopened_session_counts_the_lines_written_since(daemon: DaemonProcess) -> None:
+    with RawClient(daemon.socket) as client:
+        opened = create(client, "again.jsonl")
+        client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+    before = (daemon.root / "again.jsonl").stat().st_size
+    with RawClient(daemon.socket) as client:
+        reopened = client.request(Open(id=client.next_id(), path="again.jsonl"))
+        assert isinstance(reopened, SessionOpened)
+        assert _status(client, reopened.path) == (0, 0, 1)
+        run = begin(client, reopened.session_id)
+        client.send(fact(reopened.session_id, run.run_id))
+        synced = client.request(Sync(id=client.next_id(), session_id=reopened.session_id))
+        assert synced == Ack(id=synced.id, seq=3)
+        size = (daemon.root / "again.jsonl").stat().st_size
+        assert _status(client, reopened.path) == (2, size - before, 3)

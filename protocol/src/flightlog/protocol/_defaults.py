@@ -1,4 +1,4 @@
-"""Default paths (DESIGN.md "Defaults"), as pure functions of the environment.
+"""Default paths (docs/operations.md, "Where things go"), as pure functions of the environment.
 
 The caller passes the environment and uid in, so this module reads nothing itself.
 """

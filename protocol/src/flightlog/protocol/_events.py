@@ -1,7 +1,7 @@
 """The agent-side event model: what an agent loop, or an adapter for one, hands to ``record()``.
 
 The vocabulary follows the AgentGo kernel's session recorder.  There is one event class
-per record type of DESIGN.md section 2, and one for each event a loop emits that is never
+per record type of docs/format.md section 4, and one for each event a loop emits that is never
 written (``message_start``, ``message_update``, ``model_stream``, ``tool_exec_update``), so
 an adapter can hand over everything and let the codec decide what reaches the file.
 

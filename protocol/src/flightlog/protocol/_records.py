@@ -53,7 +53,7 @@ RUN_CLOSE: Final = "run_close"
 #: Records only the daemon writes, on behalf of create, begin_run, save_checkpoint and close.
 STRUCTURAL_TYPES: Final = frozenset({SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE})
 
-#: The agent facts a run may record (docs/format.md, section 4).
+#: The agent facts a run may record (docs/format.md section 4).
 AGENT_FACT_TYPES: Final = frozenset(
     {
         "model_request",

@@ -7,7 +7,7 @@ Theory of operation
 the records themselves, so a file of any size is summarised in memory proportional to
 its number of calls.
 
-Starts and ends pair by run, execution id, attempt and kind (DESIGN.md section 2): the
+Starts and ends pair by run, execution id, attempt and kind (docs/format.md section 4.5): the
 records of one call are those of one run whose ``execution`` has the same ``kind``,
 ``id`` and ``attempt``.  A retry keeps the id and adds one to the attempt, so each
 attempt is a call of its own, linked to the next by the ``retry`` record.  A call

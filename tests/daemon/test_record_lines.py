@@ -8,13 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
 from flightlog.daemon._actor import Item, SessionActor
 from flightlog.daemon._config import Config
 from flightlog.daemon._paths import Roots
+from flightlog.daemon._primitives import Disks
+from flightlog.daemon._sessions import Sessions
 from flightlog.daemon._storage import SessionFile
+from flightlog.daemon._tail import Tails
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
     Message,
@@ -27,24 +31,6 @@ from flightlog.protocol import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-class _Tails:
-    all: tuple[()] = ()
-
-    def publish_all(self, *args: Any) -> None:
-        pass
-
-
-class _Sessions:
-    """What an actor uses of the registry, without the registry."""
-
-    def __init__(self, root: Path) -> None:
-        self.config = Config(socket_path=str(root / "sock"), root=str(root))
-        self.tails = _Tails()
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
 
 
 class _Peer:
@@ -84,7 +70,17 @@ def _actor(made: list[SessionActor], tmp_path: Path, writer: _Peer) -> tuple[Ses
         meta={},
         time="2026-11-29T20:00:00Z",
     )
-    actor = SessionActor(file, _Sessions(tmp_path), writer)  # type: ignore[arg-type]
+    config = Config(socket_path=str(tmp_path / "sock"), root=str(tmp_path))
+    disks = Disks()
+    group = anyio.create_task_group()  # never entered: these tests start no task
+    registry = Sessions(config, roots, disks, group, Tails(config, roots, disks, group))
+    actor = SessionActor(
+        file,
+        writer,  # type: ignore[arg-type]
+        registry=registry,
+        disk=disks(str(tmp_path)),
+        config=config,
+    )
     actor.state = SessionState.RUN_OPEN
     actor.run_id = new_id()
     made.append(actor)

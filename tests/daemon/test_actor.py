@@ -1,6 +1,7 @@
 """A session actor inside the real registry (Sessions, Tails, the disk threads), driven
-through its mailbox: durable replies wait for the sync, leave from the disk thread when
-the writer's socket is lent, answer with the error when the sync fails; the registry
+through its mailbox: durable replies wait for the sync and leave from the disk thread,
+a hung sync holds no other session's replies on the same connection, a failed sync
+answers with its error; the registry
 hears of every write and of the end; subscribers attach and detach."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 from flightlog.daemon import _storage
 from flightlog.daemon._actor import SessionActor
-from flightlog.daemon._channel import Channel, Lease
+from flightlog.daemon._channel import Channel, ThreadWrite
 from flightlog.daemon._config import Config
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._primitives import Disks, Poller
@@ -54,7 +55,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]
 
 class _Writer:
     """A connection as an actor sees it (a Peer): what it was sent, and optionally a
-    real channel on a socket pair whose socket it lends."""
+    real channel on a socket pair, which a disk thread may write."""
 
     pid = 4242
     uid = 1000
@@ -65,7 +66,7 @@ class _Writer:
         self.sent: list[Message] = []
         self.pushed: list[Message] = []
         self.released = 0
-        self.leased: list[Lease] = []
+        self.thread_writes: list[ThreadWrite] = []
         self.arrived = anyio.Event()
         self._channel = channel
 
@@ -79,13 +80,13 @@ class _Writer:
     def release_bytes(self, count: int) -> None:
         self.released += count
 
-    def lease(self, messages: list[Message]) -> Lease | None:
+    def thread_write(self, messages: list[Message]) -> ThreadWrite | None:
         if self._channel is None:
             return None
-        lease = self._channel.lease(b"".join(encode_frame(message) for message in messages))
-        if lease is not None:
-            self.leased.append(lease)
-        return lease
+        write = self._channel.thread_write(b"".join(map(encode_frame, messages)))
+        if write is not None:
+            self.thread_writes.append(write)
+        return write
 
     async def reply(self) -> Message:
         with anyio.fail_after(10):
@@ -117,16 +118,21 @@ async def daemon(tmp_path: Path) -> AsyncIterator[_Daemon]:
 
 class _Fsyncs:
     """The fault seam's fsync, counted, with the thread it ran in; ``fail`` makes it
-    fail with EIO."""
+    fail with EIO, ``gates`` makes the fsync of a descriptor wait for its event."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.threads: list[str] = []
         self.fail = False
+        self.gates: dict[int, threading.Event] = {}
+        self.held = threading.Event()  # a gated fsync is waiting
         self._real = _storage._os_fsync
         monkeypatch.setattr(_storage, "_os_fsync", self)
 
     def __call__(self, fd: int) -> None:
         self.threads.append(threading.current_thread().name)
+        if fd in self.gates:
+            self.held.set()
+            self.gates[fd].wait(10)
         if self.fail:
             raise OSError(errno.EIO, "Input/output error")
         self._real(fd)
@@ -180,7 +186,7 @@ async def test_a_checkpoint_is_acknowledged_once_synced(
     assert not actor.file.dirty
 
 
-async def test_the_reply_leaves_from_the_disk_thread_through_the_lent_socket(
+async def test_the_reply_leaves_from_the_disk_thread(
     daemon: _Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fsyncs = _Fsyncs(monkeypatch)
@@ -199,9 +205,41 @@ async def test_the_reply_leaves_from_the_disk_thread_through_the_lent_socket(
             channel.close()
             theirs.close()
     assert replies == [Ack(id=7, seq=4), Ack(id=8, seq=4)]
-    assert [lease.sent for lease in writer.leased] == [len(b"".join(map(encode_frame, replies)))]
+    assert [write.sent for write in writer.thread_writes] == [
+        len(b"".join(map(encode_frame, replies)))
+    ]
     assert writer.sent == []  # nothing went the loop's way
     assert fsyncs.threads
+
+
+async def test_a_hung_sync_holds_no_other_sessions_reply_on_the_same_connection(
+    daemon: _Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = _Fsyncs(monkeypatch)
+    ours, theirs = socket.socketpair()
+    gate = threading.Event()
+    with Poller() as poller:
+        channel = Channel(ours, poller, server_decoder(), read_size=65536, queue_bytes=1 << 20)
+        try:
+            writer = _Writer(channel)
+            hung = await daemon.sessions.create(writer, "hung.jsonl", {})
+            other = await daemon.sessions.create(writer, "other.jsonl", {})
+            hung_run = await _begin(hung, writer)
+            await _begin(other, writer)
+            assert hung.file.fd is not None
+            fsyncs.gates[hung.file.fd] = gate
+            await hung.put(writer, _checkpoint(hung, hung_run, 20))
+            assert await anyio.to_thread.run_sync(fsyncs.held.wait, 10)
+            await other.put(writer, Sync(id=21, session_id=other.session_id))
+            first = await anyio.to_thread.run_sync(_receive, theirs, 1)
+            gate.set()
+            second = await anyio.to_thread.run_sync(_receive, theirs, 1)
+        finally:
+            gate.set()
+            channel.close()
+            theirs.close()
+    assert first == [Ack(id=21, seq=2)]
+    assert second == [Ack(id=20, seq=3)]
 
 
 async def test_a_failed_sync_answers_with_its_error_and_sends_nothing_early(
@@ -223,7 +261,7 @@ async def test_a_failed_sync_answers_with_its_error_and_sends_nothing_early(
             theirs.close()
     assert isinstance(reply, ErrorReply)
     assert (reply.id, reply.code) == (3, "write_failed")
-    assert [lease.sent for lease in writer.leased] == [None]  # lent, never written
+    assert [write.sent for write in writer.thread_writes] == [None]  # never sent
     assert actor.error is not None
     assert daemon.sessions.errors == 1
 

@@ -1,6 +1,5 @@
-"""A channel's socket lent to a disk thread (Channel.lease): what the thread sends comes
-first, what the loop writes meanwhile follows in order, and the socket stays open until
-the lease ends."""
+"""A channel written by a disk thread (Channel.thread_write): at once when nothing is
+queued, else behind what is; the loop writes the rest; never to a closed socket."""
 
 from __future__ import annotations
 
@@ -64,33 +63,56 @@ def _in_thread(function: Callable[[], object]) -> None:
     thread.join(10)
 
 
-async def test_what_the_thread_sends_comes_before_what_the_loop_writes_meanwhile(
+async def test_what_the_thread_writes_goes_out_at_once_when_nothing_waits(
     pair: tuple[Channel, socket.socket],
 ) -> None:
     channel, theirs = pair
-    lease = channel.lease(b"reply;")
-    assert lease is not None
-    assert channel.lease(b"other") is None  # one lease at a time
-    channel.write(b"push;")  # the loop, while the socket is lent: queued
-    assert channel.queued == len(b"push;")
-    _in_thread(lease.send)
-    assert lease.end()
+    write = channel.thread_write(b"reply;")
+    assert write is not None
+    channel.write(b"push;")  # the loop, meanwhile: the socket is its own until then
+    _in_thread(write.send)
+    assert write.sent == len(b"reply;")
+    assert write.end()
     channel.write(b"later;")
     await channel.flush()
-    assert await _read(theirs, 17) == b"reply;push;later;"
+    assert await _read(theirs, 17) == b"push;reply;later;"
 
 
-async def test_what_the_socket_did_not_take_is_sent_first(
+async def test_what_the_thread_writes_waits_behind_what_is_queued(
+    pair: tuple[Channel, socket.socket],
+) -> None:
+    channel, theirs = pair
+    first = b"x" * (1 << 22)  # more than the socket takes: the rest is queued
+    channel.write(first)
+    assert channel.queued
+    write = channel.thread_write(b"reply")
+    assert write is not None
+    _in_thread(write.send)
+    assert write.sent == 0
+    assert write.end()
+    channel.write(b"later")
+    async with anyio.create_task_group() as tg:
+        got: list[bytes] = []
+
+        async def read() -> None:
+            got.append(await _read(theirs, len(first) + 10))
+
+        tg.start_soon(read)
+        await channel.flush()
+    assert got == [first + b"replylater"]
+
+
+async def test_what_the_socket_did_not_take_is_written_by_the_loop(
     pair: tuple[Channel, socket.socket],
 ) -> None:
     channel, theirs = pair
     big = bytes(range(256)) * 8192  # 2 MiB: more than the socket buffers hold
-    lease = channel.lease(big)
-    assert lease is not None
-    _in_thread(lease.send)
-    assert lease.sent is not None and 0 < lease.sent < len(big)
-    channel.write(b"after")
-    assert lease.end()
+    write = channel.thread_write(big)
+    assert write is not None
+    _in_thread(write.send)
+    assert write.sent is not None and 0 < write.sent < len(big)
+    channel.write(b"after")  # queued behind the rest
+    assert write.end()
     async with anyio.create_task_group() as tg:
         got: list[bytes] = []
 
@@ -102,56 +124,41 @@ async def test_what_the_socket_did_not_take_is_sent_first(
     assert got == [big + b"after"]
 
 
-async def test_a_lease_that_sent_nothing_gives_the_socket_back(
+async def test_a_write_the_thread_never_sent_sends_nothing(
     pair: tuple[Channel, socket.socket],
 ) -> None:
     channel, theirs = pair
-    lease = channel.lease(b"never")
-    assert lease is not None
-    channel.write(b"push;")
-    assert not lease.end()  # send() never ran: a failed sync sends no reply
+    write = channel.thread_write(b"never")
+    assert write is not None
+    assert not write.end()  # send() never ran: a failed sync sends no reply
     channel.write(b"error;")
     await channel.flush()
-    assert await _read(theirs, 11) == b"push;error;"
-
-
-async def test_no_lease_while_bytes_wait_or_after_writing_ended(
-    pair: tuple[Channel, socket.socket],
-) -> None:
-    channel, theirs = pair
-    channel.write(b"x" * (1 << 22))  # more than the socket takes: the rest is queued
-    assert channel.queued
-    assert channel.lease(b"reply") is None
-    await _read(theirs, 1 << 22)
-    await channel.flush()
-    lease = channel.lease(b"reply")
-    assert lease is not None
-    assert not lease.end()
+    assert await _read(theirs, 6) == b"error;"
 
 
 async def test_a_failed_send_ends_writing(pair: tuple[Channel, socket.socket]) -> None:
     channel, theirs = pair
     theirs.close()
-    lease = channel.lease(b"reply")
-    assert lease is not None
-    _in_thread(lease.send)
-    assert isinstance(lease.error, OSError)
-    assert lease.end()
+    write = channel.thread_write(b"reply")
+    assert write is not None
+    _in_thread(write.send)
+    assert isinstance(write.error, OSError)
+    assert write.end()
     assert channel.write_ended
+    assert channel.thread_write(b"more") is None
     channel.write(b"dropped")
     assert channel.queued == 0
 
 
-async def test_the_socket_closes_only_once_the_lease_ended(
+async def test_nothing_is_written_to_a_closed_channel(
     pair: tuple[Channel, socket.socket],
 ) -> None:
     channel, theirs = pair
-    sock = channel._sock
-    lease = channel.lease(b"reply")
-    assert lease is not None
+    write = channel.thread_write(b"reply")
+    assert write is not None
     channel.close()
-    assert sock.fileno() != -1  # still open: the disk thread may be writing to it
-    _in_thread(lease.send)
-    lease.end()
-    assert sock.fileno() == -1
-    assert await _read(theirs, 5) == b"reply"
+    _in_thread(write.send)
+    assert write.sent == 0
+    assert write.end()
+    theirs.settimeout(10)
+    assert theirs.recv(100) == b""  # the end of the stream, and nothing before it

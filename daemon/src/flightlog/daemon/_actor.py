@@ -50,7 +50,7 @@ from flightlog.protocol import (
 )
 
 from ._batch import Batch, Reply, bad_time, check_time, checkpoint_reply, error_reply, ready
-from ._channel import Lease
+from ._channel import ThreadWrite
 from ._config import Config
 from ._json import check_json
 from ._peers import Item, Peer, Registry, Release, Shutdown, Subscriber, payload_size
@@ -324,17 +324,17 @@ class SessionActor:
         await self._flush(batch)
         replied = False
         if batch.needs_sync and self.error is None:
-            # The replies go out from the disk thread right after the sync, when they
-            # can: the loop's wake-up is then off the caller's path (docs/architecture.md).
-            lease = None if stop else self._lease(batch.replies)
+            # The replies go out from the disk thread right after the sync: the loop's
+            # wake-up is then off the caller's path (docs/architecture.md).
+            write = None if stop else self._thread_write(batch.replies)
             try:
-                await self._sync(lease)
+                await self._sync(write)
             except StorageError as exc:
                 self._fail(exc)
             except Exception:
                 self._fail_unexpectedly("sync")
             finally:
-                replied = lease is not None and lease.end()
+                replied = write is not None and write.end()
         for peer, size in batch.released.values():
             peer.release_bytes(size)
         if stop:
@@ -348,14 +348,15 @@ class SessionActor:
             return True
         return self.writer is None and not self._subscribers and not self._mailbox.items
 
-    def _lease(self, replies: list[tuple[Peer, Reply]]) -> Lease | None:
-        """The socket of the one peer ``replies`` go to, lent to write them once synced."""
+    def _thread_write(self, replies: list[tuple[Peer, Reply]]) -> ThreadWrite | None:
+        """``replies``, for the disk thread to write once synced, when they all go to
+        one peer."""
         if not replies or not self.file.dirty:
             return None
         peer = replies[0][0]
         if any(other is not peer for other, _ in replies):
             return None
-        return peer.lease([make_reply() for _, make_reply in replies])
+        return peer.thread_write([make_reply() for _, make_reply in replies])
 
     def _release(self) -> None:
         writer, self.writer = self.writer, None
@@ -532,14 +533,14 @@ class SessionActor:
                 subscriber.publish(chunk, first_seq, last_seq, end)
             registry.publish_all(chunk, first_seq, last_seq, end, self.path)
 
-    async def _sync(self, lease: Lease | None = None) -> None:
-        """fsync what was written, then (in the same disk thread) write ``lease``'s
-        replies: they leave only once the sync succeeded."""
+    async def _sync(self, write: ThreadWrite | None = None) -> None:
+        """fsync what was written, then (in the same disk thread) send ``write``: the
+        replies leave only once the sync succeeded."""
         if not self.file.dirty:
             return
         self.busy = True
         try:
-            await self._disk.run(_sync_then_send, self.file, lease)
+            await self._disk.run(_sync_then_send, self.file, write)
         finally:
             self.busy = False
 
@@ -573,7 +574,7 @@ class SessionActor:
             )
 
 
-def _sync_then_send(file: SessionFile, lease: Lease | None) -> None:
+def _sync_then_send(file: SessionFile, write: ThreadWrite | None) -> None:
     file.sync()
-    if lease is not None:
-        lease.send()
+    if write is not None:
+        write.send()

@@ -14,6 +14,9 @@ Writes go straight to the socket when nothing is queued before them (a reply cos
 writable again.  A failed write only ends writing: the read side goes on to the end of
 the stream, so whatever the client sent before it went away still lands.
 
+A disk thread may write too (:class:`ThreadWrite`: a reply right after its fsync); a
+lock orders its write with the loop's, and nothing is written to a closed socket.
+
 Cancellation (see :mod:`._primitives`): a cancelled :meth:`Channel.send` writes nothing
 of its message; a cancelled :meth:`Channel.wait_readable` loses no bytes.
 """
@@ -23,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import threading
 from typing import Any
 
 from flightlog.protocol import FrameDecoder
 
 from ._primitives import Poller
 
-__all__ = ["Channel", "Lease"]
+__all__ = ["Channel", "ThreadWrite"]
 
 
 class Channel:
@@ -67,7 +71,8 @@ class Channel:
         self._room = asyncio.Event()  # set whenever the queue shrinks or ends
         self._send_lock = asyncio.Lock()
         self.write_ended = False
-        self._lease: Lease | None = None  # the socket is lent to a disk thread
+        # The send side (socket and queue): the loop's writes and a disk thread's.
+        self._write_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -159,20 +164,20 @@ class Channel:
         Dropped once writing has ended."""
         if self.write_ended or self._closed:
             return
-        if self._queue or self._lease is not None:
-            self._queue += data
-            return
-        try:
-            sent = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            self._end_writing()
-            return
-        if sent < len(data):
-            self._queue += memoryview(data)[sent:]
-            self._writing = True
-            self._loop.add_writer(self._fd, self._on_writable)
+        with self._write_lock:
+            if self._queue:
+                self._queue += data
+                return
+            try:
+                sent = self._sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._end_writing()
+                return
+            if sent < len(data):
+                self._queue += memoryview(data)[sent:]
+                self._start_writing()
 
     def fits(self, size: int) -> bool:
         """Whether ``size`` more bytes may be queued now: always into an empty queue."""
@@ -190,18 +195,57 @@ class Channel:
                 await self._room.wait()
             self.write(data)
 
+    def thread_write(self, data: bytes) -> ThreadWrite | None:
+        """``data``, to be written from a disk thread (see :class:`ThreadWrite`); None
+        once writing has ended."""
+        if self.write_ended or self._closed:
+            return None
+        return ThreadWrite(self, data)
+
+    def _write_from_thread(self, data: bytes) -> tuple[int, OSError | None]:
+        """In a disk thread: send ``data`` now, or queue it behind what is queued.
+        The loop registers for writability later (:meth:`_thread_write_done`)."""
+        with self._write_lock:
+            if self.write_ended or self._closed:
+                return 0, None
+            sent = 0
+            if not self._queue:
+                try:
+                    while sent < len(data):
+                        sent += self._sock.send(data[sent:] if sent else data)
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError as exc:
+                    return sent, exc
+            if sent < len(data):
+                self._queue += memoryview(data)[sent:]
+            return sent, None
+
+    def _thread_write_done(self, error: OSError | None) -> None:
+        with self._write_lock:
+            if error is not None:
+                self._end_writing()
+            elif self._queue and not self._closed:
+                self._start_writing()
+
     def _on_writable(self) -> None:
-        try:
-            sent = self._sock.send(self._queue)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self._end_writing()
-            return
-        del self._queue[:sent]
-        if not self._queue:
-            self._stop_writing()
+        with self._write_lock:
+            try:
+                sent = self._sock.send(self._queue)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._end_writing()
+                return
+            del self._queue[:sent]
+            if not self._queue:
+                self._stop_writing()
         self._make_room()
+
+    def _start_writing(self) -> None:
+        if not self._writing and not self.write_ended:
+            self._writing = True
+            self._loop.add_writer(self._fd, self._on_writable)
 
     def _stop_writing(self) -> None:
         if self._writing:
@@ -217,30 +261,6 @@ class Channel:
         self._stop_writing()
         self._make_room()
 
-    def lease(self, data: bytes) -> Lease | None:
-        """Lend the socket for writing ``data`` from a disk thread, or None when it
-        cannot be written at once (bytes are queued before it, or writing ended)."""
-        if self._queue or self._lease is not None or self.write_ended or self._closed:
-            return None
-        self._lease = Lease(self, self._sock, data)
-        return self._lease
-
-    def _lease_ended(self, lease: Lease) -> None:
-        self._lease = None
-        if self._closed:
-            with contextlib.suppress(OSError):
-                self._sock.close()
-            return
-        if lease.error is not None:
-            self._end_writing()
-            return
-        if lease.sent is not None and lease.sent < len(lease.data):
-            self._queue[:0] = memoryview(lease.data)[lease.sent :]
-        if self._queue and not self._writing:
-            self._writing = True
-            self._loop.add_writer(self._fd, self._on_writable)
-        self._make_room()
-
     async def flush(self) -> None:
         """Wait until the queue is written, or writing has ended."""
         while self._queue and not self.write_ended and not self._closed:
@@ -252,47 +272,40 @@ class Channel:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        self._pause_reading()
-        self._stop_writing()
-        self._queue.clear()
-        self._make_room()
-        if self._lease is None:  # else closed once the disk thread is done with it
+        with self._write_lock:  # a disk thread never writes to a closed socket
+            self._closed = True
+            self._pause_reading()
+            self._stop_writing()
+            self._queue.clear()
             with contextlib.suppress(OSError):
                 self._sock.close()
+        self._make_room()
 
 
-class Lease:
-    """A channel's socket lent to a disk thread for one write.
+class ThreadWrite:
+    """Bytes a disk thread writes to a channel's socket, right after its job.
 
-    :meth:`send` runs in the thread (at most once); :meth:`end` runs on the loop, always
-    (whether or not :meth:`send` ran), and gives the socket back: what the socket did
-    not take is queued first, and the channel closes its socket only once it is back.
-    Meanwhile the loop queues what it writes."""
+    :meth:`send` runs in the thread (at most once): the bytes go out at once when
+    nothing is queued before them, else they are queued behind it, like
+    :meth:`Channel.write` would; a closed channel takes nothing.  :meth:`end` runs on
+    the loop afterwards, always (whether or not :meth:`send` ran), and has the loop
+    write what the socket did not take."""
 
-    __slots__ = ("_channel", "_sock", "data", "error", "sent")
+    __slots__ = ("_channel", "data", "error", "sent")
 
-    def __init__(self, channel: Channel, sock: socket.socket, data: bytes) -> None:
+    def __init__(self, channel: Channel, data: bytes) -> None:
         self._channel = channel
-        self._sock = sock
         self.data = data
         self.sent: int | None = None  # None: send() did not run
         self.error: OSError | None = None
 
     def send(self) -> None:
-        """Write what the socket takes now (in the disk thread)."""
-        sock, data = self._sock, self.data
-        sent = 0
-        try:
-            while sent < len(data):
-                sent += sock.send(data[sent:] if sent else data)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError as exc:
-            self.error = exc
-        self.sent = sent
+        """Write or queue the bytes (in the disk thread)."""
+        self.sent, self.error = self._channel._write_from_thread(self.data)
 
     def end(self) -> bool:
-        """Give the socket back (on the loop); whether :meth:`send` ran."""
-        self._channel._lease_ended(self)
-        return self.sent is not None
+        """Back on the loop: whether :meth:`send` ran."""
+        if self.sent is None:
+            return False
+        self._channel._thread_write_done(self.error)
+        return True

@@ -60,7 +60,7 @@ from flightlog.protocol import (
 )
 
 from ._actor import SessionActor
-from ._channel import Channel, Lease
+from ._channel import Channel, ThreadWrite
 from ._config import Config
 from ._peers import Release, payload_size
 from ._primitives import Poller
@@ -151,8 +151,8 @@ class Connection:
         if self._channel.queued <= _OUTBOX_BYTES:
             self._channel.write(self._encoder.encode(message))
 
-    def lease(self, messages: list[Message]) -> Lease | None:
-        return self._channel.lease(b"".join(map(self._encoder.encode, messages)))
+    def thread_write(self, messages: list[Message]) -> ThreadWrite | None:
+        return self._channel.thread_write(b"".join(map(self._encoder.encode, messages)))
 
     def release_bytes(self, count: int) -> None:
         self._inflight -= count

@@ -13,7 +13,7 @@ import msgspec
 
 from flightlog.protocol import Message, RecordEvent, SaveCheckpoint
 
-from ._channel import Lease
+from ._channel import ThreadWrite
 
 __all__ = ["Item", "Peer", "Registry", "Release", "Shutdown", "Subscriber", "payload_size"]
 
@@ -34,9 +34,9 @@ class Peer(Protocol):
 
     def release_bytes(self, count: int) -> None: ...
 
-    def lease(self, messages: list[Message]) -> Lease | None:
-        """The connection's socket, lent to a disk thread to write ``messages`` right
-        after a sync; None when they must go through :meth:`send`."""
+    def thread_write(self, messages: list[Message]) -> ThreadWrite | None:
+        """``messages``, to be written by a disk thread right after a sync; None when
+        they must go through :meth:`send`."""
         ...
 
 

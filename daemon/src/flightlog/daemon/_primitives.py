@@ -14,9 +14,9 @@ docs/benchmarks.md measures.  What each promises when its caller is cancelled:
   out of the set once unwatched, and a hold always ends in its release.
 - :class:`~._channel.Channel` (a connection's socket, on the poller): a cancelled
   ``send`` writes nothing of its message; a cancelled ``wait_readable`` loses no
-  bytes (they stay in the decoder).  A socket lent to a disk thread
-  (:class:`~._channel.Lease`) is given back on the loop whatever became of the job,
-  and stays open until then.
+  bytes (they stay in the decoder).  A reply written by a disk thread
+  (:class:`~._channel.ThreadWrite`) is never written to a closed socket, and its
+  rest is handed to the loop whatever became of the job.
 
 They are asyncio only (plain or uvloop), which is what the daemon runs on.
 """

@@ -4,7 +4,7 @@ It hands sessions to connections (create, open), refuses a second writer with th
 holder's pid, and keeps the number of open session files bounded: a session whose
 file has seen no write for a while, or the least recently used one when too many are
 open, has its descriptor closed until its next write.  It is each actor's
-:class:`~._actor.Registry`, and tells the live tails (a :class:`Watcher`) of every
+:class:`~._peers.Registry`, and tells the live tails (a :class:`Watcher`) of every
 session that starts and every line it writes.
 """
 

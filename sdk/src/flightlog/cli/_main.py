@@ -38,6 +38,8 @@ from ._commands import (
     cmd_status,
     cmd_tail,
 )
+from ._export import add_export_arguments, cmd_export, export_epilog
+from ._find import add_find_arguments, cmd_find, find_epilog
 from ._render import Style
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
@@ -263,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--no-start", action="store_true", help="do not start a daemon when none is running"
     )
+
+    export = command(
+        "export", cmd_export, "Send sessions to an OTLP backend.", export_epilog(_EXIT_HELP)
+    )
+    add_export_arguments(export)
+    find = command("find", cmd_find, "Records across sessions.", find_epilog(_EXIT_HELP))
+    add_find_arguments(find)
     return parser
 
 

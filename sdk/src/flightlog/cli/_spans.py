@@ -1,0 +1,588 @@
+"""Session records as spans of the OpenTelemetry GenAI semantic conventions, without I/O.
+
+Theory of operation
+-------------------
+:class:`SpanBuilder` is fed the records of one session file in seq order and returns,
+for each record, the spans that record completes.  It imports nothing of OpenTelemetry:
+a :class:`Span` is plain data that ``flightlog export`` hands to the OpenTelemetry SDK.
+
+* A **run** is one trace, and its root span is ``invoke_agent`` (``invoke_agent NAME``
+  with the agent's name).  It ends at ``run_close``, or, for a run that was interrupted
+  (no ``run_close``), at the ``run_start`` of the next run in the file.
+* Each attempt of a **model call** is a ``chat`` span (``chat MODEL``, kind CLIENT), from
+  ``model_request`` or ``model_exec_start`` to ``model_exec_end``.
+* Each attempt of a **tool call** is an ``execute_tool`` span (``execute_tool NAME``),
+  from ``tool_queued`` or ``tool_exec_start`` to ``tool_exec_end``.
+* A call still open when its run ends has lost its end record: its span ends with the
+  run, with status ERROR ``interrupted``.  It is never reported as a success.
+* A **retry** (attempt 2 and on) links to the attempt it replaces; a tool call whose
+  ``tool_call_id`` already ran in an earlier run of the session (re-issued after a
+  resume) links to that earlier span.  A tool call nested in another tool call (a
+  sub-agent) is that call's child; every other call is the run's child.
+
+Ids are derived, never random: the trace id from (session id, run id) and each span id
+from (session id, run id, execution kind, execution id, attempt).  Exporting the same
+file twice sends the same ids, so a backend keeps one copy.
+
+Every span carries ``Span.end_seq``, the seq of the record that completed it: a follower
+that has sent every span up to seq N and restarts feeds the file again from its start
+and drops the spans with ``end_seq <= N``.
+
+Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+``gen_ai.system_instructions``, tool arguments and results) is added only with
+``content=True``: the conventions' opt-in.  Request headers and provider options are
+never exported (the file has no credentials in them, and they are not conventions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeAlias
+
+from flightlog.protocol import Record, parse_time
+
+from ._render import record_data
+
+__all__ = ["AttributeValue", "Link", "Span", "SpanBuilder", "SpanEvent", "span_id", "trace_id"]
+
+AttributeValue: TypeAlias = str | bool | int | float | Sequence[str]
+
+INTERRUPTED: Final = "interrupted"
+
+
+def _digest(*parts: str) -> bytes:
+    return hashlib.sha256("\x1f".join(("flightlog", *parts)).encode()).digest()
+
+
+def trace_id(session_id: str, run_id: str) -> int:
+    """The 128-bit trace id of a run: the same for every export of it."""
+    return int.from_bytes(_digest("trace", session_id, run_id)[:16]) or 1
+
+
+def span_id(session_id: str, run_id: str, *call: str | int) -> int:
+    """The 64-bit id of a run's span (no ``call``) or of a call's span (kind, id, attempt)."""
+    return int.from_bytes(_digest("span", session_id, run_id, *map(str, call))[:8]) or 1
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link to another span: a retry's failed attempt, a re-issued call's first run."""
+
+    trace_id: int
+    span_id: int
+    attributes: dict[str, AttributeValue]
+
+
+@dataclass(frozen=True)
+class SpanEvent:
+    """A span event: an error record, a checkpoint."""
+
+    name: str
+    time_ns: int
+    attributes: dict[str, AttributeValue]
+
+
+@dataclass
+class Span:
+    """One finished span, ready to be turned into an OpenTelemetry ``ReadableSpan``."""
+
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    kind: Literal["internal", "client"]
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, AttributeValue]
+    error: str | None = None  # None: status unset (the conventions' success)
+    events: list[SpanEvent] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    end_seq: int = 0
+
+
+def _ns(record: Record) -> int:
+    moment = parse_time(record.time)
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_of(parts: Any) -> list[dict[str, Any]]:
+    """The parts of a message in the conventions' JSON shape."""
+    if isinstance(parts, str):
+        return [{"type": "text", "content": parts}]
+    if not isinstance(parts, list):
+        return [{"type": "text", "content": _json(parts)}]
+    converted: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part.get("$type") if isinstance(part, dict) else None
+        if kind == "text":
+            converted.append({"type": "text", "content": part.get("text", "")})
+        elif kind == "thinking":
+            converted.append({"type": "reasoning", "content": part.get("thinking", "")})
+        elif kind == "tool_call":
+            converted.append(
+                {
+                    "type": "tool_call",
+                    "id": part.get("id"),
+                    "name": part.get("name"),
+                    "arguments": part.get("arguments"),
+                }
+            )
+        elif kind == "image":
+            converted.append({"type": "blob", "mime_type": part.get("media_type")})
+        else:
+            converted.append({"type": "text", "content": _json(part)})
+    return converted
+
+
+def _message(message: Any, finish_reason: str | None = None) -> dict[str, Any]:
+    """A recorded message in the conventions' shape (role, parts)."""
+    kind = message.get("$type") if isinstance(message, dict) else None
+    if kind == "user":
+        return {"role": "user", "parts": _text_of(message.get("content"))}
+    if kind == "assistant":
+        converted: dict[str, Any] = {
+            "role": "assistant",
+            "parts": _text_of(message.get("content")),
+        }
+        if finish_reason is not None:
+            converted["finish_reason"] = finish_reason
+        return converted
+    if kind == "tool_result":
+        return {
+            "role": "tool",
+            "parts": [
+                {
+                    "type": "tool_call_response",
+                    "id": message.get("tool_call_id"),
+                    "response": message.get("content"),
+                }
+            ],
+        }
+    return {"role": "user", "parts": _text_of(message)}
+
+
+@dataclass
+class _Call:
+    kind: str
+    exec_id: str
+    attempt: int
+    parent_exec: str | None
+    start_ns: int
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass
+class _Run:
+    run_id: str
+    trace_id: int
+    span_id: int
+    start_ns: int
+    attributes: dict[str, AttributeValue]
+    calls: dict[tuple[str, str, int], _Call] = field(default_factory=dict)
+    kinds: dict[str, tuple[str, int]] = field(default_factory=dict)  # exec id -> kind, attempt
+    events: list[SpanEvent] = field(default_factory=list)
+    retries: dict[tuple[str, str, int], dict[str, AttributeValue]] = field(default_factory=dict)
+    agent_name: str | None = None
+    agent_started: bool = False
+    outcome: str | None = None  # the error of agent_end; "" when it ended well
+    last_ns: int = 0
+
+
+_MODEL_STARTS: Final = frozenset({"model_request", "model_exec_start"})
+_TOOL_STARTS: Final = frozenset({"tool_queued", "tool_exec_start", "tool_invoke_start"})
+
+
+class SpanBuilder:
+    """Feeds on one session's records, in seq order; :meth:`add` returns finished spans.
+
+    ``content`` adds message content (the conventions' opt-in); ``path`` is recorded as
+    ``flightlog.session.path``.  Never raises on odd data: a field of an unexpected shape
+    is left out of the span.
+    """
+
+    def __init__(self, *, content: bool = False, path: str | None = None) -> None:
+        self.content = content
+        self.path = path
+        self.session_id: str | None = None
+        self.meta: dict[str, Any] = {}
+        self.run: _Run | None = None
+        # tool_call_id -> the span that ran it, in an earlier run (re-issued calls).
+        self._tool_calls: dict[str, tuple[int, int]] = {}
+
+    def add(self, record: Record) -> list[Span]:
+        """The spans ``record`` completes (often none)."""
+        if record.type == "session_start":
+            self.session_id = record.session_id
+            meta = record_data(record).get("meta")
+            self.meta = meta if isinstance(meta, dict) else {}
+            return []
+        if self.session_id is None:
+            self.session_id = record.session_id
+        if record.type == "run_start":
+            done = self._end_run(record, interrupted=True) if self.run is not None else []
+            self._start_run(record)
+            return done
+        run = self.run
+        if run is None or record.run_id != run.run_id:
+            return []
+        at = _ns(record)
+        run.last_ns = max(run.last_ns, at)
+        data = record_data(record)
+        match record.type:
+            case "run_close":
+                recording_error = data.get("error")
+                if isinstance(recording_error, str):
+                    run.attributes["flightlog.recording_error"] = recording_error
+                return self._end_run(record, interrupted=False)
+            case "agent_start":
+                self._agent_start(run, data)
+            case "agent_end":
+                self._agent_end(run, data)
+            case "error":
+                run.events.append(self._error_event(data, at))
+            case "checkpoint":
+                run.events.append(
+                    SpanEvent("flightlog.checkpoint", at, {"flightlog.seq": record.seq})
+                )
+            case "retry":
+                self._retry(run, data)
+            case "model_exec_end" | "tool_exec_end":
+                return self._end_call(run, record, data, at)
+            case kind if kind in _MODEL_STARTS or kind in _TOOL_STARTS:
+                self._start_call(run, record.type, data, at)
+        return []
+
+    # ------------------------------------------------------------------------ runs
+
+    def _start_run(self, record: Record) -> None:
+        assert self.session_id is not None
+        run_id = record.run_id or ""
+        data = record_data(record)
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": self.session_id,
+            "flightlog.session_id": self.session_id,
+            "flightlog.run_id": run_id,
+        }
+        if self.path is not None:
+            attributes["flightlog.session.path"] = self.path
+        if isinstance(data.get("client"), str) and data["client"]:
+            attributes["flightlog.client"] = data["client"]
+        if isinstance(data.get("pid"), int):
+            attributes["process.pid"] = data["pid"]
+        for key, value in self.meta.items():
+            if isinstance(value, str | bool | int | float):
+                attributes[f"flightlog.meta.{key}"] = value
+        at = _ns(record)
+        self.run = _Run(
+            run_id=run_id,
+            trace_id=trace_id(self.session_id, run_id),
+            span_id=span_id(self.session_id, run_id),
+            start_ns=at,
+            attributes=attributes,
+            last_ns=at,
+        )
+
+    def _agent_start(self, run: _Run, data: Mapping[str, Any]) -> None:
+        run.agent_started = True
+        if isinstance(data.get("agent"), str):
+            run.agent_name = data["agent"]
+            run.attributes["gen_ai.agent.name"] = data["agent"]
+        if self.content and isinstance(data.get("messages"), list):
+            run.attributes["gen_ai.input.messages"] = _json(
+                [_message(message) for message in data["messages"]]
+            )
+
+    def _agent_end(self, run: _Run, data: Mapping[str, Any]) -> None:
+        ok = data.get("ok", True) is not False
+        error = data.get("error") or data.get("reason") or "the agent failed"
+        run.outcome = "" if ok else str(error)
+        if isinstance(data.get("reason"), str):
+            run.attributes["flightlog.agent.reason"] = data["reason"]
+        if isinstance(data.get("turns"), int):
+            run.attributes["flightlog.agent.turns"] = data["turns"]
+        _usage(run.attributes, data.get("usage"))
+
+    def _end_run(self, record: Record, *, interrupted: bool) -> list[Span]:
+        run = self.run
+        assert run is not None
+        self.run = None
+        end = run.last_ns if interrupted else max(_ns(record), run.start_ns)
+        spans = [
+            self._call_span(run, call, end, INTERRUPTED, record.seq) for call in run.calls.values()
+        ]
+        error: str | None
+        if interrupted:
+            error = f"{INTERRUPTED}: the run has no run_close"
+        elif run.agent_started and run.outcome is None:
+            error = f"{INTERRUPTED}: the run has no agent_end"
+        else:
+            error = run.outcome or None
+        if error is not None:
+            run.attributes["error.type"] = (
+                INTERRUPTED if error.startswith(INTERRUPTED) else "agent_error"
+            )
+        name = f"invoke_agent {run.agent_name}" if run.agent_name else "invoke_agent"
+        spans.append(
+            Span(
+                name=name,
+                trace_id=run.trace_id,
+                span_id=run.span_id,
+                parent_id=None,
+                kind="internal",
+                start_ns=run.start_ns,
+                end_ns=max(end, run.start_ns),
+                attributes=run.attributes,
+                error=error,
+                events=run.events,
+                end_seq=record.seq,
+            )
+        )
+        return spans
+
+    def _error_event(self, data: Mapping[str, Any], at: int) -> SpanEvent:
+        attributes: dict[str, AttributeValue] = {
+            "exception.message": str(data.get("message", "")),
+            "flightlog.error.fatal": data.get("fatal") is True,
+        }
+        if isinstance(data.get("code"), str):
+            attributes["exception.type"] = data["code"]
+        return SpanEvent("exception", at, attributes)
+
+    # ----------------------------------------------------------------------- calls
+
+    def _start_call(self, run: _Run, kind: str, data: Mapping[str, Any], at: int) -> None:
+        execution = data.get("execution")
+        if not isinstance(execution, dict) or not isinstance(execution.get("id"), str):
+            return
+        exec_kind = str(execution.get("kind", "model" if kind in _MODEL_STARTS else "tool"))
+        attempt = execution.get("attempt", 1)
+        attempt = attempt if isinstance(attempt, int) else 1
+        key = (exec_kind, execution["id"], attempt)
+        call = run.calls.get(key)
+        if call is None:
+            parent = execution.get("parent_id")
+            call = _Call(
+                kind=exec_kind,
+                exec_id=execution["id"],
+                attempt=attempt,
+                parent_exec=parent if isinstance(parent, str) else None,
+                start_ns=at,
+            )
+            run.calls[key] = call
+            run.kinds[call.exec_id] = (exec_kind, attempt)
+        if kind == "model_request":
+            self._model_request(call, data)
+        elif kind == "model_exec_start":
+            for field_name, attribute in (
+                ("model", "gen_ai.request.model"),
+                ("provider", "gen_ai.provider.name"),
+            ):
+                value = data.get(field_name)
+                if isinstance(value, str) and attribute not in call.attributes:
+                    call.attributes[attribute] = value
+        else:
+            self._tool_start(call, data)
+
+    def _model_request(self, call: _Call, data: Mapping[str, Any]) -> None:
+        attributes = call.attributes
+        config = data.get("config")
+        if isinstance(config, dict):
+            for name, attribute in (
+                ("model", "gen_ai.request.model"),
+                ("provider", "gen_ai.provider.name"),
+                ("temperature", "gen_ai.request.temperature"),
+                ("max_tokens", "gen_ai.request.max_tokens"),
+                ("top_p", "gen_ai.request.top_p"),
+            ):
+                value = config.get(name)
+                if isinstance(value, str | int | float) and not isinstance(value, bool):
+                    attributes[attribute] = value
+            stop = config.get("stop")
+            if isinstance(stop, list) and stop and all(isinstance(s, str) for s in stop):
+                attributes["gen_ai.request.stop_sequences"] = stop
+        if not self.content:
+            return
+        if isinstance(data.get("messages"), list):
+            attributes["gen_ai.input.messages"] = _json([_message(m) for m in data["messages"]])
+        if isinstance(data.get("system"), str):
+            attributes["gen_ai.system_instructions"] = _json(
+                [{"type": "text", "content": data["system"]}]
+            )
+        tools = data.get("tools")
+        if isinstance(tools, list) and tools:
+            attributes["gen_ai.tool.definitions"] = _json(
+                [{"type": "function", **tool} for tool in tools if isinstance(tool, dict)]
+            )
+
+    def _tool_start(self, call: _Call, data: Mapping[str, Any]) -> None:
+        if isinstance(data.get("name"), str):
+            call.name = data["name"]
+        if isinstance(data.get("tool_call_id"), str):
+            call.tool_call_id = data["tool_call_id"]
+        if self.content and "arguments" in data:
+            # The actual arguments (tool_invoke_start) replace the requested ones.
+            call.attributes["gen_ai.tool.call.arguments"] = _json(data["arguments"])
+
+    def _retry(self, run: _Run, data: Mapping[str, Any]) -> None:
+        execution = data.get("execution")
+        if not isinstance(execution, dict) or not isinstance(execution.get("id"), str):
+            return
+        attempt = execution.get("attempt", 1)
+        if not isinstance(attempt, int):
+            return
+        attributes: dict[str, AttributeValue] = {"flightlog.link": "retry_of"}
+        if isinstance(data.get("error"), str):
+            attributes["flightlog.retry.error"] = data["error"]
+        if isinstance(data.get("delay_seconds"), int | float):
+            attributes["flightlog.retry.delay_seconds"] = float(data["delay_seconds"])
+        run.retries[(str(execution.get("kind")), execution["id"], attempt + 1)] = attributes
+
+    def _end_call(self, run: _Run, record: Record, data: Mapping[str, Any], at: int) -> list[Span]:
+        execution = data.get("execution")
+        if not isinstance(execution, dict) or not isinstance(execution.get("id"), str):
+            return []
+        kind = "model" if record.type == "model_exec_end" else "tool"
+        attempt = execution.get("attempt", 1)
+        attempt = attempt if isinstance(attempt, int) else 1
+        key = (str(execution.get("kind", kind)), execution["id"], attempt)
+        call = run.calls.get(key)
+        if call is None:  # an end without its start: the span is the instant of the end
+            self._start_call(
+                run, "model_exec_start" if kind == "model" else "tool_exec_start", data, at
+            )
+            call = run.calls[key]
+        if kind == "model":
+            error = self._model_end(call, data)
+        else:
+            self._tool_start(call, data)
+            error = self._tool_end(call, data)
+        return [self._call_span(run, call, at, error, record.seq)]
+
+    def _model_end(self, call: _Call, data: Mapping[str, Any]) -> str | None:
+        attributes = call.attributes
+        _usage(attributes, data.get("usage"))
+        message = data.get("message")
+        stop_reason: str | None = None
+        if isinstance(message, dict):
+            if isinstance(message.get("model"), str):
+                attributes["gen_ai.response.model"] = message["model"]
+            if isinstance(message.get("response_id"), str):
+                attributes["gen_ai.response.id"] = message["response_id"]
+            if isinstance(message.get("stop_reason"), str):
+                stop_reason = message["stop_reason"]
+                attributes["gen_ai.response.finish_reasons"] = [stop_reason]
+            if self.content:
+                attributes["gen_ai.output.messages"] = _json([_message(message, stop_reason)])
+        error = data.get("error")
+        if isinstance(error, str):
+            attributes["error.type"] = "model_error"
+            return error
+        return None
+
+    def _tool_end(self, call: _Call, data: Mapping[str, Any]) -> str | None:
+        attributes = call.attributes
+        disposition = data.get("disposition")
+        if isinstance(disposition, str):
+            attributes["flightlog.tool.disposition"] = disposition
+        if isinstance(data.get("reason"), str):
+            attributes["flightlog.tool.reason"] = data["reason"]
+        if self.content and "content" in data:
+            attributes["gen_ai.tool.call.result"] = _json(data["content"])
+        if data.get("is_error") is True:
+            attributes["error.type"] = "tool_error"
+            content = data.get("content")
+            parts = _text_of(content) if content else []
+            text = " ".join(str(p.get("content", "")) for p in parts if p.get("type") == "text")
+            return text or str(data.get("reason") or "the tool failed")
+        return None
+
+    def _call_span(self, run: _Run, call: _Call, end: int, error: str | None, end_seq: int) -> Span:
+        assert self.session_id is not None
+        run.calls.pop((call.kind, call.exec_id, call.attempt), None)
+        own = span_id(self.session_id, run.run_id, call.kind, call.exec_id, call.attempt)
+        attributes = call.attributes
+        attributes["gen_ai.conversation.id"] = self.session_id
+        attributes["flightlog.execution.id"] = call.exec_id
+        attributes["flightlog.execution.attempt"] = call.attempt
+        links: list[Link] = []
+        if call.attempt > 1:
+            retry_of = run.retries.pop((call.kind, call.exec_id, call.attempt), None)
+            attributes.update((k, v) for k, v in (retry_of or {}).items() if k != "flightlog.link")
+            links.append(
+                Link(
+                    run.trace_id,
+                    span_id(self.session_id, run.run_id, call.kind, call.exec_id, call.attempt - 1),
+                    {"flightlog.link": "retry_of"},
+                )
+            )
+        parent_id = run.span_id
+        if call.parent_exec is not None and call.parent_exec in run.kinds:
+            parent_kind, parent_attempt = run.kinds[call.parent_exec]
+            parent_span = span_id(
+                self.session_id, run.run_id, parent_kind, call.parent_exec, parent_attempt
+            )
+            if parent_kind == "tool" and call.kind == "tool":
+                parent_id = parent_span
+            else:
+                links.append(Link(run.trace_id, parent_span, {"flightlog.link": "requested_by"}))
+        if call.kind == "model":
+            model = attributes.get("gen_ai.request.model")
+            attributes["gen_ai.operation.name"] = "chat"
+            name = f"chat {model}" if isinstance(model, str) else "chat"
+            kind: Literal["internal", "client"] = "client"
+        else:
+            attributes["gen_ai.operation.name"] = "execute_tool"
+            attributes["gen_ai.tool.type"] = "function"
+            if call.name is not None:
+                attributes["gen_ai.tool.name"] = call.name
+            if call.tool_call_id is not None:
+                attributes["gen_ai.tool.call.id"] = call.tool_call_id
+                earlier = self._tool_calls.get(call.tool_call_id)
+                if earlier is not None and earlier[0] != run.trace_id:
+                    attributes["flightlog.reissued"] = True
+                    links.append(Link(*earlier, {"flightlog.link": "reissue_of"}))
+                self._tool_calls.setdefault(call.tool_call_id, (run.trace_id, own))
+            name = f"execute_tool {call.name}" if call.name else "execute_tool"
+            kind = "internal"
+        if error == INTERRUPTED:
+            attributes["error.type"] = INTERRUPTED
+            error = f"{INTERRUPTED}: no end record ({call.kind} call {call.exec_id})"
+        return Span(
+            name=name,
+            trace_id=run.trace_id,
+            span_id=own,
+            parent_id=parent_id,
+            kind=kind,
+            start_ns=call.start_ns,
+            end_ns=max(end, call.start_ns),
+            attributes=attributes,
+            error=error,
+            links=links,
+            end_seq=end_seq,
+        )
+
+
+def _usage(attributes: dict[str, AttributeValue], usage: Any) -> None:
+    if not isinstance(usage, dict):
+        return
+    for name, attribute in (
+        ("input_tokens", "gen_ai.usage.input_tokens"),
+        ("output_tokens", "gen_ai.usage.output_tokens"),
+        ("cache_read_tokens", "gen_ai.usage.cache_read.input_tokens"),
+        ("cache_write_tokens", "gen_ai.usage.cache_creation.input_tokens"),
+    ):
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            attributes[attribute] = value
+    if isinstance(usage.get("cost"), int | float) and not isinstance(usage["cost"], bool):
+        attributes["flightlog.usage.cost"] = float(usage["cost"])

@@ -41,6 +41,7 @@ from ._commands import (
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
 from ._render import Style
+from ._tail_all import after_value
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
@@ -90,6 +91,8 @@ examples:
   flightlog tail --run 3f2a9c1e demo/session.jsonl     one run (an id or a prefix of one)
   flightlog tail --json demo/session.jsonl | jq .data  raw JSONL, exactly as in the file
   flightlog tail --all                                 every session the daemon writes from now on
+  flightlog tail --all --after start --json            every session from its start, then live
+  flightlog tail --all --after 5f0c...015:18,9a1b...77e:4   resume where a consumer stopped
 
 Each line: time (UTC), seq, type, [call: kind id#attempt], a short summary.
 Without -f the file is read directly when this user may read it, else through the
@@ -221,7 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
         "-f", "--follow", action="store_true", help="keep following until the session closes"
     )
     tail.add_argument(
-        "--after", type=int, default=0, metavar="SEQ", help="start after this seq (default: 0)"
+        "--after",
+        type=after_value,
+        default=0,
+        metavar="SEQ",
+        help="start after this seq (default: 0); with --all, after a CURSOR (docs/cli.md)",
     )
     tail.add_argument(
         "--type",

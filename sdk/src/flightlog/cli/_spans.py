@@ -318,7 +318,8 @@ class SpanBuilder:
         self.run = None
         end = run.last_ns if interrupted else max(_ns(record), run.start_ns)
         spans = [
-            self._call_span(run, call, end, INTERRUPTED, record.seq) for call in list(run.calls.values())
+            self._call_span(run, call, end, INTERRUPTED, record.seq)
+            for call in list(run.calls.values())
         ]
         error: str | None
         if interrupted:

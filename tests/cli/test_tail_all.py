@@ -1,0 +1,194 @@
+"""``flightlog tail --all --after CURSOR``: replay every session from a cursor, then follow
+live, merged by (session, seq) with no gap and no duplicate; a real daemon, real files,
+an agent writing while the tail starts and stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flightlog.protocol import TurnEnd, TurnStart
+from flightlog.sdk import connect
+from support import DaemonProcess, read_lines
+
+AGENT = Path(__file__).resolve().parents[1] / "export" / "agent_runs.py"
+
+
+class TailAll:
+    """``flightlog tail --all --json ARGS`` with its output lines read in a thread."""
+
+    def __init__(self, daemon: DaemonProcess, *args: str) -> None:
+        env = {
+            **os.environ,
+            "FLIGHTLOG_SOCKET": daemon.socket,
+            "FLIGHTLOG_ROOT": str(daemon.root),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flightlog.cli", "tail", "--all", "--json", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def take(self, count: int, timeout: float = 30) -> list[dict[str, Any]]:
+        return [self.lines.get(timeout=timeout) for _ in range(count)]
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGINT)
+        status = self.proc.wait(timeout=30)
+        self._reader.join(timeout=10)
+        assert self.proc.stderr is not None and self.proc.stdout is not None
+        stderr = self.proc.stderr.read()
+        self.proc.stderr.close()
+        self.proc.stdout.close()
+        return status, stderr
+
+    def rest(self) -> list[dict[str, Any]]:
+        found = []
+        while not self.lines.empty():
+            found.append(self.lines.get_nowait())
+        return found
+
+
+def resume_cursor(stderr: str) -> str:
+    line = next(line for line in stderr.splitlines() if "resume with: --after " in line)
+    return line.split("--after ", 1)[1].removesuffix(" --").strip()
+
+
+def key(line: dict[str, Any]) -> tuple[str, int]:
+    return line["session_id"], line["seq"]
+
+
+@pytest.fixture
+def two_sessions(daemon: DaemonProcess) -> Iterator[list[Path]]:
+    with connect(daemon.socket) as client:
+        for name in ("a/one.jsonl", "b/two.jsonl"):
+            session = client.create(name, meta={"name": name})
+            with session.begin_run() as run:
+                for turn in range(3):
+                    run.record(TurnStart(turn_index=turn))
+                    run.record(TurnEnd(turn_index=turn))
+            session.close()
+    yield [daemon.root / "a/one.jsonl", daemon.root / "b/two.jsonl"]
+
+
+def test_replays_everything_then_follows_then_resumes(
+    daemon: DaemonProcess, two_sessions: list[Path]
+) -> None:
+    on_disk = [line for path in two_sessions for line in read_lines(path)]
+    tail = TailAll(daemon, "--after", "start")
+    replayed = tail.take(len(on_disk))
+    assert sorted(map(key, replayed)) == sorted(map(key, on_disk))
+    assert {line["path"] for line in replayed} == {str(p) for p in two_sessions}
+    # Exactly as in the files, plus the path.
+    first = next(line for line in replayed if key(line) == key(on_disk[0]))
+    assert {k: v for k, v in first.items() if k != "path"} == on_disk[0]
+
+    with connect(daemon.socket) as client:
+        session = client.open("a/one.jsonl")
+        with session.begin_run() as run:
+            run.record(TurnStart(turn_index=9))
+        session.close()
+    live = tail.take(3)
+    assert [line["type"] for line in live] == ["run_start", "turn_start", "run_close"]
+    status, stderr = tail.stop()
+    assert status == 130
+    seen = replayed + live + tail.rest()
+    assert len(seen) == len(set(map(key, seen)))
+    cursor = resume_cursor(stderr)
+    last = {line["session_id"]: line["seq"] for path in two_sessions for line in read_lines(path)}
+    assert dict(item.split(":") for item in cursor.split(",")) == {
+        sid: str(seq) for sid, seq in last.items()
+    }
+
+    # Written while no tail ran: the resumed tail starts exactly there.
+    with connect(daemon.socket) as client:
+        session = client.open("b/two.jsonl")
+        with session.begin_run() as run:
+            run.record(TurnStart(turn_index=10))
+        session.close()
+    resumed = TailAll(daemon, "--after", cursor)
+    missed = resumed.take(3)
+    assert [line["type"] for line in missed] == ["run_start", "turn_start", "run_close"]
+    assert {line["path"] for line in missed} == {str(two_sessions[1])}
+    assert missed[0]["seq"] == last[read_lines(two_sessions[1])[0]["session_id"]] + 1
+    status, _ = resumed.stop()
+    assert status == 130
+    assert resumed.rest() == []
+
+
+def test_no_gap_and_no_duplicate_while_an_agent_writes(
+    daemon: DaemonProcess, two_sessions: list[Path]
+) -> None:
+    agent = subprocess.Popen(
+        [sys.executable, str(AGENT), daemon.socket, "c/live.jsonl", "40", "0.002"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Started while the agent writes: part of the session is replayed, part live.
+        tail = TailAll(daemon, "--after", "start", "--type", "tool_exec_end,run_close")
+        assert agent.stdout is not None
+        assert agent.stdout.readline().strip() == "done"
+        assert agent.wait(timeout=60) == 0
+        path = daemon.root / "c/live.jsonl"
+        expected = [
+            key(line)
+            for p in [*two_sessions, path]
+            for line in read_lines(p)
+            if line["type"] in ("tool_exec_end", "run_close")
+        ]
+        got = tail.take(len(expected))
+        status, stderr = tail.stop()
+        got += tail.rest()
+        assert status == 130
+        assert sorted(map(key, got)) == sorted(expected)
+        live = [line["seq"] for line in got if line["path"] == str(path)]
+        assert live == sorted(live)
+        assert f"{read_lines(path)[0]['session_id']}:{read_lines(path)[-1]['seq']}" in stderr
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        agent.wait()
+        assert agent.stdout is not None
+        agent.stdout.close()
+
+
+def test_cursor_usage_errors(daemon: DaemonProcess, tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "flightlog.cli", "tail", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "FLIGHTLOG_SOCKET": daemon.socket},
+            timeout=60,
+        )
+
+    bad = run("--all", "--after", "nothex:3")
+    assert bad.returncode == 2
+    assert "SESSION_ID:SEQ" in bad.stderr
+    without_all = run("--after", f"{'a' * 32}:3", "x.jsonl")
+    assert without_all.returncode == 2
+    assert "goes with --all" in without_all.stderr
+    missing = run("--all", "--after", f"@{tmp_path / 'none'}")
+    assert missing.returncode == 2
+    assert "cannot read the cursor file" in missing.stderr

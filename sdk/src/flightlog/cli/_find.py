@@ -13,7 +13,8 @@ blocks, and most lines are never decoded:
    string a matching line must contain (``"tool_exec_end"``, ``"get_weather"``); the
    first of them drives the scan: ``bytes.find`` jumps from one occurrence to the next,
    and only the line around it is looked at.  A line is decoded only when it holds
-   every such string (and, for ``--error``, a member that can report a failure).
+   every such string (and, for ``--error``, bytes that a failure of its type holds:
+   ``true`` for ``is_error``, ``false`` for ``ok``, ``"error"``, ...).
 3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.parse_line`, which
    also checks the file's session id): its type, run, time and data.
 
@@ -37,7 +38,15 @@ from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import FileFormatError, Reader, Record, default_root, parse_line, parse_time
+from flightlog.protocol import (
+    FileFormatError,
+    Reader,
+    Record,
+    default_root,
+    format_time,
+    parse_line,
+    parse_time,
+)
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
 from ._render import Style, failed, record_data, tail_line
@@ -46,8 +55,23 @@ from ._sessions import session_files
 __all__ = ["Query", "add_find_arguments", "cmd_find", "find_epilog", "search"]
 
 _BLOCK: Final = 8 * 1024 * 1024
-#: Members of which a failed record holds at least one (see ``failed``).
-_FAILURE_MEMBERS: Final = (b'"error"', b'"is_error"', b'"disposition"', b'"ok"')
+#: Bytes of which a failed record of a type holds at least one (see ``failed``); a
+#: type that is always a failure has none to look for (None), and a type missing here
+#: never reports one.
+_FAILURE_BYTES: Final[dict[str, tuple[bytes, ...] | None]] = {
+    "error": None,
+    "retry": None,
+    "model_exec_end": (b'"error"',),
+    "context_prepare_end": (b'"error"',),
+    "run_close": (b'"error"',),
+    "agent_end": (b"false",),
+    "tool_exec_end": (b"true", b'"refused"', b'"skipped"', b'"short_circuited"'),
+    "tool_invoke_end": (b"true", b'"refused"', b'"skipped"', b'"short_circuited"'),
+}
+#: The record types whose data can name a model (``_models``).
+_NAMES_MODEL: Final = frozenset(
+    {"model_request", "model_exec_start", "model_exec_end", "model_response", "message_end"}
+)
 _RELATIVE: Final = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -133,6 +157,31 @@ class Query:
             needles.append(msgspec.json.encode(next(iter(self.types))))
         return needles
 
+    def failure_bytes(self) -> tuple[bytes, ...] | None:
+        """Bytes of which a matching line holds one, for ``--error``; None: no test."""
+        if not self.error:
+            return None
+        wanted = self.types if self.types is not None else _FAILURE_BYTES.keys()
+        found: list[bytes] = []
+        for type in wanted:
+            if type not in _FAILURE_BYTES:
+                continue
+            needles = _FAILURE_BYTES[type]
+            if needles is None:
+                return None
+            found.extend(n for n in needles if n not in found)
+        return tuple(found)
+
+    def window(self) -> tuple[bytes | None, bytes | None] | None:
+        """The time range by its seconds (``YYYY-MM-DDTHH:MM:SS``) for the prefilter."""
+        if self.since is None and self.until is None:
+            return None
+
+        def second(moment: datetime | None) -> bytes | None:
+            return None if moment is None else format_time(moment)[:19].encode()
+
+        return second(self.since), second(self.until)
+
     def matches_meta(self, meta: dict[str, Any]) -> bool:
         return all(_meta_text(meta.get(key)) == value for key, value in self.meta.items())
 
@@ -146,6 +195,13 @@ class Query:
             return False
         if self.tool is None and self.model is None and self.error is None:
             return True
+        # Types that cannot match are told apart before their data is decoded.
+        if self.tool is not None and not record.type.startswith("tool_"):
+            return False
+        if self.model is not None and record.type not in _NAMES_MODEL:
+            return False
+        if self.error and record.type not in _FAILURE_BYTES:
+            return False
         data = record_data(record)
         if self.tool is not None and not (
             record.type.startswith("tool_") and data.get("name") == self.tool
@@ -224,26 +280,44 @@ def _scan(query: Query, fileobj: Any, session_id: str) -> Iterator[Record]:
     needles = query.needles()
     driver = needles[0] if needles else None
     others = needles[1:]
-    failures = _FAILURE_MEMBERS if query.error else ()
-    lineno = 1
+    failures = query.failure_bytes()
+    window = query.window()
+    lines = 1  # complete lines before the current block
     rest = b""
     while block := fileobj.read(_BLOCK):
         block = rest + block
         end = block.rfind(b"\n") + 1  # only complete lines; the rest waits for more
         rest = block[end:]
-        counted = 0  # lines of block[:counted] already added to lineno
         for start, stop in _candidates(block, end, driver):
             line = block[start:stop]
             if any(n not in line for n in others):
                 continue
-            if failures and not any(member in line for member in failures):
+            if failures is not None and not any(member in line for member in failures):
                 continue
-            lineno += block.count(b"\n", counted, start)
-            counted = start
-            record = parse_line(line, lineno=lineno + 1, session_id=session_id, expected_seq=None)
+            if window is not None and _outside(line, *window):
+                continue
+            try:
+                record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
+            except FileFormatError as exc:
+                lineno = lines + block.count(b"\n", 0, start) + 1
+                raise FileFormatError(lineno, exc.reason) from None
             if query.matches(record):
                 yield record
-        lineno += block.count(b"\n", counted, end)
+        lines += block.count(b"\n", 0, end)
+
+
+def _outside(line: bytes, since: bytes | None, until: bytes | None) -> bool:
+    """Whether the line's time is, by its second, surely outside [since, until): read
+    from the envelope's bytes when the writer's compact form is there (else False, and
+    the decoded record decides)."""
+    at = line.find(b'"time":"')
+    if at == -1:
+        return False
+    data = line.find(b'"data":')
+    if data != -1 and data < at:
+        return False
+    second = line[at + 8 : at + 27]
+    return (since is not None and second < since) or (until is not None and second > until)
 
 
 def _candidates(block: bytes, end: int, driver: bytes | None) -> Iterator[tuple[int, int]]:

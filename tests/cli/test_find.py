@@ -230,3 +230,19 @@ def test_the_benchmark_runs_and_its_tools_agree() -> None:
     assert result.returncode == 0, result.stderr
     assert "| failed tool calls | grep -c |" in result.stdout
     assert "| failed tool calls | jq |" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["find", "export"])
+def test_help_has_examples_and_exit_codes(command: str) -> None:
+    from flightlog.cli._main import EXIT_CODES
+
+    result = subprocess.run(
+        [sys.executable, "-m", "flightlog.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "examples:" in result.stdout and "exit status:" in result.stdout
+    for code in EXIT_CODES:
+        assert f"\n  {code:<4} " in result.stdout

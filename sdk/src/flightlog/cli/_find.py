@@ -187,7 +187,7 @@ class Query:
 
     def matches(self, record: Record) -> bool:
         """The exact test, on a decoded record."""
-        if self.types is not None and record.type not in self.types:
+        if not self.type_can_match(record.type):
             return False
         if self.run is not None and not (record.run_id or "").startswith(self.run):
             return False
@@ -195,13 +195,6 @@ class Query:
             return False
         if self.tool is None and self.model is None and self.error is None:
             return True
-        # Types that cannot match are told apart before their data is decoded.
-        if self.tool is not None and not record.type.startswith("tool_"):
-            return False
-        if self.model is not None and record.type not in _NAMES_MODEL:
-            return False
-        if self.error and record.type not in _FAILURE_BYTES:
-            return False
         data = record_data(record)
         if self.tool is not None and not (
             record.type.startswith("tool_") and data.get("name") == self.tool
@@ -210,6 +203,16 @@ class Query:
         if self.model is not None and self.model not in _models(data):
             return False
         return self.error is None or failed(record.type, data) == self.error
+
+    def type_can_match(self, type: str) -> bool:
+        """Whether a record of ``type`` can match, before its data is looked at."""
+        if self.types is not None and type not in self.types:
+            return False
+        if self.tool is not None and not type.startswith("tool_"):
+            return False
+        if self.model is not None and type not in _NAMES_MODEL:
+            return False
+        return not self.error or type in _FAILURE_BYTES
 
     def _in_time(self, record: Record) -> bool:
         try:
@@ -296,6 +299,9 @@ def _scan(query: Query, fileobj: Any, session_id: str) -> Iterator[Record]:
                 continue
             if window is not None and _outside(line, *window):
                 continue
+            type = _envelope_type(line)
+            if type is not None and not query.type_can_match(type):
+                continue
             try:
                 record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
             except FileFormatError as exc:
@@ -304,6 +310,22 @@ def _scan(query: Query, fileobj: Any, session_id: str) -> Iterator[Record]:
             if query.matches(record):
                 yield record
         lines += block.count(b"\n", 0, end)
+
+
+def _envelope_type(line: bytes) -> str | None:
+    """The record type, read from the line's bytes when the writer's compact envelope is
+    there (``"type":"..."`` before ``"data"``), else None (the decoded record decides)."""
+    at = line.find(b'"type":"')
+    if at == -1:
+        return None
+    data = line.find(b'"data":')
+    if data != -1 and data < at:
+        return None
+    end = line.find(b'"', at + 8)
+    type = line[at + 8 : end]
+    if end == -1 or b"\\" in type:  # an escape: let the decoder read it
+        return None
+    return type.decode("ascii", "replace")
 
 
 def _outside(line: bytes, since: bytes | None, until: bytes | None) -> bool:
@@ -317,6 +339,8 @@ def _outside(line: bytes, since: bytes | None, until: bytes | None) -> bool:
     if data != -1 and data < at:
         return False
     second = line[at + 8 : at + 27]
+    if b"\\" in second:
+        return False
     return (since is not None and second < since) or (until is not None and second > until)
 
 

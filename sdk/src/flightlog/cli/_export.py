@@ -198,6 +198,17 @@ class _Otel:
 
 
 def _span_exporter(endpoint: str | None) -> tuple[SpanExporter, str]:
+    try:
+        return _otlp_exporter(endpoint)
+    except ImportError as exc:
+        raise CommandError(
+            f"flightlog export needs the OTLP exporter ({exc.name}): "
+            "pip install 'flightlog-sdk[otel]'",
+            EXIT_USAGE,
+        ) from None
+
+
+def _otlp_exporter(endpoint: str | None) -> tuple[SpanExporter, str]:
     protocol = (
         os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")

@@ -43,6 +43,7 @@ from flightlog.protocol import (
     Reader,
     Record,
     default_root,
+    encode_line,
     format_time,
     parse_line,
     parse_time,
@@ -429,14 +430,16 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
     out = sys.stdout
     for count, found in enumerate(search(query, paths, on_error=on_error), 1):
         if args.json:
-            line = msgspec.json.encode({"path": found.path, **found.record.to_builtins()})
-            out.write(line.decode() + "\n")
+            # The line as in the file (data never decoded), with the path as first member.
+            line = encode_line(found.record)
+            out.buffer.write(b'{"path":' + msgspec.json.encode(found.path) + b"," + line[1:])
         else:
             record = found.record
             out.write(f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}\n")
         if args.limit is not None and count >= args.limit:
             break
     out.flush()
+    out.buffer.flush()
     if unsound:
         return EXIT_UNSOUND
     return EXIT_USAGE if unreadable else EXIT_OK

@@ -286,7 +286,7 @@ def _scan(query: Query, fileobj: Any, session_id: str) -> Iterator[Record]:
     others = needles[1:]
     failures = query.failure_bytes()
     window = query.window()
-    lines = 1  # complete lines before the current block
+    offset = fileobj.tell()  # of the current block in the file
     rest = b""
     while block := fileobj.read(_BLOCK):
         block = rest + block
@@ -306,11 +306,21 @@ def _scan(query: Query, fileobj: Any, session_id: str) -> Iterator[Record]:
             try:
                 record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
             except FileFormatError as exc:
-                lineno = lines + block.count(b"\n", 0, start) + 1
-                raise FileFormatError(lineno, exc.reason) from None
+                # Lines are not counted while scanning: only an error needs its number.
+                raise FileFormatError(_line_number(fileobj, offset + start), exc.reason) from None
             if query.matches(record):
                 yield record
-        lines += block.count(b"\n", 0, end)
+        offset += end
+
+
+def _line_number(fileobj: Any, position: int) -> int:
+    """The number of the line that starts at byte ``position`` of the file."""
+    fileobj.seek(0)
+    lines = 1
+    while position > 0 and (chunk := fileobj.read(min(_BLOCK, position))):
+        lines += chunk.count(b"\n")
+        position -= len(chunk)
+    return lines
 
 
 def _envelope_type(line: bytes) -> str | None:

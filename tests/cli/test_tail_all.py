@@ -192,3 +192,70 @@ def test_cursor_usage_errors(daemon: DaemonProcess, tmp_path: Path) -> None:
     missing = run("--all", "--after", f"@{tmp_path / 'none'}")
     assert missing.returncode == 2
     assert "cannot read the cursor file" in missing.stderr
+
+
+# ----------------------------------------------------------- the merge, in-process
+
+
+def format_example() -> list[bytes]:
+    """The lines of docs/format.md's example file, without their newlines."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "format.md").read_text()
+    block = text.split("## 10. An example file", 1)[1].split("```")[1]
+    return [line.encode() for line in block.splitlines() if line.startswith("{")]
+
+
+def test_a_session_file_is_read_as_it_grows(tmp_path: Path) -> None:
+    from flightlog.cli._sessions import SessionFile
+
+    lines = format_example()
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(lines[:5]) + b"\n" + lines[5][:40])  # an unfinished line
+    file = SessionFile(str(path), lambda _sid: 2)
+    assert [r.seq for r in file.read()] == [3, 4, 5]  # 1 and 2 are before the cursor
+    with path.open("ab") as out:
+        out.write(lines[5][40:] + b"\n" + lines[6] + b"\n")
+    assert [r.seq for r in file.read()] == [6, 7]
+    assert list(file.read()) == []
+    # A live record: the next seq is taken as it is, and not read again from the file.
+    live = parse(lines[7])
+    assert file.accept(live) and not file.accept(live)
+    with path.open("ab") as out:
+        out.write(lines[7] + b"\n" + lines[8] + b"\n")
+    assert [r.seq for r in file.read()] == [9]
+
+
+def test_a_cut_unfinished_line_and_a_replaced_file(tmp_path: Path) -> None:
+    from flightlog.cli._sessions import SessionFile
+    from flightlog.protocol import FileFormatError
+
+    lines = format_example()
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(lines[:3]) + b"\n" + b'{"session_id":"5f0c')
+    file = SessionFile(str(path), lambda _sid: 0)
+    assert [r.seq for r in file.read()] == [1, 2, 3]
+    # The daemon reopens the file after a crash: it cuts the unfinished line, appends.
+    path.write_bytes(b"\n".join(lines[:4]) + b"\n")
+    assert [r.seq for r in file.read()] == [4]
+    # Shorter than the lines already read: another file.
+    path.write_bytes(lines[0] + b"\n")
+    with pytest.raises(FileFormatError, match="replaced"):
+        list(file.read())
+    assert list(file.read()) == []  # stopped for good
+
+
+def parse(line: bytes) -> Any:
+    from flightlog.protocol import parse_line
+
+    return parse_line(line, lineno=0, session_id=None, expected_seq=None)
+
+
+def test_cursor_text() -> None:
+    from flightlog.cli._sessions import format_cursor, parse_cursor
+
+    a, b = "a" * 32, "b" * 32
+    assert parse_cursor(f" {b}:4,{a}:18 ") == {a: 18, b: 4}
+    assert format_cursor({b: 4, a: 18, "c" * 32: 0}) == f"{a}:18,{b}:4"
+    assert parse_cursor("") == parse_cursor("0") == {}
+    for bad in ("x:1", f"{a}:", f"{a}-3", f"{a.upper()}:3"):
+        with pytest.raises(ValueError, match="SESSION_ID:SEQ"):
+            parse_cursor(bad)

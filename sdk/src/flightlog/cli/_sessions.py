@@ -4,11 +4,10 @@ Theory of operation
 -------------------
 The files are the source of truth; the daemon is a doorbell with the records attached.
 
-* :class:`SessionFile` reads one file from the start with the protocol's
-  :class:`~flightlog.protocol.Reader` (every reading rule, line 1 included), then reads
-  on from where that read stopped as the file grows, each new line checked with
-  :func:`~flightlog.protocol.parse_line` against the file's session id and the next seq.
-  It delivers each record once, in seq order, and remembers the last seq delivered.
+* :class:`SessionFile` feeds one file to the protocol's
+  :class:`~flightlog.protocol.LineReader` (every reading rule, line 1 included), from
+  its start and then, as the file grows, from where the last read stopped.  It delivers
+  each record once, in seq order, and remembers the last seq delivered.
 * :class:`AllSessions` keeps one :class:`SessionFile` per path.  :meth:`AllSessions.scan`
   reads what is new in every file under the roots; :meth:`AllSessions.live` takes a record
   the daemon pushed: the next seq of its session is delivered as it is, an older one is
@@ -36,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from flightlog.protocol import FileFormatError, Reader, Record, is_session_id, parse_line
+from flightlog.protocol import NEED_DATA, FileFormatError, LineReader, Record, is_session_id
 
 __all__ = [
     "AllSessions",
@@ -106,9 +105,8 @@ class SessionFile:
         self.last_seq = 0
         self.error: FileFormatError | None = None
         self._after = 0
-        self._offset = 0  # where the next complete line starts
-        self._disk_seq = 0  # the seq of the line that ends at _offset
-        self._lines = 0
+        # Fed every byte read so far; an unfinished last line waits in it for the rest.
+        self._lines = LineReader()
 
     def read(self) -> Iterator[Record]:
         """The records on disk that were not delivered yet, in order.
@@ -120,54 +118,43 @@ class SessionFile:
         if self.error is not None:
             return
         try:
-            if self.session_id is None:
-                yield from self._read_start()
-            else:
-                yield from self._read_on()
+            yield from self._read()
         except FileFormatError as exc:
             self.error = exc
             raise
 
-    def _read_start(self) -> Iterator[Record]:
+    def _read(self) -> Iterator[Record]:
         with open(self.path, "rb") as fileobj:
-            reader = Reader(fileobj)
-            for record in reader:
-                if self.session_id is None:
-                    self.session_id = record.session_id
-                    self._after = self._start_after(record.session_id)
-                self._lines, self._disk_seq = reader.lines, record.seq
-                self._offset = reader.offset
-                if record.seq > max(self.last_seq, self._after):
-                    self.last_seq = record.seq
-                    yield record
-        self.last_seq = max(self.last_seq, min(self._after, self._disk_seq))
-
-    def _read_on(self) -> Iterator[Record]:
-        with open(self.path, "rb") as fileobj:
-            if os.fstat(fileobj.fileno()).st_size < self._offset:
-                raise FileFormatError(
-                    self._lines, "the file is shorter than what was read of it: replaced?"
-                )
-            fileobj.seek(self._offset)
-            pending = b""
-            while chunk := fileobj.read(_CHUNK):
-                pending += chunk
-                start = 0
-                while (end := pending.find(b"\n", start)) != -1:
-                    record = parse_line(
-                        pending[start:end],
-                        lineno=self._lines + 1,
-                        session_id=self.session_id,
-                        expected_seq=self._disk_seq + 1,
+            size = os.fstat(fileobj.fileno()).st_size
+            lines = self._lines
+            if size < lines.position:
+                if size < lines.offset or lines.session_id is None:
+                    raise FileFormatError(
+                        lines.lines, "the file is shorter than what was read of it: replaced?"
                     )
-                    self._lines += 1
-                    self._disk_seq = record.seq
-                    self._offset += end + 1 - start
-                    start = end + 1
-                    if record.seq > self.last_seq:
-                        self.last_seq = record.seq
-                        yield record
-                pending = pending[start:]
+                # A writer opening the file after a crash cut its unfinished last line.
+                lines = self._lines = LineReader.resume(
+                    lines.session_id, lines.last_seq, lines.offset
+                )
+            fileobj.seek(lines.position)
+            while True:
+                item = lines.next()
+                if item is NEED_DATA:
+                    chunk = fileobj.read(_CHUNK)
+                    if not chunk:
+                        return  # for now: the file may grow
+                    lines.feed(chunk)
+                    continue
+                if not isinstance(item, Record):
+                    return
+                if self.session_id is None:
+                    self.session_id = item.session_id
+                    self._after = self._start_after(item.session_id)
+                if item.seq <= self.last_seq:
+                    continue  # delivered live already
+                self.last_seq = item.seq
+                if item.seq > self._after:
+                    yield item
 
     def accept(self, record: Record) -> bool:
         """Take a record pushed live: True (and it counts as delivered) when it is the

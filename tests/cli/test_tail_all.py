@@ -259,3 +259,55 @@ def test_cursor_text() -> None:
     for bad in ("x:1", f"{a}:", f"{a}-3", f"{a.upper()}:3"):
         with pytest.raises(ValueError, match="SESSION_ID:SEQ"):
             parse_cursor(bad)
+
+
+def test_live_records_merge_with_the_files(tmp_path: Path) -> None:
+    from flightlog.cli._sessions import AllSessions
+
+    lines = format_example()
+    root = tmp_path / "root"
+    (root / "d").mkdir(parents=True)
+    path = root / "d" / "s.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines[:4]))
+    errors: list[tuple[str, Exception]] = []
+    sessions = AllSessions([str(root)], {}, lambda p, e: errors.append((p, e)))
+    assert [r.seq for _, r in sessions.scan()] == [1, 2, 3, 4]
+    # Pushed live, in order: taken as they come, the file is not read.
+    assert [r.seq for _, r in sessions.live(str(path), parse(lines[4]))] == [5]
+    # An old one again: dropped.
+    assert list(sessions.live(str(path), parse(lines[2]))) == []
+    # A gap (6 and 7 were not pushed): read from the file, up to and with the pushed one.
+    path.write_bytes(b"".join(line + b"\n" for line in lines[:8]))
+    assert [r.seq for _, r in sessions.live(str(path), parse(lines[7]))] == [6, 7, 8]
+    assert list(sessions.scan()) == []
+    session_id = parse(lines[0]).session_id
+    assert sessions.cursor() == {session_id: 8}
+    # A session met first live (a path outside the root): read from its start.
+    other = tmp_path / "elsewhere.jsonl"
+    other.write_bytes(b"".join(line + b"\n" for line in lines[:2]))
+    assert [r.seq for _, r in sessions.live(str(other), parse(lines[1]))] == [1, 2]
+    assert errors == []
+
+
+def test_the_doorbell_hands_over_records_then_says_it_ended() -> None:
+    from flightlog.cli._sessions import Doorbell, Rescan
+
+    pushed = [("p", parse(line)) for line in format_example()[:3]]
+    calls: list[int] = []
+
+    def subscribe() -> tuple[Any, Any]:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionRefusedError("no daemon")
+        return iter(pushed), lambda: None
+
+    bell = Doorbell(subscribe, retry=0.01).start()
+    assert bell.started(timeout=10)
+    got = [bell.items.get(timeout=10) for _ in range(5)]
+    bell.close()
+    assert got[:3] == pushed
+    assert isinstance(got[3], Rescan) and not got[3].final
+    assert isinstance(got[4], Rescan) and "no daemon" in got[4].reason
+    once = Doorbell(lambda: (iter(()), lambda: None), retry=None).start()
+    end = once.items.get(timeout=10)
+    assert isinstance(end, Rescan) and end.final

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+
 from flightlog.cli._spans import Span, SpanBuilder, span_id, trace_id
+from flightlog.protocol import Record
 from flightlog.sdk import read
 
 DOCS_EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "format.md"
@@ -94,3 +97,171 @@ def test_a_run_cut_short_ends_at_the_next_run_start(tmp_path: Path) -> None:
     assert tool.error is not None and tool.error.startswith("interrupted")
     assert tool.attributes["error.type"] == "interrupted"
     assert all(span.end_seq == 13 for span in spans if span.name != "chat claude-x")
+
+
+# ------------------------------------------------------------- records made by hand
+
+SESSION = "c" * 32
+RUN_1, RUN_2 = "1" * 32, "2" * 32
+
+
+def records(*items: tuple[str, str | None, dict[str, object]]) -> list[Record]:
+    """Records of one session, seq and time counted up (100 ms apart)."""
+    made = [
+        Record(
+            session_id=SESSION,
+            seq=1,
+            type="session_start",
+            time="2026-11-29T20:00:00.000000Z",
+            data=msgspec.Raw(b'{"format_version":1,"meta":{"app":"t","nested":{"x":1}}}'),
+        )
+    ]
+    for seq, (type, run_id, data) in enumerate(items, 2):
+        made.append(
+            Record(
+                session_id=SESSION,
+                seq=seq,
+                type=type,
+                time=f"2026-11-29T20:00:{seq // 10:02d}.{seq % 10}00000Z",
+                run_id=run_id,
+                data=msgspec.Raw(json.dumps(data).encode()),
+            )
+        )
+    return made
+
+
+def spans_of(made: list[Record], **options: bool) -> list[Span]:
+    builder = SpanBuilder(**options)
+    return [span for record in made for span in builder.add(record)]
+
+
+def execution(id: str, kind: str, attempt: int = 1, parent: str | None = None) -> dict:
+    return {"id": id, "kind": kind, "attempt": attempt, "parent_id": parent}
+
+
+def test_a_retry_links_to_the_attempt_it_replaces() -> None:
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {"pid": 7, "client": "t"}),
+            ("model_exec_start", RUN_1, {"execution": execution("m", "model"), "model": "x"}),
+            ("model_exec_end", RUN_1, {"execution": execution("m", "model"), "error": "429"}),
+            (
+                "retry",
+                RUN_1,
+                {"execution": execution("m", "model"), "error": "429", "delay_seconds": 2},
+            ),
+            ("model_exec_start", RUN_1, {"execution": execution("m", "model", 2), "model": "x"}),
+            ("model_exec_end", RUN_1, {"execution": execution("m", "model", 2), "error": None}),
+            ("run_close", RUN_1, {"error": None}),
+        )
+    )
+    first, second, run = spans
+    assert (first.name, first.error, first.attributes["error.type"]) == (
+        "chat x",
+        "429",
+        "model_error",
+    )
+    assert second.error is None
+    assert second.attributes["flightlog.retry.error"] == "429"
+    assert second.attributes["flightlog.retry.delay_seconds"] == 2.0
+    (link,) = second.links
+    assert (link.span_id, link.attributes) == (first.span_id, {"flightlog.link": "retry_of"})
+    # No agent loop in this run: a run of standalone calls is not an error.
+    assert run.error is None and run.name == "invoke_agent"
+    assert run.attributes["process.pid"] == 7
+    assert run.attributes["flightlog.meta.app"] == "t"
+    assert "flightlog.meta.nested" not in run.attributes
+
+
+def test_a_sub_agent_tool_call_is_the_child_of_its_tool_call() -> None:
+    outer, inner = execution("t1", "tool"), execution("t2", "tool", parent="t1")
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            ("agent_start", RUN_1, {"agent": "boss"}),
+            (
+                "tool_exec_start",
+                RUN_1,
+                {"execution": outer, "tool_call_id": "c1", "name": "delegate"},
+            ),
+            ("tool_exec_start", RUN_1, {"execution": inner, "tool_call_id": "c2", "name": "grep"}),
+            (
+                "tool_exec_end",
+                RUN_1,
+                {"execution": inner, "tool_call_id": "c2", "name": "grep", "is_error": False},
+            ),
+            (
+                "tool_exec_end",
+                RUN_1,
+                {
+                    "execution": outer,
+                    "tool_call_id": "c1",
+                    "name": "delegate",
+                    "disposition": "ran",
+                },
+            ),
+            ("error", RUN_1, {"message": "boom", "code": "E1", "fatal": True}),
+            ("agent_end", RUN_1, {"ok": False, "error": "gave up", "turns": 3}),
+            ("run_close", RUN_1, {"error": "disk full"}),
+        )
+    )
+    grep, delegate, run = spans
+    assert grep.parent_id == delegate.span_id
+    assert delegate.parent_id == run.span_id
+    assert (run.error, run.attributes["error.type"]) == ("gave up", "agent_error")
+    assert run.attributes["flightlog.recording_error"] == "disk full"
+    (event,) = run.events
+    assert event.name == "exception"
+    assert event.attributes == {
+        "exception.message": "boom",
+        "flightlog.error.fatal": True,
+        "exception.type": "E1",
+    }
+
+
+def test_a_refused_tool_call_and_an_end_without_its_start() -> None:
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            (
+                "tool_exec_end",
+                RUN_1,
+                {
+                    "execution": execution("t", "tool"),
+                    "tool_call_id": "c",
+                    "name": "rm",
+                    "is_error": True,
+                    "content": [],
+                    "disposition": "refused",
+                    "reason": "not allowed",
+                },
+            ),
+            ("run_close", RUN_1, {"error": None}),
+        )
+    )
+    tool = spans[0]
+    assert tool.start_ns == tool.end_ns  # only its end is known: an instant
+    assert tool.error == "not allowed"
+    assert tool.attributes["flightlog.tool.disposition"] == "refused"
+
+
+def test_a_reissued_tool_call_links_to_its_first_run() -> None:
+    tool = execution("t", "tool")
+    start = {"execution": tool, "tool_call_id": "c9", "name": "pay"}
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            ("tool_exec_start", RUN_1, start),
+            ("run_start", RUN_2, {}),  # the first run died with the call open
+            ("tool_exec_start", RUN_2, start),
+            ("tool_exec_end", RUN_2, start),
+            ("run_close", RUN_2, {"error": None}),
+        )
+    )
+    interrupted, first_run, again, second_run = spans
+    assert interrupted.error is not None and first_run.error is not None
+    assert interrupted.trace_id == first_run.trace_id != again.trace_id
+    assert again.attributes["flightlog.reissued"] is True
+    (link,) = again.links
+    assert (link.trace_id, link.span_id) == (interrupted.trace_id, interrupted.span_id)
+    assert second_run.error is None

@@ -379,3 +379,17 @@ def test_export_usage_errors(session: Session) -> None:
     )
     assert unsupported.returncode == 2
     assert "http/json" in unsupported.stderr
+
+
+def test_a_run_still_open_waits_for_its_end(phoenix: Phoenix, tmp_path: Path) -> None:
+    path = marker_session(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("".join(line + "\n" for line in lines[:2]))  # run_start, no end yet
+    project = new_project()
+    result = export(phoenix, project, str(path))
+    assert result.returncode == 0, result.stderr
+    assert "exported 0 spans of 1 sessions" in result.stderr
+    assert "1 runs not ended yet" in result.stderr
+    missing = export(phoenix, project, "--all", f"--root={tmp_path / 'nowhere'}")
+    assert missing.returncode == 2
+    assert "the data root does not exist" in missing.stderr

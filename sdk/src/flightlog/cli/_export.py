@@ -245,6 +245,8 @@ def _content(args: argparse.Namespace) -> bool:
 def _paths(args: argparse.Namespace) -> list[str]:
     root = args.root or default_root(os.environ, os.path.expanduser("~"))
     if args.all:
+        if not os.path.isdir(root):
+            raise CommandError(f"{root}: the data root does not exist (see --root)", EXIT_USAGE)
         return [root, *args.paths]
     if not args.paths:
         raise CommandError("export needs a PATH, or --all for every session", EXIT_USAGE)
@@ -262,7 +264,7 @@ def cmd_export(args: argparse.Namespace, style: Style) -> int:
     paths = _paths(args)
     otel = _Otel(args.endpoint)
     content = _content(args)
-    sessions = spans = 0
+    sessions = spans = open_runs = 0
     unsound = False
     try:
         for path in session_files(paths):
@@ -279,9 +281,15 @@ def cmd_export(args: argparse.Namespace, style: Style) -> int:
                 _err(f"flightlog: {path}: {_why(exc)} (exported what comes before it)")
             spans += _send_now(otel, pending)
             sessions += 1
+            open_runs += builder.run is not None
     finally:
         otel.close()
-    _err(style.dim(f"-- exported {spans:,} spans of {sessions:,} sessions to {otel.endpoint} --"))
+    note = f" ({open_runs:,} runs not ended yet: exported once they end)" if open_runs else ""
+    _err(
+        style.dim(
+            f"-- exported {spans:,} spans of {sessions:,} sessions to {otel.endpoint}{note} --"
+        )
+    )
     return EXIT_UNSOUND if unsound else EXIT_OK
 
 

@@ -393,3 +393,21 @@ def test_a_run_still_open_waits_for_its_end(phoenix: Phoenix, tmp_path: Path) ->
     missing = export(phoenix, project, "--all", f"--root={tmp_path / 'nowhere'}")
     assert missing.returncode == 2
     assert "the data root does not exist" in missing.stderr
+
+
+def test_a_damaged_file_exports_what_comes_before_the_bad_line(
+    phoenix: Phoenix, session: Session, tmp_path: Path
+) -> None:
+    copy = fresh_copy(session, tmp_path)
+    lines = copy.read_bytes().split(b"\n")
+    first_run_close = next(i for i, line in enumerate(lines) if b'"type":"run_close"' in line)
+    lines[first_run_close + 2] = b"{not a record"
+    copy.write_bytes(b"\n".join(lines))
+    project = new_project()
+    result = export(phoenix, project, str(copy))
+    assert result.returncode == 1
+    assert f"line {first_run_close + 3}: not a valid record" in result.stderr
+    # The demo run, complete before the damage, is there; the rest is not.
+    spans = spans_of(phoenix, project, 7)
+    assert len(spans) == 7
+    assert sum(span["parent_id"] is None for span in spans) == 1

@@ -11,7 +11,11 @@ def test_the_readme_names_the_ci_test_command() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
     command = "uv run --frozen pytest"
     assert f"\n{command}\n" in ci
-    assert f"```sh\n{command}\n```" in README.read_text()
+    assert f"```sh\npython3 -m pip install uv && {command}\n```" in README.read_text()
+
+
+def test_the_readme_quick_start_sets_up_and_runs_the_demo() -> None:
+    assert "```sh\npython3 -m pip install uv && uv run flightlog demo\n```" in README.read_text()
 
 
 def test_the_ci_gets_uv_the_ways_the_readme_gives() -> None:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,15 @@ def test_a_duration_option_that_is_no_number_of_seconds_is_a_usage_error(
     assert done.returncode == 2, done.stderr
     assert f"argument {option}: {value!r} is not a number of seconds >= 0" in done.stderr
     assert not (short_tmp / "s").exists()
+
+
+def test_sigterm_as_soon_as_the_socket_is_there_drains(short_tmp: Path) -> None:
+    """Regression: the signal handlers were installed after the socket was bound, so a
+    SIGTERM sent the moment the daemon was reachable killed it (status -15)."""
+    for attempt in range(5):
+        daemon = DaemonProcess(short_tmp / str(attempt)).start(wait=False)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(daemon.socket):
+            assert daemon.alive() and time.monotonic() < deadline, daemon.log
+            time.sleep(0.0002)
+        assert daemon.terminate() == 0, daemon.log

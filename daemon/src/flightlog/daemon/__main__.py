@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
 import anyio
+import anyio.abc
 import structlog
 
 from flightlog.protocol import FlightlogError
@@ -189,8 +190,9 @@ async def _run(config: Config) -> None:
     listeners = listen_fds()
     notifier = Notifier.from_environment()
 
-    async def watch_signals() -> None:
+    async def watch_signals(*, task_status: anyio.abc.TaskStatus[None]) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
             async for signum in signals:
                 if stop.is_set():
                     structlog.get_logger("flightlogd").warning(
@@ -203,7 +205,9 @@ async def _run(config: Config) -> None:
                 stop.set()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals)
+        # The handlers are in place before the socket is bound: a SIGTERM that comes
+        # as soon as the daemon is reachable drains it instead of killing it.
+        await tg.start(watch_signals)
         await serve(config, listeners=listeners, shutdown_trigger=stop.wait, notifier=notifier)
         tg.cancel_scope.cancel()
 

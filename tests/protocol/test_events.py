@@ -49,6 +49,7 @@ from flightlog.protocol import (
     format_time,
     is_credential_key,
     is_time,
+    new_execution_id,
     new_id,
     now,
 )
@@ -495,3 +496,9 @@ def test_the_fast_path_still_refuses_fields_of_the_wrong_type() -> None:
         default_codec.encode_event(wrong)
     assert caught.value.code == "bad_event"
     assert "attempt" in caught.value.message
+
+
+def test_new_execution_ids_are_fresh_hex() -> None:
+    ids = {new_execution_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)

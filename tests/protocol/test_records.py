@@ -39,6 +39,7 @@ from flightlog.protocol import (
     now,
     parse_line,
     parse_time,
+    utc_time,
 )
 
 SID = new_id()
@@ -182,8 +183,31 @@ def test_format_time_refuses_a_naive_datetime() -> None:
 )
 def test_not_record_times(text: str) -> None:
     assert not is_time(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-11-29T20:00Z", "", "now", "2026-02-30T20:00:00Z", "2026-11-29T20:00:00+24:00"]
+)
+def test_not_rfc_3339_times(text: str) -> None:
+    assert utc_time(text) is None
     with pytest.raises(ValueError):
         parse_time(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "utc"),
+    [
+        ("2026-11-29T20:00:00.000001Z", "2026-11-29T20:00:00.000001Z"),
+        ("2026-11-29T20:00:00+00:00", "2026-11-29T20:00:00Z"),
+        ("2026-11-29 20:00:00Z", "2026-11-29T20:00:00Z"),
+        ("2026-11-30T05:45:00.25+09:45", "2026-11-29T20:00:00.25Z"),
+        ("2026-01-01T00:30:00+01:00", "2025-12-31T23:30:00Z"),
+    ],
+)
+def test_any_rfc_3339_time_in_utc(text: str, utc: str) -> None:
+    assert utc_time(text) == utc
+    assert is_time(utc)
+    assert parse_time(text) == parse_time(utc)
 
 
 def test_now_is_a_record_time() -> None:

@@ -266,15 +266,21 @@ async def test_codec_errors_are_raised_by_record(transport: AsyncMockTransport) 
     run = await session.begin_run()
     before = len(transport.sent)
     with pytest.raises(RecordingError) as caught:
-        await run.record(AgentStart(messages=[Unregistered(1)]))
+        await run.record(AgentStart(messages=[object()]))
     assert caught.value.code == ErrorCode.CODEC_ERROR
     with pytest.raises(RecordingError) as not_an_event:
         await run.record({"type": "agent_start"})  # type: ignore[arg-type]
     assert not_an_event.value.code == ErrorCode.BAD_EVENT
     assert len(transport.sent) == before
-    # A codec error is the caller's, not sticky: the run goes on.
-    await run.record(AgentStart())
+    # The run goes on, and keeps the first value it could not encode for run_close.
+    await run.record(AgentStart(messages=[Unregistered(1)]))
+    assert len(transport.sent) == before + 1
+    assert run.error is caught.value
     await run.aclose()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error is not None
+    assert close.error.startswith("codec_error: cannot record AgentStart")
     await client.aclose()
 
 
@@ -515,8 +521,10 @@ async def test_checkpoints_round_trip_through_the_codec(transport: AsyncMockTran
     assert seq == 3
     assert await session.load_checkpoint() == snapshot
     assert await session.sync() == 3
-    with pytest.raises(RecordingError):
-        await run.save_checkpoint(Unregistered(1))
+    with pytest.raises(RecordingError) as caught:
+        await run.save_checkpoint({"handle": object()})
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    assert run.error is caught.value
     await client.aclose()
 
 

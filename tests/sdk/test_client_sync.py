@@ -252,15 +252,21 @@ def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
     run = session.begin_run()
     before = len(transport.sent)
     with pytest.raises(RecordingError) as caught:
-        run.record(AgentStart(messages=[Unregistered(1)]))
+        run.record(AgentStart(messages=[object()]))
     assert caught.value.code == ErrorCode.CODEC_ERROR
     with pytest.raises(RecordingError) as not_an_event:
         run.record({"type": "agent_start"})  # type: ignore[arg-type]
     assert not_an_event.value.code == ErrorCode.BAD_EVENT
     assert len(transport.sent) == before
-    # A codec error is the caller's, not sticky: the run goes on.
-    run.record(AgentStart())
+    # The run goes on, and keeps the first value it could not encode for run_close.
+    run.record(AgentStart(messages=[Unregistered(1)]))
+    assert len(transport.sent) == before + 1
+    assert run.error is caught.value
     run.close()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error is not None
+    assert close.error.startswith("codec_error: cannot record AgentStart")
     client.close()
 
 
@@ -487,8 +493,10 @@ def test_checkpoints_round_trip_through_the_codec(transport: MockTransport) -> N
     assert seq == 3
     assert session.load_checkpoint() == snapshot
     assert session.sync() == 3
-    with pytest.raises(RecordingError):
-        run.save_checkpoint(Unregistered(1))
+    with pytest.raises(RecordingError) as caught:
+        run.save_checkpoint({"handle": object()})
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    assert run.error is caught.value
     client.close()
 
 

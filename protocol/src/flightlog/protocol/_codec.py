@@ -17,13 +17,19 @@ decoding with the same registry gives back the same type.  The rules, in order:
   :class:`ToolDeclaration`) are written as plain objects, without ``"$type"``, in the
   fields whose declared type says what they are (``execution``, ``usage``, ``config``,
   ``tools``); anywhere else they carry their tag like any other registered type.
-* An object of an unregistered Struct, dataclass or attrs class raises
-  :class:`RecordingError` naming the class: call ``codec.register(tag, cls)``.
-* Any other value msgspec can write (``datetime``, ``UUID``, ``Decimal``, enums, bytes as
-  base64) is written as msgspec writes it and reads back as the plain JSON value.
-* A value that cannot be written at all (an open socket, a lone surrogate, a reference
-  cycle) becomes ``{"snapshot_error": "<ExceptionType>: <reason>"}`` in its place, so one
-  bad value costs that value, not the record.
+* An object of an unregistered class with fields (a pydantic model, a dataclass, an attrs
+  class, a msgspec Struct: what the model providers' SDKs and the agent frameworks hand
+  out) becomes ``{"$class": "<module>.<qualname>", <its fields>}``, each field lowered by
+  these same rules.  It reads back as that plain object; register the class to have it
+  restored as itself.  pydantic is recognised by its attributes, never imported.
+* Any other value msgspec can write (``datetime``, ``timedelta``, ``UUID``, ``Decimal``,
+  enums, bytes as base64) is written as msgspec writes it and reads back as the plain
+  JSON value; paths become strings, exceptions ``{"$class", "message"}``, and other
+  iterables (a deque, a dict view) lists.
+* A value that cannot be written at all (an open socket, a function, a lone surrogate, a
+  reference cycle, a value nested too deeply) raises :class:`RecordingError` naming the
+  field and the reason: nothing is written in its place without saying so.  The SDK keeps
+  that error for the run's ``run_close``.
 * Credentials never reach a record: keys such as ``api_key``, ``authorization`` or
   ``x-api-key`` are removed, at any depth, from ``CallConfig.extra`` and from
   ``ModelRequest.headers``.
@@ -45,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -68,9 +74,10 @@ from ._events import (
     Usage,
     UserMessage,
 )
-from ._records import NEVER_WRITTEN_TYPES, STRUCTURAL_TYPES, Record, is_time
+from ._records import NEVER_WRITTEN_TYPES, STRUCTURAL_TYPES, Record, utc_time
 
 __all__ = [
+    "CLASS_KEY",
     "MAX_DEPTH",
     "SNAPSHOT_ERROR_KEY",
     "TYPE_KEY",
@@ -88,9 +95,12 @@ T = TypeVar("T")
 
 #: The key that carries a typed object's registered tag.
 TYPE_KEY: Final = "$type"
-#: The key of the diagnostic that replaces a value that cannot be encoded.
+#: The key that names the class of an object written without a registered tag.
+CLASS_KEY: Final = "$class"
+#: The key of the diagnostic that older writers put in place of a value they could not
+#: encode; files written before flightlog raised an error instead may hold it.
 SNAPSHOT_ERROR_KEY: Final = "snapshot_error"
-#: Deeper values are replaced by a snapshot_error diagnostic.
+#: Deeper values cannot be encoded.
 MAX_DEPTH: Final = 200
 
 
@@ -171,8 +181,44 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-def _diagnostic(exc: BaseException) -> dict[str, str]:
-    return {SNAPSHOT_ERROR_KEY: f"{type(exc).__name__}: {exc}"}
+class _Unencodable(Exception):
+    """A value the codec cannot write; becomes a RecordingError naming where it was."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _unencodable(exc: BaseException) -> _Unencodable:
+    return _Unencodable(f"{type(exc).__name__}: {exc}")
+
+
+def _foreign_fields(obj: Any) -> Iterator[tuple[str, Any]] | None:
+    """The fields of an object of an unregistered class with fields, or None."""
+    cls = type(obj)
+    pydantic_fields = getattr(cls, "__pydantic_fields__", None)
+    if isinstance(pydantic_fields, dict) and hasattr(obj, "model_dump"):
+        extra = getattr(obj, "__pydantic_extra__", None)
+        return _chain_fields(
+            ((name, getattr(obj, name)) for name in pydantic_fields),
+            extra.items() if isinstance(extra, dict) else (),
+        )
+    if isinstance(obj, msgspec.Struct):
+        return (
+            (key, getattr(obj, name))
+            for name, key in zip(cls.__struct_fields__, cls.__struct_encode_fields__, strict=True)
+        )
+    if dataclasses.is_dataclass(obj):
+        return ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    attrs_fields = getattr(cls, "__attrs_attrs__", None)
+    if isinstance(attrs_fields, tuple):
+        return ((a.name, getattr(obj, a.name)) for a in attrs_fields)
+    return None
+
+
+def _chain_fields(*parts: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    for part in parts:
+        yield from part
 
 
 def _class_name(cls: type) -> str:
@@ -386,14 +432,6 @@ _json_decoder: Final = msgspec.json.Decoder()
 _ENCODE_ERRORS: Final = (msgspec.EncodeError, TypeError, ValueError, OverflowError)
 
 
-def _is_typed_object(cls: type) -> bool:
-    return (
-        issubclass(cls, msgspec.Struct)
-        or dataclasses.is_dataclass(cls)
-        or hasattr(cls, "__attrs_attrs__")
-    )
-
-
 class Codec:
     """Encodes events and snapshots for records, and decodes them back.
 
@@ -474,16 +512,17 @@ class Codec:
             return None
         if isinstance(event, ModelResponse) and event.length_recovery is None:
             return None
-        if not isinstance(event.time, str) or not is_time(event.time):
+        time = utc_time(event.time) if isinstance(event.time, str) else None
+        if time is None:
             raise RecordingError(
-                f"{shape.cls.__name__}.time must be RFC 3339 UTC "
+                f"{shape.cls.__name__}.time must be an RFC 3339 time "
                 f"(like 2026-11-29T20:00:00.000000Z), not {event.time!r}",
                 code=ErrorCode.BAD_EVENT,
             )
         encoded = self._encode_fast(event, shape)
         if encoded is None:
             encoded = self._encode_careful(event, shape)
-        return EncodedEvent(type=shape.tag, data=encoded, time=event.time)
+        return EncodedEvent(type=shape.tag, data=encoded, time=time)
 
     def _encode_fast(self, event: Event, shape: _Shape) -> bytes | None:
         """The event's data when it holds plain values only, else None."""
@@ -498,7 +537,7 @@ class Codec:
         try:
             encoded = _json_encoder.encode(data)
         except _ENCODE_ERRORS:
-            return None  # the careful way puts a diagnostic where msgspec refuses
+            return None  # the careful way finds the field msgspec refuses
         try:
             shape.validate_data(encoded)
         except msgspec.ValidationError as exc:
@@ -510,10 +549,22 @@ class Codec:
         self._validate(data, shape)
         try:
             return _json_encoder.encode(data)
-        except _ENCODE_ERRORS:
-            data = self._clean(data)
-            self._validate(data, shape)
-            return _json_encoder.encode(data)
+        except _ENCODE_ERRORS as exc:
+            # A lone surrogate or a key msgspec cannot write: name the field it is in.
+            for key, value in data.items():
+                try:
+                    _json_encoder.encode(value)
+                except _ENCODE_ERRORS as field_exc:
+                    raise self._unencodable(shape, key, _unencodable(field_exc)) from None
+            raise self._unencodable(shape, "data", _unencodable(exc)) from None
+
+    @staticmethod
+    def _unencodable(shape: _Shape, key: str, exc: _Unencodable) -> RecordingError:
+        return RecordingError(
+            f"cannot record {shape.cls.__name__}: its {key} holds a value that cannot be "
+            f"encoded ({exc.reason})",
+            code=ErrorCode.CODEC_ERROR,
+        )
 
     def decode_event(self, record: Record) -> Event:
         """The typed event a record holds, registered application types restored.
@@ -564,13 +615,20 @@ class Codec:
     def encode_value(self, obj: Any) -> bytes:
         """JSON for a checkpoint snapshot (or any value), with the typed-message rules.
 
-        Raises :class:`RecordingError` for an object of an unregistered class.
+        Raises :class:`RecordingError` (code ``codec_error``) for a value that cannot be
+        encoded (a socket, a function, a lone surrogate, a reference cycle), and for an
+        event, which is recorded, never a value.
         """
-        lowered = self._lower(obj, depth=0, active=set())
         try:
+            lowered = self._lower(obj, depth=0, active=set())
             return _json_encoder.encode(lowered)
-        except _ENCODE_ERRORS:
-            return _json_encoder.encode(self._clean(lowered))
+        except _Unencodable as exc:
+            reason = exc.reason
+        except _ENCODE_ERRORS as exc:
+            reason = _unencodable(exc).reason
+        raise RecordingError(
+            f"cannot encode the value: {reason}", code=ErrorCode.CODEC_ERROR
+        ) from None
 
     def decode_value(self, data: bytes | msgspec.Raw) -> Any:
         """The value :meth:`encode_value` wrote, registered types restored.
@@ -597,40 +655,68 @@ class Codec:
         if cls is str or cls is int or cls is float or cls is bool or obj is None:
             return obj
         if depth >= MAX_DEPTH:
-            return _diagnostic(ValueError(f"nested deeper than {MAX_DEPTH} levels"))
+            raise _Unencodable(f"nested deeper than {MAX_DEPTH} levels")
         shape = self._by_class.get(cls)
         if shape is not None:
             return self._lower_object(obj, shape, depth=depth, active=active, tagged=True)
         if isinstance(obj, Mapping):
             return self._lower_mapping(obj, depth, active)
         if isinstance(obj, list | tuple | set | frozenset):
-            marker = id(obj)
-            if marker in active:
-                return _diagnostic(ValueError("circular reference"))
-            active.add(marker)
-            try:
-                return [self._lower(item, depth + 1, active) for item in obj]
-            finally:
-                active.discard(marker)
+            return self._lower_items(obj, depth, active)
         if isinstance(obj, str | int | float):  # subclasses: str and int enums, numpy-ish
             return obj
-        if _is_typed_object(cls):
+        if isinstance(obj, Event):
             raise RecordingError(
-                f"cannot encode {_class_name(cls)}: its class is not registered with the "
-                f"codec; call codec.register('<stable tag>', {cls.__qualname__}) first",
+                f"cannot encode {type(obj).__name__} as a value: record events with run.record()",
                 code=ErrorCode.CODEC_ERROR,
             )
         if isinstance(obj, msgspec.Raw):
-            return _diagnostic(TypeError("msgspec.Raw cannot be recorded; pass decoded values"))
+            raise _Unencodable("msgspec.Raw cannot be recorded; pass decoded values")
+        fields = _foreign_fields(obj)
+        if fields is not None:
+            return self._lower_foreign(obj, fields, depth, active)
+        if isinstance(obj, BaseException):
+            return {CLASS_KEY: _class_name(cls), "message": str(obj)}
+        fspath = getattr(obj, "__fspath__", None)
+        if fspath is not None:
+            path = fspath()
+            return path if isinstance(path, str) else self._lower(path, depth, active)
         try:
             return msgspec.to_builtins(obj)
         except _ENCODE_ERRORS as exc:
-            return _diagnostic(exc)
+            if isinstance(obj, Iterable) and not isinstance(obj, Iterator):
+                return self._lower_items(obj, depth, active)
+            raise _unencodable(exc) from None
+
+    def _lower_items(self, obj: Iterable[Any], depth: int, active: set[int]) -> list[Any]:
+        marker = id(obj)
+        if marker in active:
+            raise _Unencodable("a reference cycle")
+        active.add(marker)
+        try:
+            return [self._lower(item, depth + 1, active) for item in obj]
+        finally:
+            active.discard(marker)
+
+    def _lower_foreign(
+        self, obj: Any, fields: Iterator[tuple[str, Any]], depth: int, active: set[int]
+    ) -> dict[str, Any]:
+        marker = id(obj)
+        if marker in active:
+            raise _Unencodable("a reference cycle")
+        active.add(marker)
+        try:
+            out: dict[str, Any] = {CLASS_KEY: _class_name(type(obj))}
+            for key, value in fields:
+                out[key] = self._lower(value, depth + 1, active)
+            return out
+        finally:
+            active.discard(marker)
 
     def _lower_mapping(self, obj: Mapping[Any, Any], depth: int, active: set[int]) -> Any:
         marker = id(obj)
         if marker in active:
-            return _diagnostic(ValueError("circular reference"))
+            raise _Unencodable("a reference cycle")
         active.add(marker)
         try:
             out: dict[Any, Any] = {}
@@ -638,8 +724,8 @@ class Codec:
                 if not isinstance(key, str) and (
                     isinstance(key, bool) or not isinstance(key, int | float)
                 ):
-                    return _diagnostic(
-                        TypeError(f"dict keys must be strings or numbers, not {type(key).__name__}")
+                    raise _Unencodable(
+                        f"dict keys must be strings or numbers, not {type(key).__name__}"
                     )
                 out[key] = self._lower(value, depth + 1, active)
             return out
@@ -651,7 +737,7 @@ class Codec:
     ) -> dict[str, Any]:
         marker = id(obj)
         if marker in active:
-            return _diagnostic(ValueError("circular reference"))
+            raise _Unencodable("a reference cycle")
         active.add(marker)
         try:
             out: dict[str, Any] = {}
@@ -661,10 +747,15 @@ class Codec:
                 out[shape.own_tag[0]] = shape.own_tag[1]
             for attr, key, plain in shape.fields:
                 value = getattr(obj, attr)
-                if plain:
-                    value = self._lower_plain(value, depth + 1, active)
-                else:
-                    value = self._lower(value, depth + 1, active)
+                try:
+                    if plain:
+                        value = self._lower_plain(value, depth + 1, active)
+                    else:
+                        value = self._lower(value, depth + 1, active)
+                except _Unencodable as exc:
+                    if tagged:
+                        raise
+                    raise self._unencodable(shape, key, exc) from None
                 if attr in shape.scrubbed:
                     value = _scrub(value)
                 out[key] = value
@@ -680,25 +771,6 @@ class Codec:
         if isinstance(obj, list | tuple) and depth < MAX_DEPTH:
             return [self._lower_plain(item, depth + 1, active) for item in obj]
         return self._lower(obj, depth, active)
-
-    def _clean(self, value: Any) -> Any:
-        # The slow path, after msgspec refused the lowered value: find what it refuses
-        # (a lone surrogate, a dict key it cannot write) and put a diagnostic there.
-        try:
-            _json_encoder.encode(value)
-        except _ENCODE_ERRORS as exc:
-            if type(value) is dict:
-                cleaned: Any = {key: self._clean(item) for key, item in value.items()}
-            elif type(value) is list:
-                cleaned = [self._clean(item) for item in value]
-            else:
-                return _diagnostic(exc)
-            try:
-                _json_encoder.encode(cleaned)
-            except _ENCODE_ERRORS:
-                return _diagnostic(exc)
-            return cleaned
-        return value
 
     def _validate(self, data: dict[str, Any], shape: _Shape) -> None:
         try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal, TypeAlias
+from uuid import uuid4
 
 import msgspec
 
@@ -75,6 +76,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "event_type",
+    "new_execution_id",
 ]
 
 ExecutionKind: TypeAlias = Literal["model", "tool", "compaction"]
@@ -84,6 +86,15 @@ Disposition: TypeAlias = Literal["ran", "refused", "skipped", "short_circuited"]
 
 
 # --- values ---------------------------------------------------------------------------
+
+
+def new_execution_id() -> str:
+    """A fresh execution id, unique within any run: 32 random hex digits (uuid4).
+
+    For a call the framework gives no id of its own; a retry keeps its execution's id
+    (:meth:`Execution.next_attempt`).
+    """
+    return uuid4().hex
 
 
 class Execution(msgspec.Struct, kw_only=True, frozen=True):

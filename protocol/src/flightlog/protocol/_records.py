@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 import msgspec
@@ -41,6 +41,7 @@ __all__ = [
     "new_id",
     "now",
     "parse_time",
+    "utc_time",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -233,6 +234,12 @@ _TIME_RE: Final = re.compile(
     re.ASCII,
 )
 _FRACTION_RE: Final = re.compile(r"(?:\.\d{1,9})?Z", re.ASCII)
+# Any RFC 3339 date-time: "T" or "t" (or a space, which RFC 3339 allows), and "Z", "z"
+# or a numeric offset.
+_RFC3339_RE: Final = re.compile(
+    r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(\.\d{1,9})?(?:[Zz]|([+-])(\d\d):(\d\d))",
+    re.ASCII,
+)
 _SESSION_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
 #: The first 19 characters of the last time :func:`is_time` accepted (a valid second).
 _valid_second = "1970-01-01T00:00:00"
@@ -259,9 +266,14 @@ def now() -> str:
 
 
 def parse_time(text: str) -> datetime:
-    """Parse a record time; raises :class:`ValueError` when it is not RFC 3339 UTC."""
-    if not is_time(text):
-        raise ValueError(f"not an RFC 3339 UTC time: {text!r}")
+    """Parse an RFC 3339 time (any offset) to an aware UTC datetime.
+
+    Raises :class:`ValueError` when it is not RFC 3339.
+    """
+    utc = utc_time(text)
+    if utc is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    text = utc
     head, _, frac = text[:-1].partition(".")
     micros = (frac + "000000")[:6]
     return datetime.strptime(f"{head}.{micros}", "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
@@ -289,6 +301,37 @@ def is_time(text: str) -> bool:
             return False
     _valid_second = text[:19]
     return True
+
+
+def utc_time(text: str) -> str | None:
+    """``text``, any RFC 3339 time, as a record time in UTC; None when it is not one.
+
+    ``2026-11-29T21:00:00.5+01:00`` becomes ``2026-11-29T20:00:00.5Z``: the offset is
+    applied to the seconds and the fraction digits are kept as they are.
+    """
+    if is_time(text):
+        return text
+    match = _RFC3339_RE.fullmatch(text)
+    if match is None:
+        return None
+    day, clock, fraction, sign, hours, minutes = match.groups()
+    try:
+        moment = datetime.fromisoformat(f"{day}T{clock}")
+    except ValueError:
+        return None
+    if sign is not None:
+        if int(hours) > 23 or int(minutes) > 59:
+            return None
+        offset = timedelta(hours=int(hours), minutes=int(minutes))
+        moment = moment - offset if sign == "+" else moment + offset
+    if not 1 <= moment.year <= 9999:
+        return None
+    head = (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
+    result = f"{head}{fraction or ''}Z"
+    return result if is_time(result) else None
 
 
 def is_session_id(text: str) -> bool:

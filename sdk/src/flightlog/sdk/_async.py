@@ -26,6 +26,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from flightlog.protocol import (
     Codec,
+    ErrorCode,
     Event,
     Execution,
     FlightlogError,
@@ -41,9 +42,9 @@ from flightlog.protocol import (
 )
 
 from ._connection import ClientConnection, Pending
-from ._exceptions import ConnectionLost
+from ._exceptions import ConnectionLost, DaemonError
 from ._models import CallRef
-from ._synchronization import AsyncLock, AwaitableContext
+from ._synchronization import AsyncLock, AwaitableContext, async_wait_blocks_loop
 from ._transport import AsyncSocketTransport, AsyncTransport
 
 __all__ = ["AsyncClient", "AsyncRun", "AsyncSession", "AsyncTail", "aconnect"]
@@ -204,6 +205,33 @@ class AsyncClient(_AsyncResource):
         opening = self._open_session(self._conn.open(path))
         return AwaitableContext(opening)
 
+    def session(
+        self, path: str, *, meta: Mapping[str, Any] | None = None
+    ) -> AwaitableContext[AsyncSession]:
+        """Open the session file at ``path``, or create it when there is none.
+
+        ``meta`` goes into ``session_start`` when the file is created; an existing file
+        keeps its own (``session.meta``).  Two clients racing to create the same path
+        both end up opening it, one after the other.  Raises :class:`DaemonError` with
+        code ``session_busy`` (another writer holds it), ``session_corrupt`` or
+        ``path_refused``.
+        """
+        opening = self._create_or_open(path, meta or {})
+        return AwaitableContext(opening)
+
+    async def _create_or_open(self, path: str, meta: Mapping[str, Any]) -> AsyncSession:
+        try:
+            return await self._open_session(self._conn.open(path))
+        except DaemonError as exc:
+            if exc.code != ErrorCode.SESSION_NOT_FOUND:
+                raise
+        try:
+            return await self._open_session(self._conn.create(path, meta))
+        except DaemonError as exc:
+            if exc.code != ErrorCode.SESSION_EXISTS:
+                raise
+        return await self._open_session(self._conn.open(path))
+
     async def _open_session(self, pending: Pending[SessionOpened]) -> AsyncSession:
         return AsyncSession(self, await self._call(pending))
 
@@ -272,6 +300,16 @@ class AsyncClient(_AsyncResource):
             self._conn.forget(pending)
             raise
         return self._conn.result(pending)
+
+    async def _call_unless_loop(self, pending: Pending[None]) -> None:
+        # A request whose reply only confirms durability (closing a run or a session):
+        # on a thread that runs an event loop, send it and let the daemon answer to no
+        # one rather than stall the loop for an fsync.
+        if async_wait_blocks_loop():
+            self._conn.forget(pending)
+            await self._send(pending.data)
+            return
+        await self._call(pending)
 
     async def _send(self, data: bytes) -> None:
         async with self._send_lock:
@@ -360,11 +398,13 @@ class AsyncSession(_AsyncResource):
         """Sync and release the session; safe to call again.
 
         An open run stays without ``run_close``, as after a crash: close runs first.
-        Raises the session's :class:`RecordingError` when a write had failed.
+        Raises the session's :class:`RecordingError` when a write had failed.  The sync
+        client called on a thread that runs an event loop does not wait: it sends the
+        request and returns (the daemon still syncs and releases the session).
         """
         pending = self.client._conn.close_session(self.session_id)
         if pending is not None:
-            await self.client._call(pending)
+            await self.client._call_unless_loop(pending)
 
 
 class AsyncRun(_AsyncResource):
@@ -380,19 +420,26 @@ class AsyncRun(_AsyncResource):
         self.seq = started.seq
         self._client = session.client
         self._conn = session.client._conn
+        self._unencodable: RecordingError | None = None
 
     @property
     def error(self) -> RecordingError | None:
-        """The sticky error the daemon pushed for this run (or its session), or None."""
-        return self._conn.sticky_error(self.session_id, self.run_id)
+        """The run's sticky error, or None.
+
+        The error the daemon pushed for this run (or its session), else the first value
+        the codec could not encode (its event was not recorded).  ``run_close`` keeps it.
+        """
+        return self._conn.sticky_error(self.session_id, self.run_id) or self._unencodable
 
     async def record(self, event: Event, *, time: datetime | str | None = None) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 
         The event is encoded here, so a codec error is raised here
-        (:class:`RecordingError`); events that are never written (token deltas, stream
-        chunks, progress) are skipped.  ``time`` overrides the event's own time.  Raises
-        the run's sticky :class:`RecordingError` once the daemon pushed one, and
+        (:class:`RecordingError`, code ``codec_error``: the event is not recorded, and
+        the first such error stays in :attr:`error` and in ``run_close``); events that
+        are never written (token deltas, stream chunks, progress) are skipped.
+        ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
+        Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run or an event larger than the
         daemon's maximum frame size.
 
@@ -404,7 +451,12 @@ class AsyncRun(_AsyncResource):
         client = self._client
         if monotonic_ns() >= client._poll_due:
             client._poll()
-        data = self._conn.record(self.session_id, self.run_id, event, time)
+        try:
+            data = self._conn.record(self.session_id, self.run_id, event, time)
+        except RecordingError as exc:
+            if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
+                self._unencodable = exc
+            raise
         if data is not None:
             await client._send(data)
 
@@ -415,24 +467,34 @@ class AsyncRun(_AsyncResource):
     async def save_checkpoint(self, snapshot: Any) -> int:
         """Append a checkpoint of ``snapshot`` (codec-encoded) and wait until it is durable.
 
-        Returns its seq.  Raises the codec's :class:`RecordingError` and the run's
-        sticky error.
+        Returns its seq.  Raises the codec's :class:`RecordingError` (kept like one
+        from :meth:`record`) and the run's sticky error.
         """
         self.session.client._poll()
-        pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
+        try:
+            pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
+        except RecordingError as exc:
+            if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
+                self._unencodable = exc
+            raise
         return await self.session.client._call(pending)
 
     async def aclose(self, error: str | None = None) -> None:
         """Write ``run_close`` and wait until it is durable; safe to call again.
 
-        ``run_close`` carries the run's sticky error text, else ``error``.  Raises the
-        sticky :class:`RecordingError` after writing it: a run whose records failed
-        does not close quietly.
+        ``run_close`` carries the run's sticky error text, else ``error``, and the
+        codec's error for a value it could not encode.  Raises the sticky
+        :class:`RecordingError` after writing it: a run whose records failed does not
+        close quietly.  The sync client called on a thread that runs an event loop does
+        not wait for durability: it sends ``run_close`` and returns.
         """
         self.session.client._poll()
+        if self._unencodable is not None:
+            lost = f"{self._unencodable.code}: {self._unencodable.message}"
+            error = lost if error is None else f"{error}; {lost}"
         pending = self._conn.close_run(self.session_id, self.run_id, error)
         if pending is not None:
-            await self.session.client._call(pending)
+            await self.session.client._call_unless_loop(pending)
 
     async def _close_for(self, exc: BaseException) -> None:
         await self.aclose(error=_error_text(exc))

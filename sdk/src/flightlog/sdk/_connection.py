@@ -80,8 +80,8 @@ from flightlog.protocol import (
     Welcome,
     client_decoder,
     format_time,
-    is_time,
     now,
+    utc_time,
 )
 
 from ._exceptions import ConnectionLost, DaemonError
@@ -601,12 +601,13 @@ def _event_time(encoded: EncodedEvent, time: datetime | str | None) -> str:
         return encoded.time
     if isinstance(time, datetime):
         return format_time(time)
-    if not is_time(time):
+    utc = utc_time(time)
+    if utc is None:
         raise LocalProtocolError(
-            f"time {time!r} is not an RFC 3339 UTC time like 2026-11-29T20:00:00.000000Z",
+            f"time {time!r} is not an RFC 3339 time like 2026-11-29T20:00:00.000000Z",
             code=ErrorCode.BAD_EVENT,
         )
-    return time
+    return utc
 
 
 def _decode_line(line: bytes) -> Record:

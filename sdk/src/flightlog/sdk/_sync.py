@@ -25,6 +25,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from flightlog.protocol import (
     Codec,
+    ErrorCode,
     Event,
     Execution,
     FlightlogError,
@@ -40,9 +41,9 @@ from flightlog.protocol import (
 )
 
 from ._connection import ClientConnection, Pending
-from ._exceptions import ConnectionLost
+from ._exceptions import ConnectionLost, DaemonError
 from ._models import CallRef
-from ._synchronization import Lock
+from ._synchronization import Lock, wait_blocks_loop
 from ._transport import SocketTransport, Transport
 
 __all__ = ["Client", "Run", "Session", "Tail", "connect"]
@@ -201,6 +202,31 @@ class Client(_Resource):
         opening = self._open_session(self._conn.open(path))
         return opening
 
+    def session(self, path: str, *, meta: Mapping[str, Any] | None = None) -> Session:
+        """Open the session file at ``path``, or create it when there is none.
+
+        ``meta`` goes into ``session_start`` when the file is created; an existing file
+        keeps its own (``session.meta``).  Two clients racing to create the same path
+        both end up opening it, one after the other.  Raises :class:`DaemonError` with
+        code ``session_busy`` (another writer holds it), ``session_corrupt`` or
+        ``path_refused``.
+        """
+        opening = self._create_or_open(path, meta or {})
+        return opening
+
+    def _create_or_open(self, path: str, meta: Mapping[str, Any]) -> Session:
+        try:
+            return self._open_session(self._conn.open(path))
+        except DaemonError as exc:
+            if exc.code != ErrorCode.SESSION_NOT_FOUND:
+                raise
+        try:
+            return self._open_session(self._conn.create(path, meta))
+        except DaemonError as exc:
+            if exc.code != ErrorCode.SESSION_EXISTS:
+                raise
+        return self._open_session(self._conn.open(path))
+
     def _open_session(self, pending: Pending[SessionOpened]) -> Session:
         return Session(self, self._call(pending))
 
@@ -269,6 +295,16 @@ class Client(_Resource):
             self._conn.forget(pending)
             raise
         return self._conn.result(pending)
+
+    def _call_unless_loop(self, pending: Pending[None]) -> None:
+        # A request whose reply only confirms durability (closing a run or a session):
+        # on a thread that runs an event loop, send it and let the daemon answer to no
+        # one rather than stall the loop for an fsync.
+        if wait_blocks_loop():
+            self._conn.forget(pending)
+            self._send(pending.data)
+            return
+        self._call(pending)
 
     def _send(self, data: bytes) -> None:
         with self._send_lock:
@@ -357,11 +393,13 @@ class Session(_Resource):
         """Sync and release the session; safe to call again.
 
         An open run stays without ``run_close``, as after a crash: close runs first.
-        Raises the session's :class:`RecordingError` when a write had failed.
+        Raises the session's :class:`RecordingError` when a write had failed.  The sync
+        client called on a thread that runs an event loop does not wait: it sends the
+        request and returns (the daemon still syncs and releases the session).
         """
         pending = self.client._conn.close_session(self.session_id)
         if pending is not None:
-            self.client._call(pending)
+            self.client._call_unless_loop(pending)
 
 
 class Run(_Resource):
@@ -377,19 +415,26 @@ class Run(_Resource):
         self.seq = started.seq
         self._client = session.client
         self._conn = session.client._conn
+        self._unencodable: RecordingError | None = None
 
     @property
     def error(self) -> RecordingError | None:
-        """The sticky error the daemon pushed for this run (or its session), or None."""
-        return self._conn.sticky_error(self.session_id, self.run_id)
+        """The run's sticky error, or None.
+
+        The error the daemon pushed for this run (or its session), else the first value
+        the codec could not encode (its event was not recorded).  ``run_close`` keeps it.
+        """
+        return self._conn.sticky_error(self.session_id, self.run_id) or self._unencodable
 
     def record(self, event: Event, *, time: datetime | str | None = None) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 
         The event is encoded here, so a codec error is raised here
-        (:class:`RecordingError`); events that are never written (token deltas, stream
-        chunks, progress) are skipped.  ``time`` overrides the event's own time.  Raises
-        the run's sticky :class:`RecordingError` once the daemon pushed one, and
+        (:class:`RecordingError`, code ``codec_error``: the event is not recorded, and
+        the first such error stays in :attr:`error` and in ``run_close``); events that
+        are never written (token deltas, stream chunks, progress) are skipped.
+        ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
+        Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run or an event larger than the
         daemon's maximum frame size.
 
@@ -401,7 +446,12 @@ class Run(_Resource):
         client = self._client
         if monotonic_ns() >= client._poll_due:
             client._poll()
-        data = self._conn.record(self.session_id, self.run_id, event, time)
+        try:
+            data = self._conn.record(self.session_id, self.run_id, event, time)
+        except RecordingError as exc:
+            if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
+                self._unencodable = exc
+            raise
         if data is not None:
             client._send(data)
 
@@ -412,24 +462,34 @@ class Run(_Resource):
     def save_checkpoint(self, snapshot: Any) -> int:
         """Append a checkpoint of ``snapshot`` (codec-encoded) and wait until it is durable.
 
-        Returns its seq.  Raises the codec's :class:`RecordingError` and the run's
-        sticky error.
+        Returns its seq.  Raises the codec's :class:`RecordingError` (kept like one
+        from :meth:`record`) and the run's sticky error.
         """
         self.session.client._poll()
-        pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
+        try:
+            pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
+        except RecordingError as exc:
+            if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
+                self._unencodable = exc
+            raise
         return self.session.client._call(pending)
 
     def close(self, error: str | None = None) -> None:
         """Write ``run_close`` and wait until it is durable; safe to call again.
 
-        ``run_close`` carries the run's sticky error text, else ``error``.  Raises the
-        sticky :class:`RecordingError` after writing it: a run whose records failed
-        does not close quietly.
+        ``run_close`` carries the run's sticky error text, else ``error``, and the
+        codec's error for a value it could not encode.  Raises the sticky
+        :class:`RecordingError` after writing it: a run whose records failed does not
+        close quietly.  The sync client called on a thread that runs an event loop does
+        not wait for durability: it sends ``run_close`` and returns.
         """
         self.session.client._poll()
+        if self._unencodable is not None:
+            lost = f"{self._unencodable.code}: {self._unencodable.message}"
+            error = lost if error is None else f"{error}; {lost}"
         pending = self._conn.close_run(self.session_id, self.run_id, error)
         if pending is not None:
-            self.session.client._call(pending)
+            self.session.client._call_unless_loop(pending)
 
     def _close_for(self, exc: BaseException) -> None:
         self.close(error=_error_text(exc))

@@ -8,6 +8,7 @@ directly in ``async with``; their sync forms return the object itself.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Coroutine, Generator
 from types import TracebackType
@@ -15,7 +16,32 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
-__all__ = ["AsyncLock", "AwaitableContext", "Lock"]
+__all__ = [
+    "AsyncLock",
+    "AwaitableContext",
+    "Lock",
+    "async_wait_blocks_loop",
+    "wait_blocks_loop",
+]
+
+
+def async_wait_blocks_loop() -> bool:
+    """Whether waiting for a reply would stall an event loop: never, for an awaiting client."""
+    return False
+
+
+def wait_blocks_loop() -> bool:
+    """Whether this thread runs an asyncio event loop, which a blocking wait would stall.
+
+    The sync callbacks of async frameworks (trace processors, callback handlers) run
+    there: the sync client then sends requests whose reply only confirms durability
+    without waiting for that reply.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class AsyncLock:

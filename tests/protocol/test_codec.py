@@ -143,6 +143,8 @@ def test_execution_is_a_plain_object_in_its_field() -> None:
         "attempt": 1,
         "parent_id": None,
         "turn_index": 0,
+        "agent": None,
+        "replaces": None,
     }
     assert "$type" not in data["usage"]
 

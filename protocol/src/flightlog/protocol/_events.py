@@ -102,7 +102,10 @@ class Execution(msgspec.Struct, kw_only=True, frozen=True):
 
     ``id`` is unique within its run; ``attempt`` starts at 1 and a retry keeps the id and
     adds one (:meth:`next_attempt`).  ``parent_id`` names the execution this one is nested
-    in; ``turn_index`` the loop turn it belongs to.
+    in; ``turn_index`` the loop turn it belongs to.  ``agent`` names the agent that made
+    the call (after a handoff, or in a sub-agent).  ``replaces`` is the id of a failed call
+    this one re-issues under a new id (a framework's own retry, a fallback model), where a
+    retry that keeps the id is not possible.
     """
 
     id: str
@@ -110,6 +113,8 @@ class Execution(msgspec.Struct, kw_only=True, frozen=True):
     attempt: Annotated[int, msgspec.Meta(ge=1)] = 1
     parent_id: str | None = None
     turn_index: int | None = None
+    agent: str | None = None
+    replaces: str | None = None
 
     def next_attempt(self) -> Execution:
         """The same execution, one attempt later: what a retry records."""
@@ -236,17 +241,24 @@ class Event(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
 
 
 class AgentStart(Event, kw_only=True, frozen=True, tag="agent_start"):
-    """The loop starts; ``messages`` are the new input messages it starts with."""
+    """The loop starts; ``messages`` are the new input messages it starts with.
+
+    ``parent_id`` is set for a sub-agent: the execution id of the tool call that started
+    it; its ``agent_end`` carries the same ``parent_id``.
+    """
 
     agent: str | None = None
     messages: list[Any] = []
+    parent_id: str | None = None
 
 
 class AgentEnd(Event, kw_only=True, frozen=True, tag="agent_end"):
     """The loop ends: ``ok``, or not and why.
 
     ``reason`` is a short word (``"completed"``, ``"max_turns"``, ``"aborted"``,
-    ``"error"``); ``error`` the error text when it failed.
+    ``"error"``); ``error`` the error text when it failed.  ``output`` is the run's final
+    output (text, or a structured value); ``agent`` and ``parent_id`` are those of its
+    ``agent_start``.
     """
 
     ok: bool = True
@@ -254,6 +266,9 @@ class AgentEnd(Event, kw_only=True, frozen=True, tag="agent_end"):
     error: str | None = None
     turns: int = 0
     usage: Usage | None = None
+    output: Any = None
+    agent: str | None = None
+    parent_id: str | None = None
 
 
 class TurnStart(Event, kw_only=True, frozen=True, tag="turn_start"):

@@ -12,7 +12,9 @@ records of one call are those of one run whose ``execution`` has the same ``kind
 ``id`` and ``attempt``.  A retry keeps the id and adds one to the attempt, so each
 attempt is a call of its own, linked to the next by the ``retry`` record.  A call
 without its end record (``model_exec_end``, ``tool_exec_end``) is never read as a
-success: its status is ``no end``, and :meth:`RunSummary.gaps` names it.
+success: its status is ``no end``, and :meth:`RunSummary.gaps` names it.  An execution
+id used by two calls (a second start after the first one's end, or a start recorded
+twice) is a gap as well: the calls cannot be told apart, so it is never merged silently.
 
 A run's outcome comes from ``agent_end`` for an agent loop, or from its model calls'
 ``model_exec_end`` for standalone calls; ``run_close`` only says the recording scope
@@ -41,6 +43,10 @@ __all__ = [
 
 # Records of a call that do not start its line in a timeline: they refer to it.
 _NOT_A_CALL_START: Final = frozenset({"retry", "retry_wait_start", "retry_wait_end", "error"})
+# Records that start a call: met again under the same id and attempt, the id was reused.
+_CALL_STARTS: Final = frozenset(
+    {"model_request", "model_exec_start", "tool_queued", "tool_exec_start"}
+)
 
 
 @dataclass
@@ -55,6 +61,9 @@ class CallSummary:
     first_time: str
     parent_id: str | None = None
     turn_index: int | None = None
+    agent: str | None = None
+    replaces: str | None = None
+    reused_seq: int | None = None  # where a second call under this id starts
     types: list[str] = field(default_factory=list)
     start_time: str | None = None  # model_exec_start / tool_exec_start
     end_seq: int | None = None
@@ -104,6 +113,8 @@ class CallSummary:
 
     @property
     def duration(self) -> float | None:
+        if self.reused_seq is not None:
+            return None  # two calls' records under one id: no one duration is theirs
         return duration(self.start_time or self.first_time, self.end_time)
 
     def missing(self) -> str | None:
@@ -118,6 +129,8 @@ class CallSummary:
 
     def add(self, record: Record, data: Mapping[str, Any]) -> None:
         type = record.type
+        if type in _CALL_STARTS and self.reused_seq is None and (self.ended or type in self.types):
+            self.reused_seq = record.seq
         self.types.append(type)
         execution = data.get("execution")
         if isinstance(execution, Mapping):
@@ -125,6 +138,10 @@ class CallSummary:
                 self.parent_id = execution["parent_id"]
             if self.turn_index is None and isinstance(execution.get("turn_index"), int):
                 self.turn_index = execution["turn_index"]
+            if self.agent is None and isinstance(execution.get("agent"), str):
+                self.agent = execution["agent"]
+            if self.replaces is None and isinstance(execution.get("replaces"), str):
+                self.replaces = execution["replaces"]
         match type:
             case "model_request":
                 config = data.get("config")
@@ -293,6 +310,11 @@ class RunSummary:
         if self.agent_started and self.agent_end is None:
             found.append("no agent_end: the agent loop did not finish")
         for call in self.calls.values():
+            if call.reused_seq is not None:
+                found.append(
+                    f"{call.kind} call {call.label}: its execution id is used again by another "
+                    f"call (seq {call.reused_seq}); the two cannot be told apart"
+                )
             missing = call.missing()
             if missing is None:
                 continue
@@ -305,6 +327,13 @@ class RunSummary:
                 what += f" ({call.model})"
             found.append(f"{what}: {missing} (seq {call.first_seq})")
         return found
+
+    def replacement_of(self, call: CallSummary) -> CallSummary | None:
+        """The call that re-issues ``call`` under a new id (``execution.replaces``)."""
+        for other in self.calls.values():
+            if other.replaces == call.id and other.kind == call.kind:
+                return other
+        return None
 
     def failed_calls(self) -> list[CallSummary]:
         return [call for call in self.calls.values() if call.failed]

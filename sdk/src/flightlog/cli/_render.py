@@ -287,7 +287,8 @@ def summarize(type: str, data: Mapping[str, Any], width: int = 72) -> str:
         case "agent_start":
             agent = get("agent")
             text = _quoted(_first_user_text(get("messages")), width)
-            return " ".join(x for x in ("agent", agent or "", "started", text) if x)
+            started = "started" if not get("parent_id") else f"started by {get('parent_id')}"
+            return " ".join(x for x in ("agent", agent or "", started, text) if x)
         case "agent_end":
             head = "ok" if get("ok", True) else "FAILED"
             bits = [head, str(get("reason") or "")]
@@ -297,6 +298,10 @@ def summarize(type: str, data: Mapping[str, Any], width: int = 72) -> str:
                 bits.append(f"{get('turns')} turns")
             if get("usage"):
                 bits.append(format_usage(get("usage")))
+            output = get("output")
+            if output is not None:
+                text = output if isinstance(output, str) else _json(output)
+                bits.append(f"output {_quoted(text, width // 2)}")
             return ", ".join(bit for bit in bits if bit)
         case "turn_start":
             return f"turn {get('turn_index')}"

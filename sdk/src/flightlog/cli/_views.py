@@ -73,10 +73,14 @@ def _run_title(run: RunSummary, style: Style) -> str:
     return "  ".join(bits)
 
 
-def _call_line(call: CallSummary, style: Style) -> str:
+def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -> str:
     status = call.status
     label = f"{call.kind:<5} {call.label}"
     bits = [style.yellow(label), call.headline()]
+    if call.agent and call.agent != main_agent:
+        bits.append(f"@{call.agent}")
+    if call.replaces:
+        bits.append(f"(replaces {call.replaces})")
     if call.kind == "model" and call.usage:
         bits.append(format_usage(call.usage))
     elapsed = call.duration
@@ -131,19 +135,35 @@ def show_lines(
         yield ""
         yield _run_title(run, style)
         in_turn = False
+        # Sub-agents (agent_start with a parent_id) are indented one step per level,
+        # and their turns nest inside the step.
+        depth = 0
+        main_agent: str | None = None
         for item in run.timeline:
+            sub_agent = bool(item.data and item.data.get("parent_id"))
+            if item.type == "agent_start" and not sub_agent and main_agent is None:
+                agent = (item.data or {}).get("agent")
+                main_agent = agent if isinstance(agent, str) else None
+            if item.type == "agent_end" and sub_agent:
+                depth = max(depth - 1, 0)
             if item.type == "turn_start":
                 in_turn = True
-            elif item.type in ("agent_end", "run_close", "checkpoint"):
+            elif item.type in ("run_close", "checkpoint") or (
+                item.type == "agent_end" and not sub_agent
+            ):
                 in_turn = False
             nested = in_turn and item.type != "turn_start"
             if item.call is not None and item.call.parent_id is not None:
                 nested = True
-            indent = "    " if nested else "  "
+            indent = "  " + "    " * depth + ("  " if nested else "")
             text = (
-                _call_line(item.call, style) if item.call is not None else _item_line(item, style)
+                _call_line(item.call, style, main_agent)
+                if item.call is not None
+                else _item_line(item, style)
             )
             yield f"  {style.dim(clock(item.time))}{indent}{text}"
+            if item.type == "agent_start" and sub_agent:
+                depth += 1
         gaps = run.gaps()
         if gaps:
             for gap in gaps:
@@ -194,6 +214,8 @@ def inspect_lines(summary: SessionSummary, path: str, style: Style) -> Iterator[
             text += f" (seq {call.first_seq})"
             if follow is not None:
                 text += f"; retried as {follow.label}: {follow.status}"
+            elif (replacement := run.replacement_of(call)) is not None:
+                text += f"; re-issued as {replacement.label}: {replacement.status}"
             yield "  failed   " + style.red(text)
         for seq, label, retry_error in run.retries:
             after = f" after: {short(retry_error, 80)}" if retry_error else ""

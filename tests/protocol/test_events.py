@@ -501,4 +501,4 @@ def test_the_fast_path_still_refuses_fields_of_the_wrong_type() -> None:
 def test_new_execution_ids_are_fresh_hex() -> None:
     ids = {new_execution_id() for _ in range(1000)}
     assert len(ids) == 1000
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)

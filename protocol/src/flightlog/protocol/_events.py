@@ -89,12 +89,12 @@ Disposition: TypeAlias = Literal["ran", "refused", "skipped", "short_circuited"]
 
 
 def new_execution_id() -> str:
-    """A fresh execution id, unique within any run: 32 random hex digits (uuid4).
+    """A fresh execution id, unique within any run: 16 random hex digits (from a uuid4).
 
     For a call the framework gives no id of its own; a retry keeps its execution's id
     (:meth:`Execution.next_attempt`).
     """
-    return uuid4().hex
+    return uuid4().hex[:16]
 
 
 class Execution(msgspec.Struct, kw_only=True, frozen=True):

@@ -182,6 +182,11 @@ class Client(_Resource):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def failure(self) -> FlightlogError | None:
+        """Why the connection broke (every later request raises it), or None while sound."""
+        return self._conn.failure
+
     def create(self, path: str, *, meta: Mapping[str, Any] | None = None) -> Session:
         """Create a session file at ``path`` and become its writer.
 

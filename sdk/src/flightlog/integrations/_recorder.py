@@ -1,0 +1,265 @@
+"""The best-effort recorder the framework integrations share: recording never breaks the agent.
+
+Theory of operation
+-------------------
+An integration lives inside someone else's loop: an exception raised from its hook would
+abort the agent's own run.  So every call into flightlog goes through this layer, which
+catches everything, and the agent's run finishes with the same result as without
+flightlog.  A problem (no daemon, a daemon that died, a full disk, ``session_busy``, a
+value the codec cannot encode) is:
+
+* logged once per kind (its error code) on the ``flightlog.integrations`` logger, not once
+  per event;
+* counted in :attr:`Recorder.stats`, which the host can read (and export as a metric);
+* written into the run's ``run_close`` when the file is still reachable (a sticky error
+  the daemon pushed is written there by the SDK itself).
+
+A run whose recording failed stops sending (its later events would only fail the same
+way); the next run tries again, reconnecting when the connection was lost.
+
+The recorder holds each session it opened until :meth:`Recorder.close` (or the interpreter's
+exit, for the shared :func:`default_recorder`), or until more than ``max_sessions`` are
+open, when the least recently used is closed: a conversation continued in a later run
+then writes its next run into the same file without a round trip to open it again.  It
+uses the sync client, which never waits for an fsync on a thread that runs an event loop,
+so it serves sync callbacks and async hooks alike.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from flightlog.protocol import ErrorCode, Event, FlightlogError
+from flightlog.sdk import Client, Run, Session, connect
+
+__all__ = ["RecordedRun", "Recorder", "RecorderStats", "default_recorder"]
+
+logger: Final = logging.getLogger("flightlog.integrations")
+
+
+@dataclass
+class RecorderStats:
+    """What went wrong while recording, for the host to read.
+
+    ``problems`` counts every problem; ``by_code`` per error code (``daemon_not_running``,
+    ``connection_lost``, ``session_busy``, ``write_failed``, ``codec_error`` …);
+    ``last_problem`` is the latest one's text.
+    """
+
+    problems: int = 0
+    by_code: dict[str, int] = field(default_factory=dict)
+    last_problem: str | None = None
+
+
+def _code_of(exc: BaseException) -> str:
+    if isinstance(exc, FlightlogError):
+        return str(exc.code)
+    return ErrorCode.INTERNAL.value
+
+
+def _text_of(exc: BaseException) -> str:
+    text = exc.message if isinstance(exc, FlightlogError) else str(exc)
+    return f"{_code_of(exc)}: {text}" if text else _code_of(exc)
+
+
+class Recorder:
+    """Records runs into session files through flightlogd, and never raises.
+
+    ``socket`` is the daemon's socket (default: ``$FLIGHTLOG_SOCKET``, else the default
+    socket); ``client_name`` is written in every ``run_start``.
+    """
+
+    def __init__(
+        self,
+        *,
+        socket: str | None = None,
+        client_name: str | None = None,
+        max_sessions: int = 32,
+    ) -> None:
+        self.socket = socket
+        self.client_name = client_name
+        self.max_sessions = max_sessions
+        self.stats = RecorderStats()
+        self._lock = threading.Lock()
+        self._client: Client | None = None
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._logged: set[str] = set()
+
+    def problem(self, exc: BaseException, where: str) -> str:
+        """Count ``exc``, log it the first time its kind is met; returns its text."""
+        text = _text_of(exc)
+        code = _code_of(exc)
+        with self._lock:
+            self.stats.problems += 1
+            self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
+            self.stats.last_problem = text
+            first = code not in self._logged
+            self._logged.add(code)
+        if first:
+            logger.warning(
+                "flightlog could not record %s (%s); the agent goes on, this kind of problem "
+                "is logged once and counted in the recorder's stats",
+                where,
+                text,
+            )
+        return text
+
+    def begin(self, path: str, *, meta: Mapping[str, Any] | None = None) -> RecordedRun:
+        """Start a run in the session at ``path`` (created with ``meta`` when new).
+
+        Never raises: when the run cannot be started, the problem is counted and the
+        returned run records nothing.
+        """
+        try:
+            session = self._session(path, meta)
+            run = session.begin_run()
+        except Exception as exc:
+            self._forget(path, exc)
+            self.problem(exc, f"a run in {path}")
+            return RecordedRun(self, path, None)
+        return RecordedRun(self, path, run)
+
+    def _session(self, path: str, meta: Mapping[str, Any] | None) -> Session:
+        with self._lock:
+            session = self._sessions.get(path)
+            if session is not None:
+                self._sessions.move_to_end(path)
+                return session
+        client = self._connected()
+        session = client.session(path, meta=dict(meta or {}))
+        evicted: list[Session] = []
+        with self._lock:
+            self._sessions[path] = session
+            while len(self._sessions) > self.max_sessions:
+                evicted.append(self._sessions.popitem(last=False)[1])
+        for old in evicted:
+            try:
+                old.close()
+            except Exception as exc:
+                self.problem(exc, f"closing {old.path}")
+        return session
+
+    def _connected(self) -> Client:
+        with self._lock:
+            client = self._client
+        if client is not None and not client.closed and client.failure is None:
+            return client
+        self._drop_client()
+        client = connect(self.socket, client_name=self.client_name)
+        with self._lock:
+            self._client = client
+        return client
+
+    def _forget(self, path: str, exc: BaseException) -> None:
+        # A session that refused or failed is opened anew next time; a lost connection
+        # takes every session with it.
+        if isinstance(exc, FlightlogError) and exc.code in (
+            ErrorCode.SESSION_BUSY,
+            ErrorCode.PATH_REFUSED,
+        ):
+            return
+        with self._lock:
+            self._sessions.pop(path, None)
+        client = self._client
+        if client is None or client.closed or client.failure is not None:
+            self._drop_client()
+
+    def _drop_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+            self._sessions.clear()
+        if client is not None:
+            try:
+                client.close()
+            except Exception as exc:
+                self.problem(exc, "closing the connection")
+
+    def close(self) -> None:
+        """Close every session this recorder holds, and its connection; never raises."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for session in sessions:
+            try:
+                session.close()
+            except Exception as exc:
+                self.problem(exc, f"closing {session.path}")
+        self._drop_client()
+
+
+class RecordedRun:
+    """One run being recorded, or not (``recording`` is False): every method is safe."""
+
+    def __init__(self, recorder: Recorder, path: str, run: Run | None) -> None:
+        self.recorder = recorder
+        self.path = path
+        self.run = run
+        self._error: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def recording(self) -> bool:
+        return self.run is not None
+
+    @property
+    def run_id(self) -> str | None:
+        return self.run.run_id if self.run is not None else None
+
+    def record(self, event: Event) -> None:
+        """Record ``event``; a problem is counted and kept for ``run_close``."""
+        run = self.run
+        if run is None:
+            return
+        try:
+            run.record(event)
+        except Exception as exc:
+            text = self.recorder.problem(exc, f"a {event.record_type} event in {self.path}")
+            with self._lock:
+                self._error = self._error or text
+            if not (isinstance(exc, FlightlogError) and exc.code == ErrorCode.CODEC_ERROR):
+                # The run failed (the daemon pushed an error, the connection broke, a
+                # frame too large): its later events would fail the same way.
+                self._stop(exc)
+
+    def _stop(self, exc: BaseException) -> None:
+        run, self.run = self.run, None
+        if run is None:
+            return
+        try:
+            run.close(error=self._error)
+        except Exception as close_exc:
+            if _code_of(close_exc) != _code_of(exc):
+                self.recorder.problem(close_exc, f"closing a run in {self.path}")
+        self.recorder._forget(self.path, exc)
+
+    def close(self, error: str | None = None) -> None:
+        """Write ``run_close`` with ``error`` and any recording problem; never raises."""
+        run, self.run = self.run, None
+        if run is None:
+            return
+        texts = [text for text in (error, self._error) if text]
+        try:
+            run.close(error="; ".join(texts) if texts else None)
+        except Exception as exc:
+            self.recorder.problem(exc, f"closing a run in {self.path}")
+            self.recorder._forget(self.path, exc)
+
+
+_default: Recorder | None = None
+_default_lock = threading.Lock()
+
+
+def default_recorder() -> Recorder:
+    """The process's shared recorder (``$FLIGHTLOG_SOCKET``), closed at interpreter exit."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Recorder()
+            atexit.register(_default.close)
+        return _default

@@ -1,0 +1,487 @@
+"""Record pydantic-ai agents: ``Agent(..., capabilities=[Flightlog()])``.
+
+Install with ``pip install 'flightlog-sdk[pydantic-ai]'``.  Each agent run becomes one
+run of the session ``pydantic-ai/<conversation id>.jsonl`` (under the daemon's data
+root), so a conversation continued with ``message_history`` goes on in the same file;
+``Flightlog(path=...)`` names the session instead.
+
+What is recorded, per run: ``agent_start`` (the prompt), one turn per model request
+step, each model attempt (``model_request`` with the messages, tools and settings sent,
+``model_exec_start``, ``model_exec_end`` with the response and its usage, and
+``message_end``), another attempt of the same step (a fallback model) as a ``retry`` and
+the same execution one attempt later, each tool call (``tool_exec_start``,
+``tool_exec_end`` with its result or error; a call that re-asks a tool after
+``ModelRetry`` ``replaces`` the failed one), and ``agent_end`` with the final output and
+the run's usage.  An agent run from inside a tool of a recorded agent (an agent used as a
+tool) is recorded in the same run, nested under that tool call, when it has the
+capability too.
+
+Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import (
+    WrapModelRequestHandler,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+)
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import ToolDefinition
+
+from flightlog.protocol import events
+
+from ._recorder import RecordedRun, Recorder, default_recorder
+
+__all__ = ["Flightlog"]
+
+_SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
+
+
+@dataclasses.dataclass
+class _Parent:
+    """The recorded run a tool of a recorded agent runs in: where a sub-agent records."""
+
+    run: RecordedRun
+    tool_execution_id: str
+
+
+_parent: contextvars.ContextVar[_Parent | None] = contextvars.ContextVar(
+    "flightlog_pydantic_ai_parent", default=None
+)
+
+
+@dataclasses.dataclass
+class Flightlog(AbstractCapability[Any]):
+    """The capability that records an agent's runs into a flightlog session.
+
+    ``path`` is the session file (default ``pydantic-ai/<conversation id>.jsonl``);
+    ``meta`` goes into its ``session_start``; ``recorder`` is the best-effort recorder
+    (default: the process's shared one, on ``$FLIGHTLOG_SOCKET``).
+    """
+
+    path: str | None = None
+    meta: Mapping[str, Any] | None = None
+    recorder: Recorder | None = None
+
+    # Per run (see for_run): never shared between runs.
+    _run: RecordedRun | None = dataclasses.field(default=None, init=False, repr=False)
+    _agent: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _parent_id: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _turn: int = dataclasses.field(default=0, init=False, repr=False)
+    _turn_tools: int = dataclasses.field(default=0, init=False, repr=False)
+    _model_execution: events.Execution | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    _model_error: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # not built from an agent spec file
+
+    async def for_run(self, ctx: RunContext[Any]) -> Flightlog:
+        return Flightlog(path=self.path, meta=self.meta, recorder=self.recorder)
+
+    # --- the run ------------------------------------------------------------------------
+
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        recorder = self.recorder or default_recorder()
+        parent = _parent.get()
+        self._agent = _agent_name(ctx)
+        if parent is not None:
+            self._run, self._parent_id = parent.run, parent.tool_execution_id
+        else:
+            path = self.path or f"pydantic-ai/{ctx.conversation_id or ctx.run_id}.jsonl"
+            self._run = recorder.begin(path, meta=self.meta)
+        self._safely(self._agent_start, ctx)
+        try:
+            result = await handler()
+        except BaseException as exc:
+            self._safely(self._agent_failed, exc)
+            raise
+        self._safely(self._agent_end, result)
+        return result
+
+    def _agent_start(self, ctx: RunContext[Any]) -> None:
+        prompt = ctx.prompt
+        messages: list[Any] = []
+        if isinstance(prompt, str):
+            messages.append(events.UserMessage(content=prompt))
+        elif prompt is not None:
+            messages.append(events.UserMessage(content=[_user_part(p) for p in prompt]))
+        self._record(
+            events.AgentStart(agent=self._agent, messages=messages, parent_id=self._parent_id)
+        )
+
+    def _end_turn(self) -> None:
+        if self._turn and self._parent_id is None:
+            self._record(events.TurnEnd(turn_index=self._turn, tool_call_count=self._turn_tools))
+
+    def _agent_end(self, result: AgentRunResult[Any]) -> None:
+        self._end_turn()
+        usage = result.usage
+        self._record(
+            events.AgentEnd(
+                ok=True,
+                reason="completed",
+                turns=self._turn,
+                usage=_usage(usage),
+                output=result.output,
+                agent=self._agent,
+                parent_id=self._parent_id,
+            )
+        )
+        self._close(None)
+
+    def _agent_failed(self, exc: BaseException) -> None:
+        self._end_turn()
+        cancelled = not isinstance(exc, Exception)
+        self._record(
+            events.AgentEnd(
+                ok=False,
+                reason="aborted" if cancelled else "error",
+                error=_error_text(exc),
+                turns=self._turn,
+                agent=self._agent,
+                parent_id=self._parent_id,
+            )
+        )
+        self._close(_error_text(exc))
+
+    def _close(self, error: str | None) -> None:
+        run, self._run = self._run, None
+        if run is not None and self._parent_id is None:
+            run.close(error)
+
+    # --- model requests -----------------------------------------------------------------
+
+    async def wrap_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        handler: WrapModelRequestHandler,
+    ) -> ModelResponse:
+        self._safely(self._turn_start)
+        return await handler(request_context)
+
+    def _turn_start(self) -> None:
+        self._end_turn()
+        self._turn += 1
+        self._turn_tools = 0
+        self._model_execution = None
+        if self._parent_id is None:
+            self._record(events.TurnStart(turn_index=self._turn))
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        self._safely(self._model_start, request_context)
+        return request_context
+
+    def _model_start(self, request: ModelRequestContext) -> None:
+        previous = self._model_execution
+        if previous is not None and request.attempt > previous.attempt:
+            # Another attempt at the same step (a fallback model): the same call, retried.
+            self._record(events.Retry(execution=previous, error=self._model_error))
+            execution = msgspec.structs.replace(previous, attempt=request.attempt)
+        else:
+            execution = events.Execution(
+                id=events.new_execution_id(),
+                kind="model",
+                attempt=request.attempt,
+                parent_id=self._parent_id,
+                turn_index=self._turn,
+                agent=self._agent,
+            )
+        self._model_execution = execution
+        self._model_error = None
+        model = request.model
+        name = getattr(model, "model_name", None)
+        provider = getattr(model, "system", None)
+        parameters = request.model_request_parameters
+        tools = [
+            _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
+        ]
+        system, messages = _request_messages(request.messages)
+        self._record(
+            events.ModelRequest(
+                execution=execution,
+                messages=messages,
+                tools=tools,
+                config=_config(name, provider, request.model_settings),
+                system=system,
+            )
+        )
+        self._record(events.ModelExecStart(execution=execution, model=name, provider=provider))
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        self._safely(self._model_end, response)
+        return response
+
+    def _model_end(self, response: ModelResponse) -> None:
+        execution = self._model_execution
+        if execution is None:
+            return
+        message = _assistant(response)
+        state = (
+            {"response_id": response.provider_response_id} if response.provider_response_id else {}
+        )
+        self._record(
+            events.ModelExecEnd(
+                execution=execution,
+                message=message,
+                usage=_usage(response.usage),
+                provider_state=state,
+            )
+        )
+        self._record(events.MessageEnd(message=message, execution=execution))
+
+    async def on_model_request_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        error: Exception,
+    ) -> ModelResponse:
+        self._safely(self._model_failed, error)
+        raise error
+
+    def _model_failed(self, error: Exception) -> None:
+        execution = self._model_execution
+        if execution is None:
+            return
+        self._model_error = _error_text(error)
+        self._record(events.ModelExecEnd(execution=execution, error=self._model_error))
+
+    # --- tool calls ---------------------------------------------------------------------
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        execution = self._safely(self._tool_start, ctx, call, args)
+        if execution is None or self._run is None:
+            return await handler(args)
+        token = _parent.set(_Parent(self._run, execution.id))
+        try:
+            result = await handler(args)
+        except BaseException as exc:
+            self._safely(self._tool_failed, execution, call, exc)
+            raise
+        finally:
+            _parent.reset(token)
+        self._safely(self._tool_end, execution, call, result)
+        return result
+
+    def _tool_start(self, ctx: RunContext[Any], call: ToolCallPart, args: Any) -> events.Execution:
+        self._turn_tools += 1
+        model = self._model_execution
+        execution = events.Execution(
+            id=events.new_execution_id(),
+            kind="tool",
+            parent_id=model.id if model is not None else self._parent_id,
+            turn_index=self._turn,
+            agent=self._agent,
+            # pydantic-ai re-asks the model after ModelRetry: the new call replaces the
+            # failed one, under a new tool call id.
+            replaces=self._failed_tools.get(call.tool_name) if ctx.retry else None,
+        )
+        arguments = args if isinstance(args, dict) else {"args": args}
+        self._record(
+            events.ToolExecStart(
+                execution=execution,
+                tool_call_id=call.tool_call_id,
+                name=call.tool_name,
+                arguments=arguments,
+            )
+        )
+        return execution
+
+    def _tool_end(self, execution: events.Execution, call: ToolCallPart, result: Any) -> None:
+        self._failed_tools.pop(call.tool_name, None)
+        content = [events.TextPart(text=result)] if isinstance(result, str) else [result]
+        self._record(
+            events.ToolExecEnd(
+                execution=execution,
+                tool_call_id=call.tool_call_id,
+                name=call.tool_name,
+                content=content,
+            )
+        )
+
+    def _tool_failed(
+        self, execution: events.Execution, call: ToolCallPart, exc: BaseException
+    ) -> None:
+        self._failed_tools[call.tool_name] = execution.id
+        kind = type(exc).__name__
+        deferred = kind in ("CallDeferred", "ApprovalRequired")
+        self._record(
+            events.ToolExecEnd(
+                execution=execution,
+                tool_call_id=call.tool_call_id,
+                name=call.tool_name,
+                content=[events.TextPart(text=_error_text(exc))],
+                is_error=not deferred,
+                disposition="skipped" if deferred else "ran",
+                reason=kind if deferred else None,
+            )
+        )
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _record(self, event: events.Event) -> None:
+        if self._run is not None:
+            self._run.record(event)
+
+    def _safely(self, action: Any, *args: Any) -> Any:
+        # Hooks run inside the agent: an error of ours is counted, never raised.
+        try:
+            return action(*args)
+        except Exception as exc:
+            (self.recorder or default_recorder()).problem(exc, "a pydantic-ai hook")
+            return None
+
+
+def _agent_name(ctx: RunContext[Any]) -> str:
+    agent = ctx.agent
+    return (agent.name if agent is not None else None) or "agent"
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _usage(usage: Any) -> events.Usage | None:
+    if usage is None:
+        return None
+    return events.Usage(
+        input_tokens=getattr(usage, "input_tokens", 0) or 0,
+        output_tokens=getattr(usage, "output_tokens", 0) or 0,
+        cache_read_tokens=getattr(usage, "cache_read_tokens", 0) or 0,
+        cache_write_tokens=getattr(usage, "cache_write_tokens", 0) or 0,
+    )
+
+
+def _config(
+    model: str | None, provider: str | None, settings: Mapping[str, Any] | None
+) -> events.CallConfig:
+    settings = dict(settings or {})
+    known = {field: settings.pop(key) for key, field in _SETTINGS.items() if key in settings}
+    stop = settings.pop("stop_sequences", None) or []
+    return events.CallConfig(
+        model=model or "?",
+        provider=provider,
+        stop=[str(s) for s in stop],
+        extra=settings,
+        **known,
+    )
+
+
+def _declaration(tool: ToolDefinition) -> events.ToolDeclaration:
+    return events.ToolDeclaration(
+        name=tool.name,
+        description=tool.description or "",
+        parameters=dict(tool.parameters_json_schema),
+    )
+
+
+def _user_part(part: Any) -> Any:
+    return events.TextPart(text=part) if isinstance(part, str) else part
+
+
+def _request_messages(messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
+    """The system prompt and the conversation in flightlog's messages.
+
+    Parts flightlog has no message for (files, native tool results) are kept as they are
+    (written with their class).
+    """
+    system: list[str] = []
+    out: list[Any] = []
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            out.append(_assistant(message))
+            continue
+        if getattr(message, "instructions", None):
+            system.append(str(message.instructions))
+        for part in getattr(message, "parts", ()):
+            kind = getattr(part, "part_kind", None)
+            if kind == "system-prompt":
+                system.append(part.content)
+            elif kind == "user-prompt":
+                content = part.content
+                out.append(
+                    events.UserMessage(
+                        content=content
+                        if isinstance(content, str)
+                        else [_user_part(p) for p in content]
+                    )
+                )
+            elif kind in ("tool-return", "retry-prompt"):
+                failed = kind == "retry-prompt" or getattr(part, "outcome", None) in (
+                    "retried",
+                    "failed",
+                    "error",
+                )
+                out.append(
+                    events.ToolResultMessage(
+                        tool_call_id=part.tool_call_id,
+                        name=part.tool_name or "",
+                        content=[events.TextPart(text=part.model_response_str())],
+                        is_error=failed,
+                    )
+                )
+            else:
+                out.append(part)
+    return ("\n\n".join(system) if system else None), out
+
+
+def _assistant(response: ModelResponse) -> events.AssistantMessage:
+    content: list[Any] = []
+    parts: Sequence[Any] = response.parts
+    for part in parts:
+        kind = getattr(part, "part_kind", None)
+        if kind == "text":
+            content.append(events.TextPart(text=part.content))
+        elif kind == "thinking":
+            content.append(events.ThinkingPart(thinking=part.content, signature=part.signature))
+        elif kind == "tool-call":
+            content.append(
+                events.ToolCallPart(
+                    id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_dict()
+                )
+            )
+        else:
+            content.append(part)
+    return events.AssistantMessage(
+        content=content,
+        model=response.model_name,
+        provider=response.provider_name,
+        stop_reason=response.finish_reason,
+        response_id=response.provider_response_id,
+    )

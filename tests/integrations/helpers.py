@@ -1,0 +1,64 @@
+"""What the integration tests share: reading a recorded file back and checking its calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from flightlog.cli._inspect import SessionSummary, summarize_records
+from flightlog.integrations import Recorder
+from flightlog.sdk import check, read
+
+
+async def finish(recorder: Recorder) -> None:
+    """Close the recorder off the event loop, so that it waits until its files are synced."""
+    await anyio.to_thread.run_sync(recorder.close)
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a sound file, as plain JSON values."""
+    assert check(path).sound, check(path)
+    return [record.to_builtins() for record in read(path)]
+
+
+def summary(path: Path) -> SessionSummary:
+    return summarize_records(read(path))
+
+
+def gaps(path: Path) -> dict[str | None, list[str]]:
+    """What ``flightlog inspect`` reports as missing, per run."""
+    return summary(path).gaps()
+
+
+def of_type(recs: list[dict[str, Any]], *types: str) -> list[dict[str, Any]]:
+    return [r for r in recs if r["type"] in types]
+
+
+def calls(recs: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any]]]:
+    """The records of each call of ``kind``, by execution id and attempt."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        execution = r["data"].get("execution")
+        if isinstance(execution, dict) and execution["kind"] == kind:
+            key = f"{execution['id']}#{execution['attempt']}"
+            found.setdefault(key, []).append(r)
+    return found
+
+
+def assert_every_call_ended(recs: list[dict[str, Any]]) -> None:
+    """Each model call has its request, start and end; each tool call its start and end."""
+    for key, parts in calls(recs, "model").items():
+        types = [r["type"] for r in parts]
+        assert types[:3] == ["model_request", "model_exec_start", "model_exec_end"], (key, types)
+    for key, parts in calls(recs, "tool").items():
+        types = [r["type"] for r in parts]
+        assert types[0] == "tool_exec_start" and types[-1] == "tool_exec_end", (key, types)
+
+
+def texts(content: list[Any]) -> Iterator[str]:
+    for part in content:
+        if isinstance(part, dict) and part.get("$type") == "text":
+            yield part["text"]

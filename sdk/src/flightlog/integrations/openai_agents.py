@@ -1,0 +1,527 @@
+"""Record OpenAI Agents SDK runs: ``add_trace_processor(FlightlogProcessor())``.
+
+Install with ``pip install 'flightlog-sdk[openai-agents]'``.  Each trace (one
+``Runner.run``) becomes one run of the session ``openai-agents/<group id>.jsonl`` (the
+``RunConfig.group_id`` of a conversation, else the trace id), so the runs of a
+conversation go on in the same file; ``FlightlogProcessor(path=...)`` names the session
+instead.
+
+The processor reads the SDK's spans.  A model call (a generation or response span) is
+recorded when it ends, with the times the span measured: ``model_request`` (the input
+messages and the model settings), ``model_exec_start``, ``model_exec_end`` (the response
+message, usage, or the error) and ``message_end``; a call the runner makes again after a
+failed one (its retry of a 429) ``replaces`` it.  A tool call (a function span) is
+recorded when it starts and when it ends, with the tool call id and arguments taken from
+the model's response; a handoff is recorded as the tool call the model made for it, and
+the calls after it carry the new agent's name.  An agent used as a tool is a sub-agent
+nested under that tool call.  Each turn of the first agent is a turn; ``agent_end``
+carries the final output (the last model message's text, decoded from JSON when the
+agent has an output type) and the run's usage.
+
+Not recorded: the input messages in ``agent_start`` (the first ``model_request`` holds
+them), a model call cut short by a crash (its span reports nothing before it ends), and
+anything when ``RunConfig.trace_include_sensitive_data`` is off, which empties the spans.
+
+Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from agents.tracing import Span, Trace, TracingProcessor
+
+from flightlog.protocol import events, now
+
+from ._recorder import RecordedRun, Recorder, default_recorder
+
+__all__ = ["FlightlogProcessor"]
+
+
+@dataclass
+class _Agent:
+    name: str
+    #: The tool call that started it, for a sub-agent.
+    parent_id: str | None
+    output_type: str | None
+    turn: int = 0
+    #: Tool calls of its latest model response not yet matched to a tool span.
+    pending: deque[tuple[str, str, dict[str, Any]]] = field(default_factory=deque)
+    model_id: str | None = None
+    failed_model_id: str | None = None
+    output: Any = None
+    error: str | None = None
+
+
+@dataclass
+class _Trace:
+    run: RecordedRun
+    parents: dict[str, str | None] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+    agents: dict[str, _Agent] = field(default_factory=dict)
+    tools: dict[str, events.Execution] = field(default_factory=dict)
+    #: Each tool span's call id and tool name, for its end.
+    calls: dict[str, tuple[str, str]] = field(default_factory=dict)
+    top: _Agent | None = None
+    usage: events.Usage | None = None
+
+
+class FlightlogProcessor(TracingProcessor):
+    """A tracing processor that records every trace into a flightlog session.
+
+    ``path`` is the session file (default ``openai-agents/<group id or trace id>.jsonl``);
+    ``meta`` goes into its ``session_start``; ``recorder`` is the best-effort recorder
+    (default: the process's shared one, on ``$FLIGHTLOG_SOCKET``).
+    """
+
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.path = path
+        self.meta = meta
+        self._recorder = recorder
+        self._traces: dict[str, _Trace] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._recorder or default_recorder()
+
+    # --- the processor interface: every call is safe -----------------------------------
+
+    def on_trace_start(self, trace: Trace) -> None:
+        self._safely(self._trace_start, trace)
+
+    def on_trace_end(self, trace: Trace) -> None:
+        self._safely(self._trace_end, trace)
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        self._safely(self._span_start, span)
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        self._safely(self._span_end, span)
+
+    def shutdown(self) -> None:
+        """Close the runs of traces still open (the process is exiting)."""
+        with self._lock:
+            traces, self._traces = list(self._traces.values()), {}
+        for state in traces:
+            state.run.close("the tracing processor was shut down")
+
+    def force_flush(self) -> None:
+        """Nothing to flush: every record went to the daemon when it was made."""
+
+    def _safely(self, action: Any, *args: Any) -> None:
+        try:
+            with self._lock:
+                action(*args)
+        except Exception as exc:
+            self.recorder.problem(exc, "an OpenAI Agents SDK span")
+
+    # --- traces -------------------------------------------------------------------------
+
+    def _trace_start(self, trace: Trace) -> None:
+        group = getattr(trace, "group_id", None)
+        path = self.path or f"openai-agents/{group or trace.trace_id}.jsonl"
+        self._traces[trace.trace_id] = _Trace(run=self.recorder.begin(path, meta=self.meta))
+
+    def _trace_end(self, trace: Trace) -> None:
+        state = self._traces.pop(trace.trace_id, None)
+        if state is None:
+            return
+        top = state.top
+        if top is not None:
+            state.run.record(
+                events.AgentEnd(
+                    ok=top.error is None,
+                    reason="completed" if top.error is None else "error",
+                    error=top.error,
+                    turns=top.turn,
+                    usage=state.usage,
+                    output=top.output,
+                    agent=top.name,
+                )
+            )
+        state.run.close(top.error if top is not None else None)
+
+    # --- spans --------------------------------------------------------------------------
+
+    def _span_start(self, span: Span[Any]) -> None:
+        state = self._traces.get(span.trace_id)
+        if state is None:
+            return
+        data = span.span_data
+        kind = _kind(data)
+        state.parents[span.span_id] = span.parent_id
+        state.kinds[span.span_id] = kind
+        if kind == "agent":
+            self._agent_start(state, span)
+        elif kind == "turn":
+            agent = self._agent_of(state, span.parent_id)
+            if agent is not None:
+                agent.turn = int(_custom(data).get("turn") or agent.turn + 1)
+                if agent is state.top:
+                    state.run.record(
+                        events.TurnStart(turn_index=agent.turn, time=_at(span.started_at))
+                    )
+        elif kind in ("function", "handoff"):
+            self._tool_start(state, span)
+
+    def _span_end(self, span: Span[Any]) -> None:
+        state = self._traces.get(span.trace_id)
+        if state is None:
+            return
+        data = span.span_data
+        kind = state.kinds.get(span.span_id) or _kind(data)
+        if kind in ("generation", "response"):
+            self._model_call(state, span)
+        elif kind in ("function", "handoff"):
+            self._tool_end(state, span)
+        elif kind == "turn":
+            agent = self._agent_of(state, span.parent_id)
+            if agent is state.top and agent is not None:
+                state.run.record(
+                    events.TurnEnd(
+                        turn_index=agent.turn,
+                        usage=_usage(_custom(data).get("usage")),
+                        time=_at(span.ended_at),
+                    )
+                )
+        elif kind == "task":
+            state.usage = _usage(_custom(data).get("usage"))
+        elif kind == "agent":
+            self._agent_end(state, span)
+
+    def _agent_of(self, state: _Trace, span_id: str | None) -> _Agent | None:
+        while span_id is not None:
+            agent = state.agents.get(span_id)
+            if agent is not None:
+                return agent
+            span_id = state.parents.get(span_id)
+        return None
+
+    def _tool_above(self, state: _Trace, span_id: str | None) -> events.Execution | None:
+        # The tool call a span runs inside, unless an agent span comes first.
+        while span_id is not None:
+            if span_id in state.agents:
+                return None
+            tool = state.tools.get(span_id)
+            if tool is not None:
+                return tool
+            span_id = state.parents.get(span_id)
+        return None
+
+    def _agent_start(self, state: _Trace, span: Span[Any]) -> None:
+        data = span.span_data
+        tool = self._tool_above(state, span.parent_id)
+        agent = _Agent(
+            name=data.name,
+            parent_id=tool.id if tool is not None else None,
+            output_type=getattr(data, "output_type", None),
+        )
+        state.agents[span.span_id] = agent
+        if tool is not None:
+            state.run.record(
+                events.AgentStart(agent=agent.name, parent_id=tool.id, time=_at(span.started_at))
+            )
+        elif state.top is None:
+            state.top = agent
+            state.run.record(events.AgentStart(agent=agent.name, time=_at(span.started_at)))
+        else:
+            # A handoff: the next agent goes on in the same loop, with its own turns.
+            agent.turn = state.top.turn
+            state.top.name = agent.name
+            state.top.output_type = agent.output_type
+            state.agents[span.span_id] = state.top
+
+    def _agent_end(self, state: _Trace, span: Span[Any]) -> None:
+        agent = state.agents.get(span.span_id)
+        if agent is None:
+            return
+        if span.error is not None and agent.error is None:
+            agent.error = _span_error(span)
+        if agent.parent_id is not None:
+            state.run.record(
+                events.AgentEnd(
+                    ok=agent.error is None,
+                    reason="completed" if agent.error is None else "error",
+                    error=agent.error,
+                    turns=agent.turn,
+                    output=agent.output,
+                    agent=agent.name,
+                    parent_id=agent.parent_id,
+                    time=_at(span.ended_at),
+                )
+            )
+
+    def _model_call(self, state: _Trace, span: Span[Any]) -> None:
+        agent = self._agent_of(state, span.parent_id)
+        data = span.span_data
+        execution = events.Execution(
+            id=events.new_execution_id(),
+            kind="model",
+            parent_id=agent.parent_id if agent is not None else None,
+            turn_index=agent.turn if agent is not None else None,
+            agent=agent.name if agent is not None else None,
+            replaces=agent.failed_model_id if agent is not None else None,
+        )
+        model, messages, message, usage, provider_state = _model_facts(data)
+        error = _span_error(span) if span.error is not None else None
+        config = dict(getattr(data, "model_config", None) or {})
+        run = state.run
+        run.record(
+            events.ModelRequest(
+                execution=execution,
+                messages=messages,
+                config=events.CallConfig(model=model or "?", extra=config),
+                time=_at(span.started_at),
+            )
+        )
+        run.record(
+            events.ModelExecStart(execution=execution, model=model, time=_at(span.started_at))
+        )
+        run.record(
+            events.ModelExecEnd(
+                execution=execution,
+                message=message,
+                error=error,
+                usage=usage,
+                provider_state=provider_state,
+                time=_at(span.ended_at),
+            )
+        )
+        if message is not None and error is None:
+            run.record(
+                events.MessageEnd(message=message, execution=execution, time=_at(span.ended_at))
+            )
+        if agent is None:
+            return
+        agent.model_id = execution.id
+        agent.failed_model_id = execution.id if error is not None else None
+        if message is None:
+            return
+        calls = [p for p in message.content if isinstance(p, events.ToolCallPart)]
+        agent.pending.extend((c.id, c.name, c.arguments) for c in calls)
+        text = "".join(p.text for p in message.content if isinstance(p, events.TextPart))
+        if not calls and error is None:
+            agent.output = _output(text, agent.output_type)
+
+    def _tool_start(self, state: _Trace, span: Span[Any]) -> None:
+        agent = self._agent_of(state, span.parent_id)
+        data = span.span_data
+        if _kind(data) == "handoff":
+            name, arguments = "", {"from": data.from_agent, "to": data.to_agent}
+            wanted = None
+        else:
+            name, arguments = data.name, {}
+            wanted = data.name
+        call_id = ""
+        if agent is not None:
+            for index, (pending_id, pending_name, pending_args) in enumerate(agent.pending):
+                if pending_name == wanted or (wanted is None and "transfer" in pending_name):
+                    del agent.pending[index]
+                    call_id, name = pending_id, pending_name
+                    if wanted is not None:
+                        arguments = pending_args
+                    break
+        execution = events.Execution(
+            id=events.new_execution_id(),
+            kind="tool",
+            parent_id=(agent.model_id or agent.parent_id) if agent is not None else None,
+            turn_index=agent.turn if agent is not None else None,
+            agent=agent.name if agent is not None else None,
+        )
+        state.tools[span.span_id] = execution
+        state.calls[span.span_id] = (call_id, name or "handoff")
+        state.run.record(
+            events.ToolExecStart(
+                execution=execution,
+                tool_call_id=call_id,
+                name=name or "handoff",
+                arguments=arguments,
+                time=_at(span.started_at),
+            )
+        )
+
+    def _tool_end(self, state: _Trace, span: Span[Any]) -> None:
+        execution = state.tools.get(span.span_id)
+        if execution is None:
+            return
+        data = span.span_data
+        call_id, name = state.calls.pop(span.span_id, ("", "handoff"))
+        details: Any = None
+        if _kind(data) == "handoff":
+            content: list[Any] = [events.TextPart(text=f"handed off to {data.to_agent}")]
+        elif data.output is None:
+            content = []
+        else:
+            # The model sees the output as text; a structured one is kept in details too.
+            output = data.output
+            content = [events.TextPart(text=output if isinstance(output, str) else str(output))]
+            if not isinstance(output, str | int | float | bool):
+                details = output
+        error = _span_error(span) if span.error is not None else None
+        if error is not None and not content:
+            content = [events.TextPart(text=error)]
+        state.run.record(
+            events.ToolExecEnd(
+                execution=execution,
+                tool_call_id=call_id,
+                name=name,
+                content=content,
+                details=details,
+                is_error=error is not None,
+                time=_at(span.ended_at),
+            )
+        )
+
+
+_ModelFacts: TypeAlias = tuple[
+    str | None, list[Any], events.AssistantMessage | None, events.Usage | None, dict[str, Any]
+]
+
+
+def _at(time: str | None) -> str:
+    # A span's own time (RFC 3339 with an offset, which the SDK writes in UTC).
+    return time or now()
+
+
+def _kind(data: Any) -> str:
+    kind = str(getattr(data, "type", ""))
+    if kind == "custom":
+        return str(_custom(data).get("sdk_span_type") or getattr(data, "name", "custom"))
+    return kind
+
+
+def _custom(data: Any) -> Mapping[str, Any]:
+    # The SDK's own custom spans (task, turn) say what they hold in their export.
+    exported = data.export()
+    custom = exported.get("data") if isinstance(exported, Mapping) else None
+    return custom if isinstance(custom, Mapping) else {}
+
+
+def _span_error(span: Span[Any]) -> str:
+    error: Mapping[str, Any] = span.error or {}
+    message = str(error.get("message") or "error")
+    detail = error.get("data")
+    if isinstance(detail, Mapping) and detail.get("error"):
+        message = f"{message}: {detail['error']}"
+    return message
+
+
+def _usage(usage: Any) -> events.Usage | None:
+    if not isinstance(usage, Mapping):
+        return None
+    details = usage.get("input_tokens_details")
+    cached = usage.get("cached_input_tokens")
+    if cached is None and isinstance(details, Mapping):
+        cached = details.get("cached_tokens")
+    return events.Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cache_read_tokens=int(cached or 0),
+        cache_write_tokens=int(usage.get("cache_write_input_tokens") or 0),
+    )
+
+
+def _output(text: str, output_type: str | None) -> Any:
+    if output_type in (None, "str"):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _arguments(text: Any) -> dict[str, Any]:
+    if isinstance(text, Mapping):
+        return dict(text)
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {"arguments": text}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+def _model_facts(data: Any) -> _ModelFacts:
+    """Model, input, response message, usage and provider state of a model call's span."""
+    if _kind(data) == "response":
+        return _response_facts(data)
+    model = getattr(data, "model", None)
+    messages = list(getattr(data, "input", None) or [])
+    usage = _usage(getattr(data, "usage", None))
+    message = None
+    state: dict[str, Any] = {}
+    for item in getattr(data, "output", None) or []:
+        if "output" in item:  # a streamed call's output: a Responses API response
+            message = _response_message(item)
+            state = {"response_id": item["id"]} if item.get("id") else {}
+            continue
+        content: list[Any] = []
+        text = item.get("content")
+        if isinstance(text, str) and text:
+            content.append(events.TextPart(text=text))
+        if item.get("refusal"):
+            content.append(events.TextPart(text=str(item["refusal"])))
+        for call in item.get("tool_calls") or []:
+            function = call.get("function") or {}
+            content.append(
+                events.ToolCallPart(
+                    id=str(call.get("id") or ""),
+                    name=str(function.get("name") or ""),
+                    arguments=_arguments(function.get("arguments")),
+                )
+            )
+        message = events.AssistantMessage(content=content, model=model)
+    return model, messages, message, usage, state
+
+
+def _response_facts(data: Any) -> _ModelFacts:
+    response = getattr(data, "response", None)
+    raw_input = getattr(data, "input", None)
+    messages = list(raw_input) if isinstance(raw_input, list) else []
+    if response is None:
+        return None, messages, None, None, {}
+    dumped = response.model_dump()
+    return (
+        dumped.get("model"),
+        messages,
+        _response_message(dumped),
+        _usage(dumped.get("usage")),
+        {"response_id": dumped.get("id")},
+    )
+
+
+def _response_message(response: Mapping[str, Any]) -> events.AssistantMessage:
+    """A Responses API response (as JSON values) as flightlog's assistant message."""
+    content: list[Any] = []
+    for item in response.get("output") or []:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    content.append(events.TextPart(text=part.get("text") or ""))
+                elif part.get("type") == "refusal":
+                    content.append(events.TextPart(text=part.get("refusal") or ""))
+        elif kind == "function_call":
+            content.append(
+                events.ToolCallPart(
+                    id=str(item.get("call_id") or ""),
+                    name=str(item.get("name") or ""),
+                    arguments=_arguments(item.get("arguments")),
+                )
+            )
+        else:
+            content.append(item)
+    return events.AssistantMessage(
+        content=content, model=response.get("model"), response_id=response.get("id")
+    )

@@ -1,0 +1,548 @@
+"""Record LangChain and LangGraph runs: ``config={"callbacks": [FlightlogCallbackHandler()]}``.
+
+Install with ``pip install 'flightlog-sdk[langchain]'``.  Or set ``FLIGHTLOG_TRACING=1``
+and import this module once: every run is then recorded, as ``LANGSMITH_TRACING=1``
+does for LangSmith.
+
+Each top-level invocation (a graph's ``invoke``, an agent's, a chain's) becomes one run
+of the session ``langchain/<thread id>.jsonl`` (the ``thread_id`` of a LangGraph
+conversation, else the invocation's run id), so a conversation continued on the same
+thread goes on in the same file; ``FlightlogCallbackHandler(path=...)`` names the
+session instead.
+
+What is recorded: ``agent_start`` (the input messages), each chat model call
+(``model_request`` with the messages, tools and parameters, ``model_exec_start``,
+``model_exec_end`` with the response message and its usage, or the error, and
+``message_end``), one turn per model call of the top-level agent, each tool call
+(``tool_exec_start`` with its tool call id and arguments, ``tool_exec_end`` with its
+result or error), and ``agent_end`` with the final output (the last message's text, or
+the ``structured_response``).  A model call made again after a failed one (``with_retry``,
+a fallback) ``replaces`` it.  An agent invoked from inside a tool is a sub-agent nested
+under that tool call.  Chains and graph nodes in between are not recorded: they are
+structure, not calls.
+
+Recording never breaks the run: see :mod:`flightlog.integrations._recorder`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import LLMResult
+from langchain_core.tracers.context import register_configure_hook
+
+from flightlog.protocol import events
+
+from ._recorder import RecordedRun, Recorder, default_recorder
+
+__all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
+
+#: The environment variable that records every run when set (to anything but 0/false).
+FLIGHTLOG_TRACING = "FLIGHTLOG_TRACING"
+
+_CONFIG_KEYS = {"ls_temperature": "temperature", "ls_max_tokens": "max_tokens"}
+
+
+@dataclass
+class _Agent:
+    name: str
+    parent_id: str | None
+    turn: int = 0
+    model_id: str | None = None
+    failed_model_id: str | None = None
+
+
+@dataclass
+class _Root:
+    run: RecordedRun
+    agent: _Agent
+    #: Every run id of the invocation, to the run it belongs to (its parent).
+    parents: dict[UUID, UUID | None] = field(default_factory=dict)
+    #: Sub-agents and the top-level agent, by the chain run that is the agent.
+    agents: dict[UUID, _Agent] = field(default_factory=dict)
+    models: dict[UUID, events.Execution] = field(default_factory=dict)
+    tools: dict[UUID, tuple[events.Execution, str, str]] = field(default_factory=dict)
+
+
+class FlightlogCallbackHandler(BaseCallbackHandler):
+    """A callback handler that records each top-level run into a flightlog session.
+
+    ``path`` is the session file (default ``langchain/<thread id or run id>.jsonl``);
+    ``meta`` goes into its ``session_start``; ``recorder`` is the best-effort recorder
+    (default: the process's shared one, on ``$FLIGHTLOG_SOCKET``).
+    """
+
+    # Called in order on the loop thread for async runs, not from an executor.
+    run_inline = True
+
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.path = path
+        self.meta = meta
+        self._recorder = recorder
+        self._roots: dict[UUID, _Root] = {}
+        #: Each run id of an invocation being recorded, to its root's run id.
+        self._root_of: dict[UUID, UUID] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._recorder or default_recorder()
+
+    def _safely(self, action: Any, *args: Any) -> None:
+        try:
+            with self._lock:
+                action(*args)
+        except Exception as exc:
+            self.recorder.problem(exc, "a LangChain callback")
+
+    def _root(self, run_id: UUID, parent_run_id: UUID | None) -> _Root | None:
+        root_id = self._root_of.get(parent_run_id) if parent_run_id is not None else None
+        if root_id is None:
+            return None
+        root = self._roots.get(root_id)
+        if root is not None:
+            self._root_of[run_id] = root_id
+            root.parents[run_id] = parent_run_id
+        return root
+
+    def _agent_of(self, root: _Root, run_id: UUID | None) -> _Agent:
+        while run_id is not None:
+            agent = root.agents.get(run_id)
+            if agent is not None:
+                return agent
+            run_id = root.parents.get(run_id)
+        return root.agent
+
+    def _tool_above(self, root: _Root, run_id: UUID | None) -> events.Execution | None:
+        while run_id is not None:
+            if run_id in root.agents:
+                return None
+            tool = root.tools.get(run_id)
+            if tool is not None:
+                return tool[0]
+            run_id = root.parents.get(run_id)
+        return None
+
+    # --- chains: the invocation, and sub-agents --------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._safely(self._chain_start, serialized, inputs, run_id, parent_run_id, metadata, kwargs)
+
+    def _chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        metadata: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
+        messages = _input_messages(inputs)
+        if parent_run_id is None or parent_run_id not in self._root_of:
+            thread = (metadata or {}).get("thread_id")
+            path = self.path or f"langchain/{thread or run_id}.jsonl"
+            top = _Agent(name=name, parent_id=None)
+            new = _Root(run=self.recorder.begin(path, meta=self.meta), agent=top)
+            new.agents[run_id] = top
+            self._roots[run_id] = new
+            self._root_of[run_id] = run_id
+            new.run.record(events.AgentStart(agent=name, messages=messages))
+            return
+        root = self._root(run_id, parent_run_id)
+        if root is None:
+            return
+        # The first chain inside a tool call is an agent used as a tool: a sub-agent.
+        tool = self._tool_above(root, parent_run_id)
+        if tool is not None:
+            agent = _Agent(name=name, parent_id=tool.id)
+            root.agents[run_id] = agent
+            root.run.record(events.AgentStart(agent=name, messages=messages, parent_id=tool.id))
+
+    def on_chain_end(
+        self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        self._safely(self._chain_end, outputs, run_id, None)
+
+    def on_chain_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._safely(self._chain_end, None, run_id, error)
+
+    def _chain_end(self, outputs: Any, run_id: UUID, error: BaseException | None) -> None:
+        root_id = self._root_of.get(run_id)
+        root = self._roots.get(root_id) if root_id is not None else None
+        if root is None:
+            return
+        agent = root.agents.get(run_id)
+        if agent is None:
+            return
+        output = _final_output(outputs) if error is None else None
+        text = _error_text(error) if error is not None else None
+        root.run.record(
+            events.AgentEnd(
+                ok=error is None,
+                reason="completed" if error is None else "error",
+                error=text,
+                turns=agent.turn,
+                output=output,
+                agent=agent.name,
+                parent_id=agent.parent_id,
+            )
+        )
+        if run_id == root_id:
+            del self._roots[run_id]
+            for other in [r for r, top in self._root_of.items() if top == root_id]:
+                del self._root_of[other]
+            root.run.close(text)
+
+    # --- chat models ------------------------------------------------------------------
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._safely(self._model_start, messages, run_id, parent_run_id, metadata, kwargs)
+
+    def _model_start(
+        self,
+        messages: list[list[BaseMessage]],
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        metadata: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        root = self._root(run_id, parent_run_id)
+        if root is None:
+            return
+        agent = self._agent_of(root, parent_run_id)
+        metadata = metadata or {}
+        params = dict(kwargs.get("invocation_params") or {})
+        model = str(
+            metadata.get("ls_model_name")
+            or params.get("model")
+            or params.get("model_name")
+            or params.get("_type")
+            or "?"
+        )
+        provider = metadata.get("ls_provider")
+        if agent is root.agent:
+            agent.turn += 1
+            root.run.record(events.TurnStart(turn_index=agent.turn))
+        execution = events.Execution(
+            id=events.new_execution_id(),
+            kind="model",
+            parent_id=agent.parent_id,
+            turn_index=agent.turn,
+            agent=agent.name,
+            replaces=agent.failed_model_id,
+        )
+        root.models[run_id] = execution
+        agent.model_id = execution.id
+        tools = [_declaration(tool) for tool in params.pop("tools", None) or []]
+        known = {
+            field: metadata[key]
+            for key, field in _CONFIG_KEYS.items()
+            if isinstance(metadata.get(key), int | float)
+        }
+        stop = params.pop("stop", None) or []
+        root.run.record(
+            events.ModelRequest(
+                execution=execution,
+                messages=[_message(m) for batch in messages for m in batch],
+                tools=tools,
+                config=events.CallConfig(
+                    model=model,
+                    provider=str(provider) if provider else None,
+                    stop=[str(s) for s in stop],
+                    extra=params,
+                    **known,
+                ),
+            )
+        )
+        root.run.record(
+            events.ModelExecStart(
+                execution=execution, model=model, provider=str(provider) if provider else None
+            )
+        )
+
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> None:
+        self._safely(self._model_end, response, run_id, None)
+
+    def on_llm_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._safely(self._model_end, None, run_id, error)
+
+    def _model_end(
+        self, response: LLMResult | None, run_id: UUID, error: BaseException | None
+    ) -> None:
+        root_id = self._root_of.pop(run_id, None)
+        root = self._roots.get(root_id) if root_id is not None else None
+        if root is None:
+            return
+        execution = root.models.pop(run_id, None)
+        if execution is None:
+            return
+        agent = self._agent_of(root, root.parents.get(run_id))
+        message: BaseMessage | None = None
+        if response is not None and response.generations and response.generations[0]:
+            message = getattr(response.generations[0][0], "message", None)
+        converted = _message(message) if message is not None else None
+        text = _error_text(error) if error is not None else None
+        root.run.record(
+            events.ModelExecEnd(
+                execution=execution,
+                message=converted,
+                error=text,
+                usage=_usage(getattr(message, "usage_metadata", None)),
+                provider_state=_provider_state(message),
+            )
+        )
+        agent.failed_model_id = execution.id if error is not None else None
+        if converted is not None and error is None:
+            root.run.record(events.MessageEnd(message=converted, execution=execution))
+
+    # --- tools ------------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._safely(self._tool_start, serialized, input_str, run_id, parent_run_id, inputs, kwargs)
+
+    def _tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        inputs: dict[str, Any] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        root = self._root(run_id, parent_run_id)
+        if root is None:
+            return
+        agent = self._agent_of(root, parent_run_id)
+        name = str(kwargs.get("name") or (serialized or {}).get("name") or "tool")
+        call_id = str(kwargs.get("tool_call_id") or "")
+        execution = events.Execution(
+            id=events.new_execution_id(),
+            kind="tool",
+            parent_id=agent.model_id or agent.parent_id,
+            turn_index=agent.turn,
+            agent=agent.name,
+        )
+        root.tools[run_id] = (execution, call_id, name)
+        arguments = dict(inputs) if isinstance(inputs, Mapping) else {"input": input_str}
+        root.run.record(
+            events.ToolExecStart(
+                execution=execution, tool_call_id=call_id, name=name, arguments=arguments
+            )
+        )
+
+    def on_tool_end(
+        self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        self._safely(self._tool_end, output, run_id, None)
+
+    def on_tool_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._safely(self._tool_end, None, run_id, error)
+
+    def _tool_end(self, output: Any, run_id: UUID, error: BaseException | None) -> None:
+        root_id = self._root_of.get(run_id)
+        root = self._roots.get(root_id) if root_id is not None else None
+        if root is None or run_id not in root.tools:
+            return
+        execution, call_id, name = root.tools[run_id]
+        failed = error is not None or getattr(output, "status", None) == "error"
+        if error is not None:
+            content: list[Any] = [events.TextPart(text=_error_text(error))]
+        else:
+            content = _tool_content(getattr(output, "content", output))
+        root.run.record(
+            events.ToolExecEnd(
+                execution=execution,
+                tool_call_id=call_id,
+                name=name,
+                content=content,
+                details=getattr(output, "artifact", None),
+                is_error=failed,
+            )
+        )
+
+
+def _error_text(exc: BaseException | None) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _usage(usage: Any) -> events.Usage | None:
+    if not isinstance(usage, Mapping):
+        return None
+    details = usage.get("input_token_details") or {}
+    return events.Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cache_read_tokens=int(details.get("cache_read") or 0),
+        cache_write_tokens=int(details.get("cache_creation") or 0),
+    )
+
+
+def _provider_state(message: Any) -> dict[str, Any]:
+    metadata = getattr(message, "response_metadata", None)
+    if isinstance(metadata, Mapping) and metadata.get("id"):
+        return {"response_id": metadata["id"]}
+    return {}
+
+
+def _declaration(tool: Any) -> events.ToolDeclaration:
+    function = tool.get("function", tool) if isinstance(tool, Mapping) else {}
+    return events.ToolDeclaration(
+        name=str(function.get("name") or "?"),
+        description=str(function.get("description") or ""),
+        parameters=dict(function.get("parameters") or {}),
+    )
+
+
+def _parts(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [events.TextPart(text=content)] if content else []
+    parts: list[Any] = []
+    for block in content or []:
+        if isinstance(block, str):
+            parts.append(events.TextPart(text=block))
+        elif isinstance(block, Mapping) and block.get("type") == "text":
+            parts.append(events.TextPart(text=str(block.get("text") or "")))
+        else:
+            parts.append(block)
+    return parts
+
+
+def _tool_content(content: Any) -> list[Any]:
+    if isinstance(content, str | list):
+        return _parts(content)
+    return [events.TextPart(text=str(content))] if content is not None else []
+
+
+def _message(message: Any) -> Any:
+    """A LangChain message as flightlog's message; other values as they are."""
+    kind = getattr(message, "type", None)
+    content = getattr(message, "content", None)
+    if kind == "human":
+        return events.UserMessage(content=content if isinstance(content, str) else _parts(content))
+    if kind == "ai":
+        parts = _parts(content)
+        for call in getattr(message, "tool_calls", None) or []:
+            parts.append(
+                events.ToolCallPart(
+                    id=str(call.get("id") or ""),
+                    name=str(call.get("name") or ""),
+                    arguments=dict(call.get("args") or {}),
+                )
+            )
+        metadata = getattr(message, "response_metadata", None) or {}
+        return events.AssistantMessage(
+            content=parts,
+            model=metadata.get("model_name") or metadata.get("model"),
+            stop_reason=metadata.get("finish_reason") or metadata.get("stop_reason"),
+            response_id=metadata.get("id"),
+        )
+    if kind == "tool":
+        return events.ToolResultMessage(
+            tool_call_id=str(getattr(message, "tool_call_id", "") or ""),
+            name=str(getattr(message, "name", "") or ""),
+            content=_tool_content(content),
+            is_error=getattr(message, "status", None) == "error",
+        )
+    return message
+
+
+def _input_messages(inputs: Any) -> list[Any]:
+    messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
+    if not isinstance(messages, Sequence) or isinstance(messages, str):
+        return []
+    converted: list[Any] = []
+    for item in messages:
+        if isinstance(item, tuple) and len(item) == 2 and item[0] in ("user", "human"):
+            converted.append(events.UserMessage(content=str(item[1])))
+        else:
+            converted.append(_message(item))
+    return converted
+
+
+def _final_output(outputs: Any) -> Any:
+    if isinstance(outputs, Mapping):
+        if outputs.get("structured_response") is not None:
+            return outputs["structured_response"]
+        messages = outputs.get("messages")
+        if isinstance(messages, Sequence) and messages:
+            last = messages[-1]
+            content = getattr(last, "content", None)
+            if isinstance(content, str):
+                return content
+            return _message(last)
+    content = getattr(outputs, "content", None)
+    return content if isinstance(content, str) else outputs
+
+
+_tracing_handler: ContextVar[FlightlogCallbackHandler | None] = ContextVar(
+    "flightlog_tracing_handler", default=None
+)
+# With FLIGHTLOG_TRACING set, LangChain adds a FlightlogCallbackHandler to every run.
+register_configure_hook(
+    _tracing_handler, True, handle_class=FlightlogCallbackHandler, env_var=FLIGHTLOG_TRACING
+)

@@ -1,0 +1,306 @@
+"""LangGraph's prebuilt ReAct agent over a LangChain fake chat model with tools, offline,
+recorded by ``FlightlogCallbackHandler`` (or ``FLIGHTLOG_TRACING=1``) through a real daemon."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import ToolNode, create_react_agent
+
+from flightlog.integrations import Recorder
+from flightlog.integrations.langchain import FlightlogCallbackHandler
+from support import DaemonProcess, read_lines, run_python, wait_for
+
+from .helpers import assert_every_call_ended, calls, finish, gaps, of_type, records, texts
+
+# create_react_agent is deprecated in LangGraph 1.0 in favour of langchain's create_agent;
+# it is still what most LangGraph agents are built with.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+class FakeChat(GenericFakeChatModel):
+    """LangChain's fake chat model, able to take tools (it answers from its script)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> FakeChat:
+        return self
+
+
+def reply(text: str = "", *calls: tuple[str, dict[str, Any]], tokens: int = 10) -> AIMessage:
+    return AIMessage(
+        content=text,
+        tool_calls=[
+            {"name": name, "args": args, "id": f"call_{index}_{name}"}
+            for index, (name, args) in enumerate(calls)
+        ],
+        usage_metadata={"input_tokens": tokens, "output_tokens": 2, "total_tokens": tokens + 2},
+    )
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def explode(x: int) -> int:
+    """A tool that fails."""
+    raise ValueError("kaboom")
+
+
+@pytest.fixture
+def recorder(daemon: DaemonProcess) -> Iterator[Recorder]:
+    recorder = Recorder(socket=daemon.socket)
+    yield recorder
+    recorder.close()
+
+
+def agent(*script: AIMessage, tools: list[Any], name: str = "calc", **options: Any) -> Any:
+    model = FakeChat(messages=iter(script))
+    return create_react_agent(model, ToolNode(tools, handle_tool_errors=True), name=name, **options)
+
+
+def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder: Recorder) -> None:
+    graph = agent(
+        reply("", ("add", {"a": 1, "b": 2}), ("explode", {"x": 1}), tokens=10),
+        reply("3", tokens=20),
+        tools=[add, explode],
+    )
+    handler = FlightlogCallbackHandler(path="lc.jsonl", recorder=recorder)
+    out = graph.invoke({"messages": [("user", "1+2?")]}, config={"callbacks": [handler]})
+    assert out["messages"][-1].content == "3"
+    recorder.close()
+    path = daemon.root / "lc.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (start,) = of_type(recs, "agent_start")
+    assert start["data"]["agent"] == "calc"
+    assert start["data"]["messages"] == [{"$type": "user", "content": "1+2?"}]
+    models = list(calls(recs, "model").values())
+    assert [m[2]["data"]["usage"]["input_tokens"] for m in models] == [10, 20]
+    tools = {parts[0]["data"]["name"]: parts for parts in calls(recs, "tool").values()}
+    assert tools["add"][0]["data"]["tool_call_id"] == "call_0_add"
+    assert tools["add"][0]["data"]["arguments"] == {"a": 1, "b": 2}
+    assert list(texts(tools["add"][-1]["data"]["content"])) == ["3"]
+    model_id = models[0][0]["data"]["execution"]["id"]
+    assert tools["add"][0]["data"]["execution"]["parent_id"] == model_id
+    assert tools["explode"][-1]["data"]["is_error"] is True
+    (end,) = of_type(recs, "agent_end")
+    assert end["data"]["output"] == "3"
+    assert end["data"]["turns"] == 2
+
+
+class FailingOnce(FakeChat):
+    """Fails its first call, as a provider's 429 would."""
+
+    failures: int = 1
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("429 Too Many Requests")
+        return super()._generate(messages, *args, **kwargs)
+
+
+def test_a_retried_model_call_replaces_the_failed_one(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    model = FailingOnce(messages=iter([reply("fine")]))
+    chain = ChatPromptTemplate.from_messages([("user", "{q}")]) | model.with_retry(
+        stop_after_attempt=2, wait_exponential_jitter=False
+    )
+    handler = FlightlogCallbackHandler(path="retry.jsonl", recorder=recorder)
+    assert chain.invoke({"q": "hi"}, config={"callbacks": [handler]}).content == "fine"
+    recorder.close()
+    recs = records(daemon.root / "retry.jsonl")
+    failed, retried = calls(recs, "model").values()
+    assert "429" in failed[2]["data"]["error"]
+    assert retried[0]["data"]["execution"]["replaces"] == failed[0]["data"]["execution"]["id"]
+    assert retried[2]["data"]["error"] is None
+    assert gaps(daemon.root / "retry.jsonl") == {}
+
+
+@pytest.mark.anyio
+async def test_a_streamed_async_run(daemon: DaemonProcess, recorder: Recorder) -> None:
+    graph = agent(reply("", ("add", {"a": 2, "b": 2})), reply("four"), tools=[add])
+    handler = FlightlogCallbackHandler(path="stream.jsonl", recorder=recorder)
+    chunks = [
+        chunk
+        async for chunk in graph.astream(
+            {"messages": [("user", "2+2")]}, config={"callbacks": [handler]}
+        )
+    ]
+    assert chunks
+    await finish(recorder)
+    recs = records(daemon.root / "stream.jsonl")
+    assert_every_call_ended(recs)
+    assert len(calls(recs, "model")) == 2
+    assert of_type(recs, "agent_end")[0]["data"]["output"] == "four"
+
+
+def test_an_agent_used_as_a_tool_is_nested_under_that_tool_call(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    helper = agent(reply("it is 4"), tools=[add], name="helper")
+
+    @tool
+    def ask_helper(question: str) -> str:
+        """Ask the helper agent."""
+        return str(helper.invoke({"messages": [("user", question)]})["messages"][-1].content)
+
+    boss = agent(
+        reply("", ("ask_helper", {"question": "2+2?"})), reply("helper says 4"), tools=[ask_helper]
+    )
+    handler = FlightlogCallbackHandler(path="team.jsonl", recorder=recorder)
+    boss.invoke({"messages": [("user", "ask")]}, config={"callbacks": [handler]})
+    recorder.close()
+    path = daemon.root / "team.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (ask,) = calls(recs, "tool").values()
+    tool_id = ask[0]["data"]["execution"]["id"]
+    starts = of_type(recs, "agent_start")
+    assert [(s["data"]["agent"], s["data"]["parent_id"]) for s in starts] == [
+        ("calc", None),
+        ("helper", tool_id),
+    ]
+    models = list(calls(recs, "model").values())
+    assert [m[0]["data"]["execution"]["agent"] for m in models] == ["calc", "helper", "calc"]
+    assert models[1][0]["data"]["execution"]["parent_id"] == tool_id
+    ends = of_type(recs, "agent_end")
+    assert [(e["data"]["agent"], e["data"]["output"]) for e in ends] == [
+        ("helper", "it is 4"),
+        ("calc", "helper says 4"),
+    ]
+    assert ask[0]["seq"] < starts[1]["seq"] < ends[0]["seq"] < ask[-1]["seq"]
+
+
+def test_a_thread_goes_on_in_the_same_session(daemon: DaemonProcess, recorder: Recorder) -> None:
+    graph = agent(reply("one"), reply("two"), tools=[add], checkpointer=InMemorySaver())
+    handler = FlightlogCallbackHandler(recorder=recorder)
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "thread-9"}}
+    graph.invoke({"messages": [("user", "first")]}, config=config)
+    graph.invoke({"messages": [("user", "second")]}, config=config)
+    recorder.close()
+    recs = records(daemon.root / "langchain" / "thread-9.jsonl")
+    assert len(of_type(recs, "run_start")) == 2
+    assert [e["data"]["output"] for e in of_type(recs, "agent_end")] == ["one", "two"]
+
+
+def test_without_a_daemon_the_run_is_the_same(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder(socket=str(short_tmp / "none.sock"))
+    graph = agent(reply("", ("add", {"a": 1, "b": 2})), reply("3"), tools=[add])
+    handler = FlightlogCallbackHandler(recorder=recorder)
+    with caplog.at_level(logging.WARNING, logger="flightlog.integrations"):
+        out = graph.invoke({"messages": [("user", "1+2")]}, config={"callbacks": [handler]})
+    assert out["messages"][-1].content == "3"
+    assert recorder.stats.by_code == {"daemon_not_running": 1}
+    assert len(caplog.records) == 1
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, socket, sys, time, warnings
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+    import flightlog.integrations.langchain  # FLIGHTLOG_TRACING=1 turns it on
+    from flightlog.integrations import default_recorder
+
+    mode = sys.argv[1]
+
+    class FakeChat(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    @tool
+    def slow(x: int) -> int:
+        \"\"\"Slow.\"\"\"
+        if mode == "plain":
+            return x
+        if mode == "agent":
+            print("in the tool", flush=True)
+            time.sleep(60)
+        os.kill(int(os.environ["DAEMON_PID"]), signal.SIGKILL)
+        while True:
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(os.environ["FLIGHTLOG_SOCKET"])
+                except OSError:
+                    break
+            time.sleep(0.01)
+        return x
+
+    script = [
+        AIMessage(content="", tool_calls=[{"name": "slow", "args": {"x": 1}, "id": "c1"}]),
+        AIMessage(content="done"),
+    ]
+    graph = create_react_agent(FakeChat(messages=iter(script)), [slow], name="victim")
+    config = {"configurable": {"thread_id": "kill"}}
+    out = graph.invoke({"messages": [("user", "go")]}, config=config)
+    print("output", out["messages"][-1].content, default_recorder().stats.by_code, flush=True)
+    """
+)
+
+
+def test_flightlog_tracing_and_kill_9_in_a_tool_call(daemon: DaemonProcess) -> None:
+    env = {"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "1"}
+    proc = run_python(SCRIPT, "agent", env=env)
+    path = daemon.root / "langchain" / "kill.jsonl"
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"in the tool\n"
+        wait_for(lambda: path.exists() and read_lines(path)[-1]["type"] == "tool_exec_start")
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    recs = records(path)
+    (tool_call,) = calls(recs, "tool").values()
+    (run_gaps,) = gaps(path).values()
+    assert run_gaps == [
+        "no run_close: the run was interrupted, or is still being written",
+        "no agent_end: the agent loop did not finish",
+        f"tool call {tool_call[0]['data']['execution']['id']} (slow): no tool_exec_end "
+        f"(seq {tool_call[0]['seq']})",
+    ]
+
+
+def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProcess) -> None:
+    env = {
+        "FLIGHTLOG_SOCKET": daemon.socket,
+        "FLIGHTLOG_TRACING": "1",
+        "DAEMON_PID": str(daemon.pid),
+    }
+    proc = run_python(SCRIPT, "daemon", env=env)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().startswith("output done ")
+    assert "connection_lost" in out.decode()
+    assert err.decode().count("flightlog could not record") == 1
+
+
+def test_without_flightlog_tracing_nothing_is_recorded(daemon: DaemonProcess) -> None:
+    proc = run_python(
+        SCRIPT, "plain", env={"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "0"}
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().startswith("output done {}")
+    assert not (daemon.root / "langchain").exists()

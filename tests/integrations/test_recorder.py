@@ -1,0 +1,77 @@
+"""The best-effort recorder under the failures an integration meets: a busy session and a
+full disk (a real file-size limit on a real daemon); the agent's run is never touched."""
+
+from __future__ import annotations
+
+import logging
+import resource
+from pathlib import Path
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models.test import TestModel
+
+from flightlog.integrations import Recorder
+from flightlog.integrations.pydantic_ai import Flightlog
+from flightlog.sdk import connect
+from support import DaemonProcess
+
+from .helpers import finish, of_type, records
+
+LIMIT = 64 * 1024
+
+
+def big_agent(recorder: Recorder, path: str) -> Agent[None, str]:
+    agent = Agent(TestModel(), capabilities=[Flightlog(path=path, recorder=recorder)])
+
+    @agent.tool_plain
+    def fetch(page: int) -> str:
+        return "x" * (2 * LIMIT)
+
+    return agent
+
+
+@pytest.mark.anyio
+async def test_a_busy_session_leaves_the_agent_alone(
+    daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder(socket=daemon.socket)
+    agent = Agent(TestModel(), capabilities=[Flightlog(path="busy.jsonl", recorder=recorder)])
+    with connect(daemon.socket) as holder:
+        holder.session("busy.jsonl")
+        with caplog.at_level(logging.WARNING, logger="flightlog.integrations"):
+            result = await agent.run("hello")
+            await agent.run("hello")
+    assert result.output == (await Agent(TestModel()).run("hello")).output
+    assert recorder.stats.by_code == {"session_busy": 2}
+    assert "session_busy" in (recorder.stats.last_problem or "")
+    assert len(caplog.records) == 1
+    # Once the other writer is gone, the next run is recorded.
+    await agent.run("again")
+    await finish(recorder)
+    assert len(of_type(records(daemon.root / "busy.jsonl"), "agent_end")) == 1
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_is_counted_and_the_next_session_records(short_tmp: Path) -> None:
+    daemon = DaemonProcess(short_tmp).start(preexec_fn=_limit_file_size)
+    try:
+        recorder = Recorder(socket=daemon.socket)
+        plain = await big_agent(Recorder(socket=str(short_tmp / "none")), "x").run("fetch")
+        result = await big_agent(recorder, "full.jsonl").run("fetch")
+        assert result.output == plain.output
+        assert recorder.stats.by_code.get("write_failed", 0) >= 1
+        assert set(recorder.stats.by_code) <= {"write_failed", "daemon_not_running"}
+        # The failed session was let go; another one records normally.
+        small = Agent(TestModel(), capabilities=[Flightlog(path="next.jsonl", recorder=recorder)])
+        await small.run("hi")
+        await finish(recorder)
+        recs = records(daemon.root / "next.jsonl")
+        assert of_type(recs, "run_close")[0]["data"]["error"] is None
+        assert daemon.alive()
+    finally:
+        daemon.stop()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ._calls import client_cost, durable_ack
 from ._context import Context
+from ._frameworks import agent_overhead
 from ._machine import CpuMeter, describe
 from ._report import DASH, Row, format_table
 from ._scale import backpressure, scale
@@ -35,6 +36,7 @@ SCENARIOS: dict[str, Callable[[Context], list[Row]]] = {
     "5": durable_ack,
     "6": scale,
     "7": backpressure,
+    "8": agent_overhead,
 }
 
 
@@ -73,7 +75,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     unknown = set(args.only.split(",")) - set(SCENARIOS)
     if unknown:
-        parser.error(f"unknown scenario {', '.join(sorted(unknown))}; pick from 1-7")
+        parser.error(f"unknown scenario {', '.join(sorted(unknown))}; pick from 1-8")
     return args
 
 

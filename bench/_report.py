@@ -13,7 +13,13 @@ __all__ = ["Row", "Stat", "Target", "format_table", "markdown_table", "percentil
 TIMES = "\u00d7"
 DASH = "\u2013"
 
-SYSTEM_TITLES = {"flightlog": "flightlogd", "jsonl": "in-process JSONL", "sqlite": "SQLite log"}
+SYSTEM_TITLES = {
+    "flightlog": "flightlogd",
+    "jsonl": "in-process JSONL",
+    "sqlite": "SQLite log",
+    "otel": "OpenTelemetry",
+    "unrecorded": "unrecorded",
+}
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -60,6 +60,8 @@ ROWS = {
     "7": {"flightlog"},
     "7b": {"flightlog"},
     "7c": {"flightlog"},
+    "8": {"flightlog", "otel"},
+    "8b": {"flightlog", "unrecorded", "otel"},
 }
 #: The rows the syslog peers, when measured, have figures in.
 PEER_ROWS = ("1", "1b", "1c", "2", "2b", "2c")

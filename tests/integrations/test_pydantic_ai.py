@@ -3,6 +3,7 @@ real daemon by the ``Flightlog`` capability, and read back from the file."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import signal
 import textwrap
@@ -91,6 +92,14 @@ async def test_a_multi_turn_run_with_parallel_tools_and_a_model_retry(
     assert end["data"]["usage"]["input_tokens"] == result.usage.input_tokens
     assert end["data"]["turns"] == 3
     assert [r["data"]["turn_index"] for r in of_type(recs, "turn_start")] == [1, 2, 3]
+    # Each request after the first continues the one before: only its new messages.
+    requests = of_type(recs, "model_request")
+    assert requests[0]["data"]["continues"] is None
+    assert requests[0]["data"]["messages"] == [{"$type": "user", "content": "weather?"}]
+    for earlier, later in itertools.pairwise(requests):
+        assert later["data"]["continues"] == earlier["data"]["execution"]["id"]
+    sent = requests[1]["data"]["messages"]
+    assert [m["$type"] for m in sent] == ["assistant", "tool_result", "tool_result"]
     assert of_type(recs, "run_close")[0]["data"]["error"] is None
 
 

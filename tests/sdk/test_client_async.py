@@ -285,6 +285,23 @@ async def test_codec_errors_are_raised_by_record(transport: AsyncMockTransport) 
 
 
 @pytest.mark.anyio
+async def test_record_many_sends_in_order_up_to_an_unencodable_event(
+    transport: AsyncMockTransport,
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    before = len(transport.sent)
+    await run.record_many([AgentStart(agent="a"), MessageUpdate(delta="x"), AgentEnd()])
+    assert [m.event_type for m in transport.sent[before:]] == ["agent_start", "agent_end"]
+    with pytest.raises(RecordingError) as caught:
+        await run.record_many([AgentStart(), AgentStart(messages=[object()]), AgentEnd()])
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    assert [m.event_type for m in transport.sent[before + 2 :]] == ["agent_start"]
+    assert run.error is caught.value
+    await client.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_frame_too_large_is_refused_before_sending() -> None:
     transport = AsyncMockTransport(MemoryDaemon(max_frame_size=512))
     client, session = await start(transport)

@@ -270,6 +270,22 @@ def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
     client.close()
 
 
+def test_record_many_sends_in_order_up_to_an_unencodable_event(
+    transport: MockTransport,
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    before = len(transport.sent)
+    run.record_many([AgentStart(agent="a"), MessageUpdate(delta="x"), AgentEnd()])
+    assert [m.event_type for m in transport.sent[before:]] == ["agent_start", "agent_end"]
+    with pytest.raises(RecordingError) as caught:
+        run.record_many([AgentStart(), AgentStart(messages=[object()]), AgentEnd()])
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    assert [m.event_type for m in transport.sent[before + 2 :]] == ["agent_start"]
+    assert run.error is caught.value
+    client.close()
+
+
 def test_a_frame_too_large_is_refused_before_sending() -> None:
     transport = MockTransport(MemoryDaemon(max_frame_size=512))
     client, session = start(transport)

@@ -345,7 +345,9 @@ class ModelRequest(Event, kw_only=True, frozen=True, tag="model_request"):
     """What is sent to the model: messages, tools and the resolved per-call config.
 
     Credentials never reach a record: the codec removes ``api_key`` and similar keys
-    from ``config.extra`` and ``headers``.
+    from ``config.extra`` and ``headers``.  ``continues`` names an earlier model call of
+    the run whose messages this request starts with: ``messages`` then holds only the
+    messages after those (so a long loop does not write its history again each turn).
     """
 
     execution: Execution
@@ -354,6 +356,7 @@ class ModelRequest(Event, kw_only=True, frozen=True, tag="model_request"):
     config: CallConfig | None = None
     system: str | None = None
     headers: dict[str, Any] = {}
+    continues: str | None = None
 
 
 class ModelExecStart(Event, kw_only=True, frozen=True, tag="model_exec_start"):

@@ -211,15 +211,19 @@ class RecordedRun:
     def run_id(self) -> str | None:
         return self.run.run_id if self.run is not None else None
 
-    def record(self, event: Event) -> None:
-        """Record ``event``; a problem is counted and kept for ``run_close``."""
+    def record(self, *events: Event) -> None:
+        """Record ``events`` (with one send); a problem is counted and kept for ``run_close``."""
         run = self.run
         if run is None:
             return
         try:
-            run.record(event)
+            if len(events) == 1:
+                run.record(events[0])
+            else:
+                run.record_many(events)
         except Exception as exc:
-            text = self.recorder.problem(exc, f"a {event.record_type} event in {self.path}")
+            kinds = ", ".join(event.record_type for event in events)
+            text = self.recorder.problem(exc, f"{kinds} in {self.path}")
             with self._lock:
                 self._error = self._error or text
             if not (isinstance(exc, FlightlogError) and exc.code == ErrorCode.CODEC_ERROR):

@@ -85,6 +85,11 @@ class Flightlog(AbstractCapability[Any]):
     )
     _model_error: str | None = dataclasses.field(default=None, init=False, repr=False)
     _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    # The latest request's messages (the objects) and its execution id: the next request
+    # that starts with the same messages is recorded as continuing it.
+    _sent: list[Any] = dataclasses.field(default_factory=list, init=False, repr=False)
+    _sent_by: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _pending: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -126,14 +131,15 @@ class Flightlog(AbstractCapability[Any]):
             events.AgentStart(agent=self._agent, messages=messages, parent_id=self._parent_id)
         )
 
-    def _end_turn(self) -> None:
+    def _turn_end(self) -> list[events.Event]:
         if self._turn and self._parent_id is None:
-            self._record(events.TurnEnd(turn_index=self._turn, tool_call_count=self._turn_tools))
+            return [events.TurnEnd(turn_index=self._turn, tool_call_count=self._turn_tools)]
+        return []
 
     def _agent_end(self, result: AgentRunResult[Any]) -> None:
-        self._end_turn()
         usage = result.usage
         self._record(
+            *self._turn_end(),
             events.AgentEnd(
                 ok=True,
                 reason="completed",
@@ -142,14 +148,14 @@ class Flightlog(AbstractCapability[Any]):
                 output=result.output,
                 agent=self._agent,
                 parent_id=self._parent_id,
-            )
+            ),
         )
         self._close(None)
 
     def _agent_failed(self, exc: BaseException) -> None:
-        self._end_turn()
         cancelled = not isinstance(exc, Exception)
         self._record(
+            *self._turn_end(),
             events.AgentEnd(
                 ok=False,
                 reason="aborted" if cancelled else "error",
@@ -157,7 +163,7 @@ class Flightlog(AbstractCapability[Any]):
                 turns=self._turn,
                 agent=self._agent,
                 parent_id=self._parent_id,
-            )
+            ),
         )
         self._close(_error_text(exc))
 
@@ -179,12 +185,13 @@ class Flightlog(AbstractCapability[Any]):
         return await handler(request_context)
 
     def _turn_start(self) -> None:
-        self._end_turn()
+        # Sent with the turn's first model call, in one send.
+        self._pending.extend(self._turn_end())
         self._turn += 1
         self._turn_tools = 0
         self._model_execution = None
         if self._parent_id is None:
-            self._record(events.TurnStart(turn_index=self._turn))
+            self._pending.append(events.TurnStart(turn_index=self._turn))
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -196,7 +203,7 @@ class Flightlog(AbstractCapability[Any]):
         previous = self._model_execution
         if previous is not None and request.attempt > previous.attempt:
             # Another attempt at the same step (a fallback model): the same call, retried.
-            self._record(events.Retry(execution=previous, error=self._model_error))
+            self._pending.append(events.Retry(execution=previous, error=self._model_error))
             execution = msgspec.structs.replace(previous, attempt=request.attempt)
         else:
             execution = events.Execution(
@@ -216,7 +223,17 @@ class Flightlog(AbstractCapability[Any]):
         tools = [
             _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
-        system, messages = _request_messages(request.messages)
+        sent = list(request.messages)
+        known = len(self._sent)
+        continues = None
+        if (
+            self._sent_by is not None
+            and len(sent) >= known
+            and all(a is b for a, b in zip(sent, self._sent, strict=False))
+        ):
+            continues = self._sent_by
+        system, messages = _request_messages(sent[known:] if continues else sent)
+        self._sent, self._sent_by = sent, execution.id
         self._record(
             events.ModelRequest(
                 execution=execution,
@@ -224,9 +241,10 @@ class Flightlog(AbstractCapability[Any]):
                 tools=tools,
                 config=_config(name, provider, request.model_settings),
                 system=system,
-            )
+                continues=continues,
+            ),
+            events.ModelExecStart(execution=execution, model=name, provider=provider),
         )
-        self._record(events.ModelExecStart(execution=execution, model=name, provider=provider))
 
     async def after_model_request(
         self,
@@ -252,9 +270,9 @@ class Flightlog(AbstractCapability[Any]):
                 message=message,
                 usage=_usage(response.usage),
                 provider_state=state,
-            )
+            ),
+            events.MessageEnd(message=message, execution=execution),
         )
-        self._record(events.MessageEnd(message=message, execution=execution))
 
     async def on_model_request_error(
         self,
@@ -354,9 +372,12 @@ class Flightlog(AbstractCapability[Any]):
 
     # --- plumbing -----------------------------------------------------------------------
 
-    def _record(self, event: events.Event) -> None:
+    def _record(self, *facts: events.Event) -> None:
+        # The facts of one hook go out together, in one send, after any held back.
+        if self._pending:
+            facts, self._pending = (*self._pending, *facts), []
         if self._run is not None:
-            self._run.record(event)
+            self._run.record(*facts)
 
     def _safely(self, action: Any, *args: Any) -> Any:
         # Hooks run inside the agent: an error of ours is counted, never raised.

@@ -31,14 +31,14 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from flightlog.protocol import ErrorCode, Event, FlightlogError
 from flightlog.sdk import Client, Run, Session, connect
 
-__all__ = ["RecordedRun", "Recorder", "RecorderStats", "default_recorder"]
+__all__ = ["Hooks", "RecordedRun", "Recorder", "RecorderStats", "default_recorder"]
 
 logger: Final = logging.getLogger("flightlog.integrations")
 
@@ -267,3 +267,39 @@ def default_recorder() -> Recorder:
             _default = Recorder()
             atexit.register(_default.close)
         return _default
+
+
+class Hooks:
+    """What the hook objects of the sync frameworks share: the session they record into,
+    their recorder, and calls that never raise.
+
+    ``path`` names the session (None: the integration's default, from the framework's
+    conversation id); ``meta`` goes into its ``session_start``; ``recorder`` defaults to
+    :func:`default_recorder`.  Hooks may be called from several threads: one at a time.
+    """
+
+    #: What a problem met in a hook is said to be about, in the log.
+    where = "a framework hook"
+
+    def __init__(
+        self,
+        *,
+        path: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.path = path
+        self.meta = meta
+        self._recorder = recorder
+        self._lock = threading.Lock()
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._recorder or default_recorder()
+
+    def _safely(self, action: Callable[..., None], *args: Any) -> None:
+        try:
+            with self._lock:
+                action(*args)
+        except Exception as exc:
+            self.recorder.problem(exc, self.where)

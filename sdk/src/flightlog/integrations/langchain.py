@@ -26,7 +26,6 @@ Recording never breaks the run: see :mod:`flightlog.integrations._recorder`.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from langchain_core.tracers.context import register_configure_hook
 
 from flightlog.protocol import events
 
-from ._recorder import RecordedRun, Recorder, default_recorder
+from ._recorder import Hooks, RecordedRun, Recorder
 
 __all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
 
@@ -71,7 +70,7 @@ class _Root:
     tools: dict[UUID, tuple[events.Execution, str, str]] = field(default_factory=dict)
 
 
-class FlightlogCallbackHandler(BaseCallbackHandler):
+class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
     """A callback handler that records each top-level run into a flightlog session.
 
     ``path`` is the session file (default ``langchain/<thread id or run id>.jsonl``);
@@ -82,6 +81,8 @@ class FlightlogCallbackHandler(BaseCallbackHandler):
     # Called in order on the loop thread for async runs, not from an executor.
     run_inline = True
 
+    where = "a LangChain callback"
+
     def __init__(
         self,
         *,
@@ -89,24 +90,14 @@ class FlightlogCallbackHandler(BaseCallbackHandler):
         meta: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None,
     ) -> None:
-        self.path = path
-        self.meta = meta
-        self._recorder = recorder
+        Hooks.__init__(self, path=path, meta=meta, recorder=recorder)
         self._roots: dict[UUID, _Root] = {}
         #: Each run id of an invocation being recorded, to its root's run id.
         self._root_of: dict[UUID, UUID] = {}
-        self._lock = threading.Lock()
 
-    @property
-    def recorder(self) -> Recorder:
-        return self._recorder or default_recorder()
-
-    def _safely(self, action: Any, *args: Any) -> None:
-        try:
-            with self._lock:
-                action(*args)
-        except Exception as exc:
-            self.recorder.problem(exc, "a LangChain callback")
+    def _root_for(self, run_id: UUID) -> _Root | None:
+        root_id = self._root_of.get(run_id)
+        return self._roots.get(root_id) if root_id is not None else None
 
     def _root(self, run_id: UUID, parent_run_id: UUID | None) -> _Root | None:
         root_id = self._root_of.get(parent_run_id) if parent_run_id is not None else None
@@ -197,8 +188,7 @@ class FlightlogCallbackHandler(BaseCallbackHandler):
         self._safely(self._chain_end, None, run_id, error)
 
     def _chain_end(self, outputs: Any, run_id: UUID, error: BaseException | None) -> None:
-        root_id = self._root_of.get(run_id)
-        root = self._roots.get(root_id) if root_id is not None else None
+        root_id, root = self._root_of.get(run_id), self._root_for(run_id)
         if root is None:
             return
         agent = root.agents.get(run_id)
@@ -403,8 +393,7 @@ class FlightlogCallbackHandler(BaseCallbackHandler):
         self._safely(self._tool_end, None, run_id, error)
 
     def _tool_end(self, output: Any, run_id: UUID, error: BaseException | None) -> None:
-        root_id = self._root_of.get(run_id)
-        root = self._roots.get(root_id) if root_id is not None else None
+        root = self._root_for(run_id)
         if root is None or run_id not in root.tools:
             return
         execution, call_id, name = root.tools[run_id]

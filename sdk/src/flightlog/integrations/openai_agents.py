@@ -28,7 +28,6 @@ Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
 from __future__ import annotations
 
 import json
-import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from agents.tracing import Span, Trace, TracingProcessor
 
 from flightlog.protocol import events, now
 
-from ._recorder import RecordedRun, Recorder, default_recorder
+from ._recorder import Hooks, RecordedRun, Recorder
 
 __all__ = ["FlightlogProcessor"]
 
@@ -71,13 +70,15 @@ class _Trace:
     usage: events.Usage | None = None
 
 
-class FlightlogProcessor(TracingProcessor):
+class FlightlogProcessor(Hooks, TracingProcessor):
     """A tracing processor that records every trace into a flightlog session.
 
     ``path`` is the session file (default ``openai-agents/<group id or trace id>.jsonl``);
     ``meta`` goes into its ``session_start``; ``recorder`` is the best-effort recorder
     (default: the process's shared one, on ``$FLIGHTLOG_SOCKET``).
     """
+
+    where = "an OpenAI Agents SDK span"
 
     def __init__(
         self,
@@ -86,15 +87,8 @@ class FlightlogProcessor(TracingProcessor):
         meta: Mapping[str, Any] | None = None,
         recorder: Recorder | None = None,
     ) -> None:
-        self.path = path
-        self.meta = meta
-        self._recorder = recorder
+        Hooks.__init__(self, path=path, meta=meta, recorder=recorder)
         self._traces: dict[str, _Trace] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def recorder(self) -> Recorder:
-        return self._recorder or default_recorder()
 
     # --- the processor interface: every call is safe -----------------------------------
 
@@ -119,13 +113,6 @@ class FlightlogProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         """Nothing to flush: every record went to the daemon when it was made."""
-
-    def _safely(self, action: Any, *args: Any) -> None:
-        try:
-            with self._lock:
-                action(*args)
-        except Exception as exc:
-            self.recorder.problem(exc, "an OpenAI Agents SDK span")
 
     # --- traces -------------------------------------------------------------------------
 

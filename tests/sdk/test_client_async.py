@@ -21,6 +21,7 @@ from flightlog.protocol import (
     PROTOCOL_VERSION,
     AgentEnd,
     AgentStart,
+    CloseRun,
     Create,
     ErrorCode,
     Execution,

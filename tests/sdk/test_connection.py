@@ -229,7 +229,7 @@ def test_record_builds_one_frame(link: Link) -> None:
             run_id=run_id,
             event_type="agent_start",
             time=event.time,
-            data=b'{"agent":"a","messages":[]}',
+            data=b'{"agent":"a","messages":[],"parent_id":null}',
         )
     ]
     assert link.inbox == b""

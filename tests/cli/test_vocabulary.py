@@ -3,11 +3,15 @@ a call re-issued under a new id, the final output, sub-agents, and a reused exec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
+from flightlog.cli._commands import EXIT_GAPS, EXIT_OK
 from flightlog.cli._inspect import SessionSummary, summarize_records
+from flightlog.cli._main import run
 from flightlog.cli._render import Style
 from flightlog.cli._views import inspect_lines, show_lines
 from flightlog.protocol import (
@@ -24,6 +28,7 @@ from flightlog.protocol import (
     ToolExecStart,
     TurnStart,
     encode_event,
+    encode_line,
     new_id,
 )
 
@@ -131,3 +136,17 @@ def test_a_start_recorded_twice_is_a_reused_id() -> None:
     (run,) = b.summary().run_list()
     assert len(run.gaps()) == 1
     assert "used again" in run.gaps()[0]
+
+
+def test_flightlog_inspect_exits_with_gaps_for_a_reused_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = Builder()
+    model(b, Execution(id="m1", kind="model"))
+    model(b, Execution(id="m1", kind="model"), at=3)
+    b.raw("run_close", b.run_id, {"error": None})
+    path = tmp_path / "reused.jsonl"
+    path.write_bytes(b"".join(encode_line(record) for record in b.records))
+    assert run(["check", str(path)]) == EXIT_OK
+    assert run(["inspect", str(path)]) == EXIT_GAPS
+    assert "its execution id is used again by another call" in capsys.readouterr().out

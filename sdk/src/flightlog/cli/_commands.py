@@ -82,7 +82,8 @@ EXIT_CODES: Final = {
     EXIT_OK: "success (check: every file is sound; inspect: no run has gaps)",
     EXIT_UNSOUND: "a session file breaks the reading rules (corrupt line, gap in seq, ...)",
     EXIT_USAGE: "bad arguments, a file that cannot be read, or nothing matches --run/--call",
-    EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end",
+    EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end, "
+    "an execution id used by two calls",
     EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
     EXIT_REFUSED: "the daemon refused the request or ended the tail with an error",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",

@@ -89,11 +89,13 @@ def test_a_python_example_runs_twice(block: Block, daemon: DaemonProcess) -> Non
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, f"run {attempt} of {block.id}:\n{err.decode()}"
         assert b"Traceback" not in err
+        # An integration reports a recording problem instead of raising it: none here.
+        assert b"flightlog could not record" not in err, err.decode()
     sessions = list(daemon.root.rglob("*.jsonl"))
     for path in sessions:
         report = check(path)
         assert report.sound, (path, report.error)
-    if "client.create(" in block.code:
+    if "client.create(" in block.code or "from flightlog.integrations." in block.code:
         assert sessions, "the example recorded nothing"
 
 

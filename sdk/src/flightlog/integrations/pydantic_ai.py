@@ -36,6 +36,7 @@ from pydantic_ai.capabilities.abstract import (
 )
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
@@ -89,7 +90,9 @@ class Flightlog(AbstractCapability[Any]):
     # that starts with the same messages is recorded as continuing it.
     _sent: list[Any] = dataclasses.field(default_factory=list, init=False, repr=False)
     _sent_by: str | None = dataclasses.field(default=None, init=False, repr=False)
-    _pending: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
+    # Facts held back until the agent next hands control away (see _hold).
+    _held: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
+    _tools_running: int = dataclasses.field(default=0, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -186,12 +189,12 @@ class Flightlog(AbstractCapability[Any]):
 
     def _turn_start(self) -> None:
         # Sent with the turn's first model call, in one send.
-        self._pending.extend(self._turn_end())
+        self._hold(*self._turn_end())
         self._turn += 1
         self._turn_tools = 0
         self._model_execution = None
         if self._parent_id is None:
-            self._pending.append(events.TurnStart(turn_index=self._turn))
+            self._hold(events.TurnStart(turn_index=self._turn))
 
     async def prepare_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -203,7 +206,7 @@ class Flightlog(AbstractCapability[Any]):
         previous = self._model_execution
         if previous is not None and request.attempt > previous.attempt:
             # Another attempt at the same step (a fallback model): the same call, retried.
-            self._pending.append(events.Retry(execution=previous, error=self._model_error))
+            self._hold(events.Retry(execution=previous, error=self._model_error))
             execution = msgspec.structs.replace(previous, attempt=request.attempt)
         else:
             execution = events.Execution(
@@ -264,7 +267,7 @@ class Flightlog(AbstractCapability[Any]):
         state = (
             {"response_id": response.provider_response_id} if response.provider_response_id else {}
         )
-        self._record(
+        facts = (
             events.ModelExecEnd(
                 execution=execution,
                 message=message,
@@ -273,6 +276,11 @@ class Flightlog(AbstractCapability[Any]):
             ),
             events.MessageEnd(message=message, execution=execution),
         )
+        if response.tool_calls:
+            # Sent when the first tool starts (or the output is validated, or the run ends).
+            self._hold(*facts)
+        else:
+            self._record(*facts)
 
     async def on_model_request_error(
         self,
@@ -338,12 +346,13 @@ class Flightlog(AbstractCapability[Any]):
                 arguments=arguments,
             )
         )
+        self._tools_running += 1
         return execution
 
     def _tool_end(self, execution: events.Execution, call: ToolCallPart, result: Any) -> None:
         self._failed_tools.pop(call.tool_name, None)
         content = [events.TextPart(text=result)] if isinstance(result, str) else [result]
-        self._record(
+        self._tool_done(
             events.ToolExecEnd(
                 execution=execution,
                 tool_call_id=call.tool_call_id,
@@ -358,7 +367,7 @@ class Flightlog(AbstractCapability[Any]):
         self._failed_tools[call.tool_name] = execution.id
         kind = type(exc).__name__
         deferred = kind in ("CallDeferred", "ApprovalRequired")
-        self._record(
+        self._tool_done(
             events.ToolExecEnd(
                 execution=execution,
                 tool_call_id=call.tool_call_id,
@@ -370,13 +379,41 @@ class Flightlog(AbstractCapability[Any]):
             )
         )
 
+    def _tool_done(self, end: events.ToolExecEnd) -> None:
+        self._tools_running -= 1
+        if self._tools_running:
+            # Other tools still run, and may run long: this one's end goes out now.
+            self._record(end)
+        else:
+            # Sent with the next model request (or the output's validation, or the end).
+            self._hold(end)
+
+    # --- output -------------------------------------------------------------------------
+
+    async def before_output_validate(
+        self, ctx: RunContext[Any], *, output_context: OutputContext, output: Any
+    ) -> Any:
+        # Output validators and functions are the agent's own code, and may run long.
+        self._safely(self._record)
+        return output
+
     # --- plumbing -----------------------------------------------------------------------
 
+    def _hold(self, *facts: events.Event) -> None:
+        """Keep ``facts`` (their times taken now) for the next send.
+
+        Facts are held only while the agent runs pydantic-ai's own code between two
+        hand-offs; every point where it hands control away (a model request about to be
+        sent, a tool or output validation about to run, the run's end) sends them, so
+        a ``kill -9`` there loses nothing recorded before it.
+        """
+        self._held.extend(facts)
+
     def _record(self, *facts: events.Event) -> None:
-        # The facts of one hook go out together, in one send, after any held back.
-        if self._pending:
-            facts, self._pending = (*self._pending, *facts), []
-        if self._run is not None:
+        # What one hook says goes out in one send, after the facts held back.
+        if self._held:
+            facts, self._held = (*self._held, *facts), []
+        if self._run is not None and facts:
             self._run.record(*facts)
 
     def _safely(self, action: Any, *args: Any) -> Any:

@@ -147,6 +147,8 @@ def test_flightlog_inspect_exits_with_gaps_for_a_reused_id(
     b.raw("run_close", b.run_id, {"error": None})
     path = tmp_path / "reused.jsonl"
     path.write_bytes(b"".join(encode_line(record) for record in b.records))
+    # Sound format-wise: check warns, and inspect names the gap.
     assert run(["check", str(path)]) == EXIT_OK
+    assert "warning: seq 6: model_request in run" in capsys.readouterr().out
     assert run(["inspect", str(path)]) == EXIT_GAPS
     assert "its execution id is used again by another call" in capsys.readouterr().out

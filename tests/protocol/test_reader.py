@@ -687,6 +687,55 @@ def test_check_warns_about_records_outside_their_run() -> None:
     assert "second time" in report.warnings[2]
 
 
+def call(seq: int, type_: str, id: str, *, kind: str = "model", attempt: int = 1) -> bytes:
+    execution = {"id": id, "kind": kind, "attempt": attempt}
+    return line(seq, type_, msgspec.json.encode({"execution": execution}))
+
+
+def test_check_warns_about_an_execution_id_used_by_two_calls() -> None:
+    content = (
+        header()
+        + line(2, "run_start")
+        + call(3, "model_exec_start", "m1")
+        + call(4, "model_exec_end", "m1")
+        + call(5, "model_exec_start", "m1", attempt=2)  # another attempt: a call of its own
+        + call(6, "model_exec_start", "m1")  # after m1's end: a second call under m1
+        + call(7, "model_exec_end", "m1")
+        + call(8, "tool_exec_start", "t1", kind="tool")
+        + call(9, "tool_exec_start", "t1", kind="tool")  # a start recorded twice
+        + call(10, "tool_exec_start", "t1", kind="tool")  # the same reuse: not said again
+        + call(11, "tool_exec_start", "m1", kind="tool")  # same id, another kind: another call
+        + line(12, "run_close")
+    )
+    report = check(io.BytesIO(content))
+    assert report.sound
+    assert report.open_runs == []
+    assert report.warnings == [
+        f"seq 6: model_exec_start in run {RUN} starts a second call under an execution id "
+        "already used in that run; the two cannot be told apart",
+        f"seq 9: tool_exec_start in run {RUN} starts a second call under an execution id "
+        "already used in that run; the two cannot be told apart",
+    ]
+
+
+def test_check_reads_execution_ids_per_run() -> None:
+    other = new_id()
+    content = (
+        header()
+        + line(2, "run_start")
+        + call(3, "model_exec_start", "m1")
+        + call(4, "model_exec_end", "m1")
+        + line(5, "run_close")
+        + line(6, "run_start", run_id=other)
+        + line(7, "model_exec_start", b'{"execution":{"id":"m1","kind":"model"}}', run_id=other)
+        + line(8, "model_exec_end", b'{"execution":null}', run_id=other)
+        + line(9, "tool_exec_end", b'{"execution":{"id":7}}', run_id=other)
+    )
+    report = check(io.BytesIO(content))
+    assert report.sound
+    assert report.warnings == []
+
+
 def test_check_report_encodes_as_json() -> None:
     report = check(io.BytesIO(session(1)))
     assert msgspec.json.decode(msgspec.json.encode(report), type=CheckReport) == report

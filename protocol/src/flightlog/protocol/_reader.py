@@ -19,9 +19,12 @@ from ._lines import MAX_LINE_BYTES, LineReader, ReadState
 from ._records import CHECKPOINT, RUN_CLOSE, RUN_START, Record
 
 __all__ = [
+    "CALL_END_TYPES",
+    "CALL_START_TYPES",
     "BinaryReadable",
     "CheckReport",
     "Reader",
+    "ReusedExecutions",
     "check",
     "read_records",
 ]
@@ -147,6 +150,74 @@ def read_records(fileobj: BinaryReadable) -> Iterator[Record]:
     yield from Reader(fileobj)
 
 
+#: Records that start a call (docs/format.md section 4.5): met again for the same call,
+#: or after its end, its execution id was used by a second call.
+CALL_START_TYPES: Final = frozenset(
+    {"model_request", "model_exec_start", "tool_queued", "tool_exec_start"}
+)
+#: Records that end a call.
+CALL_END_TYPES: Final = frozenset({"model_exec_end", "tool_exec_end", "context_compacted"})
+
+
+class _Execution(msgspec.Struct):
+    id: str
+    kind: str
+    attempt: int = 1
+
+
+class _CallData(msgspec.Struct):
+    execution: _Execution | None = None
+
+
+_call_data: Final = msgspec.json.Decoder(_CallData)
+
+
+class ReusedExecutions:
+    """Finds an execution id used by two calls of one run.
+
+    A call is one run's records with the same execution ``kind``, ``id`` and ``attempt``;
+    a second start of it (a start type met again, or any start after its end) means two
+    calls were recorded under one id, which no reader can tell apart.  Feed each record
+    (or, with its execution already decoded, :meth:`add`); each returns True for the
+    record where a call's id is first found reused.  Memory grows with the calls of the
+    runs not yet :meth:`forget`-ten.
+    """
+
+    def __init__(self) -> None:
+        # Per run, per call: the start types seen, "ended" once it ended, "reused" once
+        # its id was found reused (said once).
+        self._calls: dict[str | None, dict[tuple[str, str, int], set[str]]] = {}
+
+    def add(self, run_id: str | None, type: str, kind: str, id: str, attempt: int) -> bool:
+        """Note a record of call ``(kind, id, attempt)``; True when it first reuses the id."""
+        seen = self._calls.setdefault(run_id, {}).setdefault((kind, id, attempt), set())
+        if type in CALL_END_TYPES:
+            seen.add("ended")
+        if type not in CALL_START_TYPES:
+            return False
+        reused = "reused" not in seen and ("ended" in seen or type in seen)
+        seen.add(type)
+        if reused:
+            seen.add("reused")
+        return reused
+
+    def add_record(self, record: Record) -> bool:
+        """Like :meth:`add`, decoding only the ``execution`` of a call's start or end."""
+        if record.type not in CALL_START_TYPES and record.type not in CALL_END_TYPES:
+            return False
+        try:
+            execution = _call_data.decode(record.data).execution
+        except msgspec.DecodeError:  # a data shape the reading rules do not judge
+            return False
+        if execution is None:
+            return False
+        return self.add(record.run_id, record.type, execution.kind, execution.id, execution.attempt)
+
+    def forget(self, run_id: str | None) -> None:
+        """Drop what is known of ``run_id``'s calls (its run is closed)."""
+        self._calls.pop(run_id, None)
+
+
 class CheckReport(msgspec.Struct, kw_only=True, frozen=True):
     """What :func:`check` found.
 
@@ -156,7 +227,8 @@ class CheckReport(msgspec.Struct, kw_only=True, frozen=True):
     writer would truncate.  ``open_runs`` lists run ids with a ``run_start`` and no
     ``run_close``, in file order: interrupted runs, or the one still being written.
     ``warnings`` notes records that keep the reading rules but make no sense (a record of
-    a run that never started, a record after its run's ``run_close``).
+    a run that never started, a record after its run's ``run_close``, a call that reuses
+    the execution id of another call of its run).
     """
 
     sound: bool
@@ -186,6 +258,7 @@ def check(fileobj: BinaryReadable) -> CheckReport:
     ``error_line``.  Raises :class:`LocalProtocolError` for a file object in text mode.
     """
     reader = Reader(fileobj)
+    reused = ReusedExecutions()
     records = runs = checkpoints = 0
     open_runs: dict[str, None] = {}  # insertion-ordered set
     closed_runs: set[str] = set()
@@ -217,9 +290,16 @@ def check(fileobj: BinaryReadable) -> CheckReport:
                 warn(f"seq {record.seq}: {record.type} in run {run_id} after its run_close")
             elif run_id not in open_runs:
                 warn(f"seq {record.seq}: {record.type} in run {run_id}, which never started")
+            if reused.add_record(record):
+                warn(
+                    f"seq {record.seq}: {record.type} in run {run_id} starts a second call "
+                    "under an execution id already used in that run; the two cannot be told "
+                    "apart"
+                )
             if record.type == RUN_CLOSE:
                 open_runs.pop(run_id, None)
                 closed_runs.add(run_id)
+                reused.forget(run_id)
     except FileFormatError as exc:
         error = exc
     return CheckReport(

@@ -28,7 +28,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from flightlog.protocol import CHECKPOINT, RUN_CLOSE, RUN_START, SESSION_START, Record
+from flightlog.protocol import (
+    CHECKPOINT,
+    RUN_CLOSE,
+    RUN_START,
+    SESSION_START,
+    Record,
+    ReusedExecutions,
+)
 
 from ._render import duration, execution_of, format_args, message_text, record_data, short
 
@@ -43,10 +50,6 @@ __all__ = [
 
 # Records of a call that do not start its line in a timeline: they refer to it.
 _NOT_A_CALL_START: Final = frozenset({"retry", "retry_wait_start", "retry_wait_end", "error"})
-# Records that start a call: met again under the same id and attempt, the id was reused.
-_CALL_STARTS: Final = frozenset(
-    {"model_request", "model_exec_start", "tool_queued", "tool_exec_start"}
-)
 
 
 @dataclass
@@ -129,8 +132,6 @@ class CallSummary:
 
     def add(self, record: Record, data: Mapping[str, Any]) -> None:
         type = record.type
-        if type in _CALL_STARTS and self.reused_seq is None and (self.ended or type in self.types):
-            self.reused_seq = record.seq
         self.types.append(type)
         execution = data.get("execution")
         if isinstance(execution, Mapping):
@@ -380,6 +381,7 @@ class SessionSummary:
         self.runs: dict[str | None, RunSummary] = {}
         self.checkpoints = 0
         self.latest_checkpoint: CheckpointInfo | None = None
+        self._reused = ReusedExecutions()
 
     def run_list(self) -> list[RunSummary]:
         return list(self.runs.values())
@@ -447,6 +449,8 @@ class SessionSummary:
                     first_time=record.time,
                 )
                 run.calls[key] = call
+            if self._reused.add(record.run_id, type, *key) and call.reused_seq is None:
+                call.reused_seq = record.seq
             if not call.shown and type not in _NOT_A_CALL_START:
                 call.shown = True
                 run.timeline.append(TimelineItem(record.seq, record.time, "call", call=call))

@@ -62,3 +62,17 @@ def texts(content: list[Any]) -> Iterator[str]:
     for part in content:
         if isinstance(part, dict) and part.get("$type") == "text":
             yield part["text"]
+
+
+def sent(recs: list[dict[str, Any]]) -> list[list[Any]]:
+    """What each model request sent, in file order: its messages after those of the
+    request it continues (``model_request.continues``), recursively."""
+    by_id: dict[str, list[Any]] = {}
+    found = []
+    for r in of_type(recs, "model_request"):
+        data = r["data"]
+        before = by_id[data["continues"]] if data["continues"] is not None else []
+        messages = [*before, *data["messages"]]
+        by_id[data["execution"]["id"]] = messages
+        found.append(messages)
+    return found

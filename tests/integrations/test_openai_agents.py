@@ -29,7 +29,16 @@ from flightlog.integrations import Recorder
 from flightlog.integrations.openai_agents import FlightlogProcessor
 from support import DaemonProcess, read_lines, run_python, wait_for
 
-from .helpers import assert_every_call_ended, calls, finish, gaps, of_type, records, texts
+from .helpers import (
+    assert_every_call_ended,
+    calls,
+    finish,
+    gaps,
+    of_type,
+    records,
+    sent,
+    texts,
+)
 
 Reply = dict[str, Any] | int
 
@@ -150,6 +159,11 @@ async def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder
     assert [m[2]["data"]["usage"]["input_tokens"] for m in models] == [100, 100]
     request = models[0][0]["data"]
     assert request["messages"] == [{"role": "user", "content": "compute"}]
+    # The second request continues the first: it holds only the messages after those.
+    second = models[1][0]["data"]
+    assert second["continues"] == request["execution"]["id"]
+    assert [m["role"] for m in second["messages"]] == ["assistant", "tool", "tool"]
+    assert [m["role"] for m in sent(recs)[1]] == ["user", "assistant", "tool", "tool"]
     assert "sk-test" not in path.read_text()
     tools = {parts[0]["data"]["name"]: parts for parts in calls(recs, "tool").values()}
     assert tools["add"][0]["data"]["tool_call_id"] == "call_0_add"

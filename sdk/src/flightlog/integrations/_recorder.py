@@ -31,14 +31,21 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from flightlog.protocol import ErrorCode, Event, FlightlogError
 from flightlog.sdk import Client, Run, Session, connect
 
-__all__ = ["Hooks", "RecordedRun", "Recorder", "RecorderStats", "default_recorder"]
+__all__ = [
+    "Continuation",
+    "Hooks",
+    "RecordedRun",
+    "Recorder",
+    "RecorderStats",
+    "default_recorder",
+]
 
 logger: Final = logging.getLogger("flightlog.integrations")
 
@@ -303,3 +310,31 @@ class Hooks:
                 action(*args)
         except Exception as exc:
             self.recorder.problem(exc, self.where)
+
+
+class Continuation:
+    """One agent's latest model request, so that the next one is written as continuing it.
+
+    A request that starts with the messages the latest one sent (the same objects, or
+    equal ones) is recorded with ``model_request.continues`` naming that call and only
+    the messages after them (docs/format.md): a run's requests then cost the size of the
+    conversation once, not once per step.
+    """
+
+    def __init__(self) -> None:
+        self._sent: list[Any] = []
+        self._sent_by: str | None = None
+
+    def split(self, execution_id: str, messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
+        """``(continues, new messages)`` of the request ``execution_id`` sending ``messages``."""
+        sent = list(messages)
+        known = self._sent
+        continues = None
+        if (
+            self._sent_by is not None
+            and len(sent) >= len(known)
+            and all(a is b or a == b for a, b in zip(sent, known, strict=False))
+        ):
+            continues = self._sent_by
+        self._sent, self._sent_by = sent, execution_id
+        return continues, sent[len(known) :] if continues else sent

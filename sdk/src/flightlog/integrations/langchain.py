@@ -39,7 +39,7 @@ from langchain_core.tracers.context import register_configure_hook
 
 from flightlog.protocol import events
 
-from ._recorder import Hooks, RecordedRun, Recorder
+from ._recorder import Continuation, Hooks, RecordedRun, Recorder
 
 __all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
 
@@ -56,6 +56,7 @@ class _Agent:
     turn: int = 0
     model_id: str | None = None
     failed_model_id: str | None = None
+    continuation: Continuation = field(default_factory=Continuation)
 
 
 @dataclass
@@ -249,9 +250,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             or "?"
         )
         provider = metadata.get("ls_provider")
+        facts: list[events.Event] = []
         if agent is root.agent:
             agent.turn += 1
-            root.run.record(events.TurnStart(turn_index=agent.turn))
+            facts.append(events.TurnStart(turn_index=agent.turn))
         execution = events.Execution(
             id=events.new_execution_id(),
             kind="model",
@@ -269,10 +271,14 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             if isinstance(metadata.get(key), int | float)
         }
         stop = params.pop("stop", None) or []
+        continues, new = agent.continuation.split(
+            execution.id, [m for batch in messages for m in batch]
+        )
         root.run.record(
+            *facts,
             events.ModelRequest(
                 execution=execution,
-                messages=[_message(m) for batch in messages for m in batch],
+                messages=[_message(m) for m in new],
                 tools=tools,
                 config=events.CallConfig(
                     model=model,
@@ -281,12 +287,11 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                     extra=params,
                     **known,
                 ),
-            )
-        )
-        root.run.record(
+                continues=continues,
+            ),
             events.ModelExecStart(
                 execution=execution, model=model, provider=str(provider) if provider else None
-            )
+            ),
         )
 
     def on_llm_end(

@@ -37,7 +37,7 @@ from agents.tracing import Span, Trace, TracingProcessor
 
 from flightlog.protocol import events, now
 
-from ._recorder import Hooks, RecordedRun, Recorder
+from ._recorder import Continuation, Hooks, RecordedRun, Recorder
 
 __all__ = ["FlightlogProcessor"]
 
@@ -55,6 +55,7 @@ class _Agent:
     failed_model_id: str | None = None
     output: Any = None
     error: str | None = None
+    continuation: Continuation = field(default_factory=Continuation)
 
 
 @dataclass
@@ -264,19 +265,18 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         model, messages, message, usage, provider_state = _model_facts(data)
         error = _span_error(span) if span.error is not None else None
         config = dict(getattr(data, "model_config", None) or {})
-        run = state.run
-        run.record(
+        continues = None
+        if agent is not None:
+            continues, messages = agent.continuation.split(execution.id, messages)
+        facts: list[events.Event] = [
             events.ModelRequest(
                 execution=execution,
                 messages=messages,
                 config=events.CallConfig(model=model or "?", extra=config),
+                continues=continues,
                 time=_at(span.started_at),
-            )
-        )
-        run.record(
-            events.ModelExecStart(execution=execution, model=model, time=_at(span.started_at))
-        )
-        run.record(
+            ),
+            events.ModelExecStart(execution=execution, model=model, time=_at(span.started_at)),
             events.ModelExecEnd(
                 execution=execution,
                 message=message,
@@ -284,12 +284,13 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 usage=usage,
                 provider_state=provider_state,
                 time=_at(span.ended_at),
-            )
-        )
+            ),
+        ]
         if message is not None and error is None:
-            run.record(
+            facts.append(
                 events.MessageEnd(message=message, execution=execution, time=_at(span.ended_at))
             )
+        state.run.record(*facts)
         if agent is None:
             return
         agent.model_id = execution.id

@@ -16,6 +16,9 @@ the run's usage.  An agent run from inside a tool of a recorded agent (an agent 
 tool) is recorded in the same run, nested under that tool call, when it has the
 capability too.
 
+Records go out where the agent hands control away (see ``Flightlog._hold``): about two
+sends per step, each record with its own time.
+
 Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
 """
 
@@ -42,7 +45,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
-from ._recorder import RecordedRun, Recorder, default_recorder
+from ._recorder import Continuation, RecordedRun, Recorder, default_recorder
 
 __all__ = ["Flightlog"]
 
@@ -86,10 +89,9 @@ class Flightlog(AbstractCapability[Any]):
     )
     _model_error: str | None = dataclasses.field(default=None, init=False, repr=False)
     _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
-    # The latest request's messages (the objects) and its execution id: the next request
-    # that starts with the same messages is recorded as continuing it.
-    _sent: list[Any] = dataclasses.field(default_factory=list, init=False, repr=False)
-    _sent_by: str | None = dataclasses.field(default=None, init=False, repr=False)
+    _continuation: Continuation = dataclasses.field(
+        default_factory=Continuation, init=False, repr=False
+    )
     # Facts held back until the agent next hands control away (see _hold).
     _held: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
     _tools_running: int = dataclasses.field(default=0, init=False, repr=False)
@@ -226,17 +228,8 @@ class Flightlog(AbstractCapability[Any]):
         tools = [
             _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
-        sent = list(request.messages)
-        known = len(self._sent)
-        continues = None
-        if (
-            self._sent_by is not None
-            and len(sent) >= known
-            and all(a is b for a, b in zip(sent, self._sent, strict=False))
-        ):
-            continues = self._sent_by
-        system, messages = _request_messages(sent[known:] if continues else sent)
-        self._sent, self._sent_by = sent, execution.id
+        continues, new = self._continuation.split(execution.id, request.messages)
+        system, messages = _request_messages(new)
         self._record(
             events.ModelRequest(
                 execution=execution,

@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import ToolNode, create_react_agent
 
@@ -22,7 +24,16 @@ from flightlog.integrations import Recorder
 from flightlog.integrations.langchain import FlightlogCallbackHandler
 from support import DaemonProcess, read_lines, run_python, wait_for
 
-from .helpers import assert_every_call_ended, calls, finish, gaps, of_type, records, texts
+from .helpers import (
+    assert_every_call_ended,
+    calls,
+    finish,
+    gaps,
+    of_type,
+    records,
+    sent,
+    texts,
+)
 
 # create_react_agent is deprecated in LangGraph 1.0 in favour of langchain's create_agent;
 # it is still what most LangGraph agents are built with.
@@ -30,10 +41,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 class FakeChat(GenericFakeChatModel):
-    """LangChain's fake chat model, able to take tools (it answers from its script)."""
+    """LangChain's fake chat model, able to take tools as a provider's model does (bound
+    in OpenAI's form); it answers from its script."""
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> FakeChat:
-        return self
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
 
 def reply(text: str = "", *calls: tuple[str, dict[str, Any]], tokens: int = 10) -> AIMessage:
@@ -90,6 +102,17 @@ def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder: Reco
     assert start["data"]["messages"] == [{"$type": "user", "content": "1+2?"}]
     models = list(calls(recs, "model").values())
     assert [m[2]["data"]["usage"]["input_tokens"] for m in models] == [10, 20]
+    # The second request continues the first: it holds only the messages after those.
+    first, second = (m[0]["data"] for m in models)
+    assert first["continues"] is None
+    assert second["continues"] == first["execution"]["id"]
+    assert [m["$type"] for m in second["messages"]] == ["assistant", "tool_result", "tool_result"]
+    assert [m["$type"] for m in sent(recs)[1]] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "tool_result",
+    ]
     tools = {parts[0]["data"]["name"]: parts for parts in calls(recs, "tool").values()}
     assert tools["add"][0]["data"]["tool_call_id"] == "call_0_add"
     assert tools["add"][0]["data"]["arguments"] == {"a": 1, "b": 2}
@@ -100,6 +123,50 @@ def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder: Reco
     (end,) = of_type(recs, "agent_end")
     assert end["data"]["output"] == "3"
     assert end["data"]["turns"] == 2
+
+
+class Weather(pydantic.BaseModel):
+    city: str
+    degrees: int
+
+
+def test_structured_output_is_the_final_output(daemon: DaemonProcess, recorder: Recorder) -> None:
+    # The ReAct agent's response_format: one more model call after the loop, which answers
+    # through a tool call named after the schema (tool-calling based structured output).
+    graph = agent(
+        reply("", ("add", {"a": 20, "b": 1})),
+        reply("Paris is at 21 degrees"),
+        reply("", ("Weather", {"city": "Paris", "degrees": 21})),
+        tools=[add],
+        response_format=Weather,
+    )
+    handler = FlightlogCallbackHandler(path="structured.jsonl", recorder=recorder)
+    out = graph.invoke({"messages": [("user", "weather?")]}, config={"callbacks": [handler]})
+    assert out["structured_response"] == Weather(city="Paris", degrees=21)
+    recorder.close()
+    path = daemon.root / "structured.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    models = list(calls(recs, "model").values())
+    assert len(models) == 3
+    structured = models[2]
+    assert [d["name"] for d in structured[0]["data"]["tools"]] == ["Weather"]
+    (call,) = structured[2]["data"]["message"]["content"]
+    assert call == {
+        "$type": "tool_call",
+        "id": "call_0_Weather",
+        "name": "Weather",
+        "arguments": {"city": "Paris", "degrees": 21},
+    }
+    (end,) = of_type(recs, "agent_end")
+    # The pydantic model, written with its class: faithful, and no snapshot_error.
+    assert end["data"]["output"] == {
+        "$class": f"{__name__}.Weather",
+        "city": "Paris",
+        "degrees": 21,
+    }
+    assert end["data"]["ok"] is True
 
 
 class FailingOnce(FakeChat):

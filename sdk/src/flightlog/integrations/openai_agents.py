@@ -19,8 +19,9 @@ carries the final output (the last model message's text, decoded from JSON when 
 agent has an output type) and the run's usage.
 
 Not recorded: the input messages in ``agent_start`` (the first ``model_request`` holds
-them), a model call cut short by a crash (its span reports nothing before it ends), and
-anything when ``RunConfig.trace_include_sensitive_data`` is off, which empties the spans.
+them), a model call cut short by a crash (when its span starts it holds only the model
+and its settings, see docs/integrations.md), and anything when
+``RunConfig.trace_include_sensitive_data`` is off, which empties the spans.
 
 Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
 """

@@ -362,6 +362,60 @@ def _held(daemon: DaemonProcess, path: Path) -> bool:
         return any(s.path == str(path) for s in client.status().sessions)
 
 
+VALIDATOR_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, time
+    import pydantic
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+    from flightlog.integrations.pydantic_ai import Flightlog
+
+    class Weather(pydantic.BaseModel):
+        city: str
+
+    agent = Agent(
+        TestModel(), name="victim", output_type=Weather, capabilities=[Flightlog(path="v.jsonl")]
+    )
+
+    @agent.output_validator
+    def slow(output: Weather) -> Weather:
+        print("in the validator", flush=True)
+        time.sleep(60)
+        return output
+
+    asyncio.run(agent.run("go"))
+    """
+)
+
+
+def test_kill_9_in_an_output_validator_keeps_the_response_it_validates(
+    daemon: DaemonProcess,
+) -> None:
+    # The response that asks for the output tool is held back while pydantic-ai works on
+    # it, and sent before the validator (the agent's own code) runs.
+    agent = run_python(VALIDATOR_SCRIPT, env={"FLIGHTLOG_SOCKET": daemon.socket})
+    path = daemon.root / "v.jsonl"
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline() == b"in the validator\n"
+        wait_for(lambda: any(r["type"] == "message_end" for r in read_lines(path)))
+    finally:
+        agent.send_signal(signal.SIGKILL)
+        agent.communicate(timeout=30)
+    wait_for(lambda: not _held(daemon, path))
+    recs = records(path)
+    assert_every_call_ended(recs)
+    (model_end,) = of_type(recs, "model_exec_end")
+    (call,) = model_end["data"]["message"]["content"]
+    assert call["$type"] == "tool_call"
+    assert call["name"] == "final_result"
+    (run_gaps,) = gaps(path).values()
+    assert run_gaps == [
+        "no run_close: the run was interrupted, or is still being written",
+        "no agent_end: the agent loop did not finish",
+    ]
+
+
 def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProcess) -> None:
     agent = run_python(
         AGENT_SCRIPT,

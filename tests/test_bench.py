@@ -62,6 +62,7 @@ ROWS = {
     "7c": {"flightlog"},
     "8": {"flightlog", "otel"},
     "8b": {"flightlog", "unrecorded", "otel"},
+    "8c": {"flightlog", "otel"},
 }
 #: The rows the syslog peers, when measured, have figures in.
 PEER_ROWS = ("1", "1b", "1c", "2", "2b", "2c")

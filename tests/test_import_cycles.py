@@ -101,18 +101,7 @@ def test_the_packages_are_found() -> None:
     assert {"protocol", "sdk", "cli", "daemon"} <= names
 
 
-#: Cycles known and not yet broken, by package: each fails the test once it is gone.
-KNOWN = {
-    "cli": pytest.mark.xfail(
-        strict=True, reason="flightlog.cli._commands and ._demo import each other"
-    ),
-}
-
-
-@pytest.mark.parametrize(
-    "package",
-    [pytest.param(path, id=path.name, marks=KNOWN.get(path.name, ())) for path in PACKAGES],
-)
+@pytest.mark.parametrize("package", [pytest.param(path, id=path.name) for path in PACKAGES])
 def test_no_import_cycle(package: Path) -> None:
     mine = modules_of(package)
     assert len(mine) > 1, package

@@ -60,7 +60,6 @@ __all__ = [
     "EXIT_USAGE",
     "CommandError",
     "cmd_check",
-    "cmd_demo",
     "cmd_inspect",
     "cmd_show",
     "cmd_status",
@@ -580,9 +579,3 @@ def cmd_status(args: argparse.Namespace, style: Style) -> int:
         for line in _status_lines(reply, socket, style):
             _out(line)
     return EXIT_OK
-
-
-def cmd_demo(args: argparse.Namespace, style: Style) -> int:
-    from ._demo import run_demo
-
-    return run_demo(args, style, show=cmd_show)

@@ -60,10 +60,10 @@ from flightlog.protocol import (
 from flightlog.sdk._exceptions import DaemonError, DaemonNotRunning
 from flightlog.sdk._sync import Run, connect
 
-from ._commands import EXIT_NO_DAEMON, CommandError
+from ._commands import EXIT_NO_DAEMON, CommandError, cmd_show
 from ._render import Style
 
-__all__ = ["find_flightlogd", "record_demo_run", "run_demo", "start_daemon"]
+__all__ = ["cmd_demo", "find_flightlogd", "record_demo_run", "start_daemon"]
 
 _START_TIMEOUT: Final = 15.0
 _MODEL: Final = "demo-sonnet-1"
@@ -384,12 +384,7 @@ def record_demo_run(run: Run, pace: float) -> None:
 # ---------------------------------------------------------------------- the command
 
 
-def run_demo(
-    args: argparse.Namespace,
-    style: Style,
-    *,
-    show: Callable[[argparse.Namespace, Style], int],
-) -> int:
+def cmd_demo(args: argparse.Namespace, style: Style) -> int:
     """``flightlog demo``: make sure a daemon runs, record one run, show it."""
     socket_path = args.socket or default_socket_path(os.environ, os.getuid())
     if not _accepts(socket_path):
@@ -417,7 +412,7 @@ def run_demo(
         session.close()
     _err("")
     shown = argparse.Namespace(**{**vars(args), "path": session.path, "run": run_id, "call": None})
-    status = show(shown, style)
+    status = cmd_show(shown, style)
     _err("")
     _err(
         style.dim("next: ")

@@ -32,12 +32,12 @@ from ._commands import (
     EXIT_USAGE,
     CommandError,
     cmd_check,
-    cmd_demo,
     cmd_inspect,
     cmd_show,
     cmd_status,
     cmd_tail,
 )
+from ._demo import cmd_demo
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
 from ._render import Style

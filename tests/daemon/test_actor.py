@@ -6,7 +6,9 @@ hears of every write and of the end; subscribers attach and detach."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator
@@ -27,6 +29,7 @@ from flightlog.daemon._tail import Tails
 from flightlog.protocol import (
     Ack,
     BeginRun,
+    CloseSession,
     ErrorReply,
     Message,
     RecordEvent,
@@ -314,6 +317,46 @@ async def test_subscribers_attach_and_detach(daemon: _Daemon) -> None:
     assert [(first, last) for _, first, last in leaving.chunks] == [(3, 3)]
     await daemon.sessions.shutdown()
     assert (staying.closed_at, leaving.closed_at) == (4, None)
+
+
+class _Witness(_Writer):
+    """A writer that looks, as each reply is sent, at this process's descriptors (the
+    actor runs here): which of them point at ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.open_at_reply: list[list[str]] = []
+
+    async def send(self, message: Message) -> None:
+        self.open_at_reply.append(_descriptors_of(self.path))
+        await super().send(message)
+
+
+def _descriptors_of(path: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                found.append(fd)
+    return found
+
+
+async def test_close_session_is_acknowledged_once_the_file_is_closed(daemon: _Daemon) -> None:
+    path = daemon.root / "closing.jsonl"
+    writer = _Witness(path)
+    actor = await daemon.sessions.create(writer, "closing.jsonl", {})
+    run_id = await _begin(actor, writer)
+    await actor.put(writer, _record(actor, run_id, 1))
+    assert _descriptors_of(path)  # the actor holds the file open while it writes it
+    await actor.put(writer, CloseSession(id=5, session_id=actor.session_id))
+    assert await writer.reply() == Ack(id=5, seq=3)
+    # When the acknowledgement left, the file was synced and closed: a client that
+    # deletes it then gets its space back at once.
+    assert writer.open_at_reply[-1] == []
+    assert actor.file.fd is None
+    assert not actor.file.dirty
+    assert path.read_bytes().count(b"\n") == 3
 
 
 async def _written(

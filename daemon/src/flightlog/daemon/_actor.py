@@ -339,8 +339,10 @@ class SessionActor:
             peer.release_bytes(size)
         if stop:
             # From the acknowledgement on, the session is closed: a new subscriber
-            # must find the file at rest, not this actor on its way out.
+            # must find the file at rest, not this actor on its way out, and a client
+            # that deletes the file finds its space freed.
             self.closing = True
+            self.file.close()
         if not replied:
             for peer, make_reply in batch.replies:
                 await peer.send(make_reply())

@@ -44,6 +44,7 @@ from flightlog.protocol import (
     SessionOp,
     SessionState,
     Sync,
+    check_json,
     is_time,
     new_id,
     session_transition,
@@ -52,7 +53,6 @@ from flightlog.protocol import (
 from ._batch import Batch, Reply, bad_time, check_time, checkpoint_reply, error_reply, ready
 from ._channel import ThreadWrite
 from ._config import Config
-from ._json import check_json
 from ._peers import Item, Peer, Registry, Release, Shutdown, Subscriber, payload_size
 from ._primitives import Disk, Mailbox
 from ._storage import SessionFile, StorageError

@@ -20,6 +20,7 @@ import msgspec
 
 from flightlog.protocol import (
     CHECKPOINT,
+    MAX_NESTING,
     RUN_CLOSE,
     RUN_START,
     SESSION_START,
@@ -32,9 +33,9 @@ from flightlog.protocol import (
     Record,
     SessionStartData,
     encode_line,
+    nested_deeper_than,
 )
 
-from ._json import MAX_NESTING, nested_deeper_than
 from ._paths import ResolvedPath, Roots
 
 __all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError", "read_on"]

@@ -12,6 +12,8 @@ from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
 from ._framing import *  # noqa: F403
 from ._framing import __all__ as _framing_all
+from ._json import *  # noqa: F403
+from ._json import __all__ as _json_all
 from ._lines import *  # noqa: F403
 from ._lines import __all__ as _lines_all
 from ._reader import *  # noqa: F403
@@ -31,6 +33,7 @@ __all__ = [
     *_errors_all,
     *_events_all,
     *_framing_all,
+    *_json_all,
     *_lines_all,
     *_reader_all,
     *_records_all,

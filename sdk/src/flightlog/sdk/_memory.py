@@ -56,6 +56,7 @@ from flightlog.protocol import (
     TailBatch,
     TailEnd,
     Unsubscribe,
+    check_json,
     encode_line,
     new_id,
     now,
@@ -63,7 +64,6 @@ from flightlog.protocol import (
 
 __all__ = ["MemoryConnection", "MemoryDaemon", "MemorySession"]
 
-_validate_json: Final = msgspec.json.Decoder(msgspec.Raw).decode
 _encode_json: Final = msgspec.json.Encoder().encode
 
 
@@ -287,10 +287,10 @@ class MemoryDaemon:
                 )
                 server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
             case RecordEvent(session_id=session_id, event_type=type, time=time, data=data):
-                _check_json(data, "record data")
+                check_json(data, "record data")
                 self._write(conn, session_id, type, time, data, event.run_id)
             case SaveCheckpoint(session_id=session_id, snapshot=snapshot):
-                _check_json(snapshot, "checkpoint snapshot")
+                check_json(snapshot, "checkpoint snapshot")
                 data = b'{"snapshot":' + snapshot + b"}"
                 record = self._write(conn, session_id, CHECKPOINT, event.time, data, event.run_id)
                 server.send(Ack(id=event.id, seq=record.seq))
@@ -446,16 +446,3 @@ class MemoryDaemon:
                 for s in held
             ],
         )
-
-
-def _check_json(data: bytes, what: str) -> None:
-    """Refuse what would not make one valid line (flightlogd also bounds the nesting)."""
-    if b"\n" in data or b"\r" in data:
-        raise LocalProtocolError(f"{what} must be JSON on one line", code=ErrorCode.BAD_EVENT)
-    try:
-        _validate_json(data)
-        data.decode("utf-8")
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        raise LocalProtocolError(
-            f"{what} is not valid UTF-8 JSON: {exc}", code=ErrorCode.BAD_EVENT
-        ) from None

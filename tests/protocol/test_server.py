@@ -255,6 +255,10 @@ def test_session_rules_refuse_with_their_code() -> None:
         ({"event_type": "run_start"}, "not an agent fact type"),
         ({"time": "yesterday"}, "not RFC 3339"),
         ({"data": b"[1]"}, "one JSON object"),
+        ({"data": b"{x"}, "not valid UTF-8 JSON"),
+        ({"data": b'{"a":"\xff"}'}, "not valid UTF-8 JSON"),
+        ({"data": b'{"a":\n1}'}, "on one line"),
+        ({"data": b'{"a":' + b"[" * 256 + b"]" * 256 + b"}"}, "more than 256 levels"),
     ],
 )
 def test_a_refused_record_is_pushed_once_per_run(changes: dict[str, Any], reason: str) -> None:
@@ -268,6 +272,25 @@ def test_a_refused_record_is_pushed_once_per_run(changes: dict[str, Any], reason
     assert pushed.run_id == bad.run_id and reason in pushed.message
     # It is the run's, not the session's: the session goes on.
     assert client.server.sessions[SID].state is SessionState.RUN_OPEN
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "reason"),
+    [
+        (b"{x", "not valid UTF-8 JSON"),
+        (b"[\r]", "on one line"),
+        (b"[" * 257 + b"]" * 257, "more than 256 levels"),
+    ],
+)
+def test_a_checkpoint_whose_snapshot_is_not_json_is_refused(snapshot: bytes, reason: str) -> None:
+    client = Client()
+    writing(client)
+    run_id = begin(client)
+    save = SaveCheckpoint(id=4, session_id=SID, run_id=run_id, time=TIME, snapshot=snapshot)
+    assert client.send(save) == []
+    [refused] = client.received()
+    assert isinstance(refused, ErrorReply) and (refused.id, refused.code) == (4, "bad_event")
+    assert reason in refused.message
 
 
 def test_a_request_with_a_bad_time_is_refused() -> None:
@@ -342,10 +365,10 @@ def test_refused_by_the_owner() -> None:
     client.server.refuse(start, FlightlogError("no", code=ErrorCode.INTERNAL))
     assert machine.state is SessionState.IDLE  # the run never started
     run_id = begin(client, 4)
-    [event] = client.send(record(run_id, data=b"{x"))
-    bad_json = LocalProtocolError("not JSON", code=ErrorCode.BAD_EVENT)
-    client.server.refuse(event, bad_json)
-    client.server.refuse(event, bad_json)
+    [event] = client.send(record(run_id))
+    unwritten = LocalProtocolError("not written", code=ErrorCode.BAD_EVENT)
+    client.server.refuse(event, unwritten)
+    client.server.refuse(event, unwritten)
     create = Create(id=5, path="t.jsonl")
     client.server.refuse(create, FlightlogError("exists", code=ErrorCode.SESSION_EXISTS))
     refused_start, pushed, refused_create = client.received()

@@ -20,8 +20,9 @@ The connection applies every rule that needs no storage:
   another connection writes it (the owner's ``written_elsewhere`` says so), else with
   ``session_not_found``;
 * each session's :class:`~._state.SessionMachine`: one open run, the sticky failure;
-* a record names an agent fact type, an RFC 3339 UTC time and data that starts a JSON
-  object (whether the rest is valid JSON is for the owner, which writes it);
+* a record names an agent fact type, an RFC 3339 UTC time and data that is one JSON
+  object, and a checkpoint's snapshot is JSON, both as :func:`~._json.check_json`
+  wants them (on one line, UTF-8, nested at most :data:`~._json.MAX_NESTING` deep);
 * at most :data:`MAX_SUBSCRIPTIONS` subscriptions, and an unsubscribe names one of them.
 
 A message that breaks a rule never reaches the owner: its refusal is queued here (an
@@ -33,6 +34,11 @@ itself, a :class:`StartRun` (a ``begin_run``, with the id of the run it opened) 
 :meth:`send` for any other reply or push, :meth:`refuse` when it cannot do what was
 asked, :meth:`fail` when a write of a session failed (which fails the session).
 Everything queued leaves through :meth:`data_to_send`, in order.
+
+An owner that writes its socket as it goes (flightlogd) may read straight into
+:attr:`~ServerConnection.decoder` instead of calling :meth:`receive_data`, send what
+:meth:`~ServerConnection.encode` returns instead of queueing with :meth:`send`, and end
+the connection itself with :meth:`~ServerConnection.close`.
 """
 
 from __future__ import annotations
@@ -43,9 +49,16 @@ from typing import Final
 import msgspec
 
 from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
-from ._framing import FrameEncoder, server_decoder
+from ._framing import FrameDecoder, FrameEncoder, server_decoder
+from ._json import check_json
 from ._records import AGENT_FACT_TYPES, is_time, new_id
-from ._state import ConnectionState, SessionMachine, SessionOp, connection_transition
+from ._state import (
+    ConnectionState,
+    SessionMachine,
+    SessionOp,
+    SessionState,
+    connection_transition,
+)
 from ._wire import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
@@ -92,6 +105,7 @@ BAD_FRAMES_IN_A_ROW: Final = 8
 _READY: Final = ConnectionState.READY
 _CLOSED: Final = ConnectionState.CLOSED
 _RECORD: Final = SessionOp.RECORD
+_RUN_OPEN: Final = SessionState.RUN_OPEN
 
 
 class StartRun(msgspec.Struct, frozen=True):
@@ -169,6 +183,12 @@ class ServerConnection:
         """The sessions this connection writes, by id."""
         return self._sessions
 
+    @property
+    def decoder(self) -> FrameDecoder[Message]:
+        """The frame decoder :meth:`receive_data` feeds, for an owner that reads into it
+        directly (then ``receive_data(b"")`` still says the stream ended)."""
+        return self._decoder
+
     # ------------------------------------------------------------------ receiving
 
     def receive_data(self, data: bytes) -> None:
@@ -195,6 +215,24 @@ class ServerConnection:
                 return self._hang_up() if self._ended else None
             self._bad_frames = 0
             if message.__class__ is RecordEvent:
+                # Every record takes this way: the checks of _record, inline.
+                session = self._sessions.get(message.session_id)
+                if (
+                    session is not None
+                    and session.state is _RUN_OPEN
+                    and message.run_id == session.run_id
+                    and self.state is _READY
+                    and message.event_type in AGENT_FACT_TYPES
+                    and is_time(message.time)
+                    and message.data[:1] == b"{"
+                ):
+                    try:
+                        check_json(message.data, "record data")
+                    except LocalProtocolError as exc:
+                        if session.run_failed(message.run_id, exc):
+                            self._push_refusal(message.session_id, message.run_id, exc)
+                        continue
+                    return message
                 event: ServerEvent | None = self._record(message)
             else:
                 event = self._request(message)
@@ -248,6 +286,7 @@ class ServerConnection:
                 raise LocalProtocolError(
                     "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
                 )
+            check_json(message.data, "record data")
         except FlightlogError as exc:
             if session.run_failed(message.run_id, exc):
                 self._push_refusal(message.session_id, message.run_id, exc)
@@ -295,6 +334,7 @@ class ServerConnection:
             case SaveCheckpoint(session_id=session_id, run_id=run_id, time=time):
                 self._written(session_id).check(SessionOp.SAVE_CHECKPOINT, run_id)
                 _check_time(time)
+                check_json(message.snapshot, "checkpoint snapshot")
                 return message
             case CloseRun(session_id=session_id, run_id=run_id, time=time):
                 session = self._written(session_id)
@@ -367,6 +407,14 @@ class ServerConnection:
 
         Raises :class:`LocalProtocolError` for a SessionOpened.
         """
+        self._outbox += self.encode(message)
+
+    def encode(self, message: Message) -> bytes:
+        """The frame of a reply or a push, for an owner that sends it itself rather
+        than through the queue: the rules of :meth:`send`, nothing queued.
+
+        Raises :class:`LocalProtocolError` for a SessionOpened.
+        """
         match message:
             case SessionOpened():
                 raise LocalProtocolError(
@@ -378,7 +426,7 @@ class ServerConnection:
                 self._subscriptions.add(subscription)
             case TailEnd(subscription=subscription):
                 self._subscriptions.discard(subscription)
-        self._queue(message)
+        return self._encoder.encode(message)
 
     def refuse(self, event: ServerEvent, error: FlightlogError) -> None:
         """The owner cannot do what ``event`` asked: queue its refusal.
@@ -413,8 +461,18 @@ class ServerConnection:
             session.run_failed(session.run_id, error)
         self._push_refusal(session_id, session.run_id, error)
 
+    def close(self) -> ConnectionClosed | None:
+        """End the connection now, whatever the client sent after what was taken: the
+        :class:`ConnectionClosed` that :meth:`next_event` would have returned last, or
+        None when it already did."""
+        if self._closed_reported:
+            return None
+        return self._hang_up()
+
     def data_to_send(self) -> bytes:
         """Everything queued for the client, in order; ``b""`` when nothing is."""
+        if not self._outbox:
+            return b""
         data = bytes(self._outbox)
         self._outbox.clear()
         return data

@@ -31,13 +31,17 @@ from flightlog.protocol import (
     BeginRun,
     CloseSession,
     ErrorReply,
+    FlightlogError,
     Message,
     RecordEvent,
+    RecordFailed,
     RunStarted,
     SaveCheckpoint,
+    StartRun,
     Sync,
     client_decoder,
     encode_frame,
+    new_id,
     now,
     server_decoder,
 )
@@ -77,8 +81,20 @@ class _Writer:
         self.sent.append(message)
         self.arrived.set()
 
-    def push(self, message: Message) -> None:
-        self.pushed.append(message)
+    def refuse(self, record: RecordEvent, error: FlightlogError) -> None:
+        self.pushed.append(
+            RecordFailed(
+                session_id=record.session_id,
+                run_id=record.run_id,
+                code=error.code,
+                message=error.message,
+            )
+        )
+
+    def fail(self, session_id: str, error: FlightlogError) -> None:
+        self.pushed.append(
+            RecordFailed(session_id=session_id, run_id=None, code=error.code, message=error.message)
+        )
 
     def release_bytes(self, count: int) -> None:
         self.released += count
@@ -142,10 +158,14 @@ class _Fsyncs:
 
 
 async def _begin(actor: SessionActor, writer: _Writer) -> str:
-    await actor.put(writer, BeginRun(id=1, session_id=actor.session_id, time=now()))
+    """A run begun as the writer's connection does it: its rules first, then the actor."""
+    run_id = new_id()
+    actor.rules.begin_run(run_id)
+    begin = BeginRun(id=1, session_id=actor.session_id, time=now())
+    await actor.put(writer, StartRun(request=begin, run_id=run_id))
     started = await writer.reply()
-    assert isinstance(started, RunStarted), started
-    return started.run_id
+    assert started == RunStarted(id=1, run_id=run_id, seq=actor.file.last_seq)
+    return run_id
 
 
 def _record(actor: SessionActor, run_id: str, n: int) -> RecordEvent:
@@ -266,6 +286,9 @@ async def test_a_failed_sync_answers_with_its_error_and_sends_nothing_early(
     assert (reply.id, reply.code) == (3, "write_failed")
     assert [write.sent for write in writer.thread_writes] == [None]  # never sent
     assert actor.error is not None
+    # The session's rules refuse every later write, and the writer heard of it once.
+    assert actor.rules.failure is actor.error
+    assert [m.code for m in writer.pushed if isinstance(m, RecordFailed)] == ["write_failed"]
     assert daemon.sessions.errors == 1
 
 

@@ -1,5 +1,7 @@
 """The session actor's path for stretches of records: through LineEncoder, the bytes
-msgspec writes for each Record, and the same refusals as the checks one record at a time."""
+msgspec writes for each Record; behind the writer's real server connection, a bad
+record amid good ones is refused alone, and records queued behind a failure or sent
+by another connection are refused by the actor, once per run."""
 
 from __future__ import annotations
 
@@ -21,12 +23,19 @@ from flightlog.daemon._storage import SessionFile
 from flightlog.daemon._tail import Tails
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
+    PROTOCOL_VERSION,
+    ErrorCode,
+    FlightlogError,
+    Hello,
     Message,
     Record,
     RecordEvent,
     RecordFailed,
-    SessionState,
+    ServerConnection,
+    SessionOpened,
     check,
+    client_decoder,
+    encode_frame,
     new_id,
 )
 
@@ -34,20 +43,41 @@ pytestmark = pytest.mark.anyio
 
 
 class _Peer:
+    """A connection as an actor sees it, with the real server connection's rules."""
+
     pid = 1
     uid = 1
     client = "test"
     closed = False
 
     def __init__(self) -> None:
-        self.pushed: list[Message] = []
+        self.server = ServerConnection()
         self.released = 0
+        self._pushed: list[Message] = []
+        self._decoder = client_decoder()
+        self.events(Hello(id=1, version=PROTOCOL_VERSION))
+        assert self.pushed[0].__class__.__name__ == "Welcome"
+        self._pushed.clear()
+
+    def events(self, *messages: Message) -> list[object]:
+        """What the rules let through of ``messages``."""
+        self.server.receive_data(b"".join(map(encode_frame, messages)))
+        return list(iter(self.server.next_event, None))
+
+    @property
+    def pushed(self) -> list[Message]:
+        self._decoder.feed(self.server.data_to_send())
+        self._pushed.extend(self._decoder)
+        return self._pushed
 
     async def send(self, message: Message) -> None:
         raise AssertionError(f"no reply expected: {message}")
 
-    def push(self, message: Message) -> None:
-        self.pushed.append(message)
+    def refuse(self, record: RecordEvent, error: FlightlogError) -> None:
+        self.server.refuse(record, error)
+
+    def fail(self, session_id: str, error: FlightlogError) -> None:
+        self.server.fail(session_id, error)
 
     def release_bytes(self, count: int) -> None:
         self.released += count
@@ -81,8 +111,11 @@ def _actor(made: list[SessionActor], tmp_path: Path, writer: _Peer) -> tuple[Ses
         disk=disks(str(tmp_path)),
         config=config,
     )
-    actor.state = SessionState.RUN_OPEN
+    opened = SessionOpened(id=2, session_id=actor.session_id, path=actor.path, last_seq=1)
+    writer.server.opened(opened, actor.rules)
+    writer.server.data_to_send()
     actor.run_id = new_id()
+    actor.rules.begin_run(actor.run_id)
     made.append(actor)
     return actor, actor.run_id
 
@@ -181,38 +214,35 @@ async def test_a_bad_record_amid_good_ones_is_refused_alone(
     }
     bad = RecordEvent(**{**good, **change})
     ok = RecordEvent(**good)
-    # Another run id: one refusal is pushed per run id, whichever connection sent it.
-    foreign = RecordEvent(**{**good, "run_id": "f" * 32})
+    # The writer's rules refuse the bad one (once per run), and let the rest through.
+    passed = writer.events(ok, bad, bad, ok, ok)
+    assert passed == [ok, ok, ok]
     batch: list[Item] = [
         (writer, ok),
-        (writer, bad),
         (writer, ok),
-        (other, foreign),  # not the writer
+        (other, ok),  # not the writer: refused by the actor
+        (other, ok),
         (writer, ok),
     ]
     assert not await actor._process(batch)
     lines = _lines(actor.path)[1:]
     assert [msgspec.json.decode(line)["seq"] for line in lines] == [2, 3, 4]
     assert all(line.endswith(b',"data":{"n":1}}\n') for line in lines)
-    assert len(writer.pushed) == 1
-    refusal = writer.pushed[0]
+    [refusal] = writer.pushed
     assert isinstance(refusal, RecordFailed) and refusal.code == code, refusal
-    assert len(other.pushed) == 1
-    assert isinstance(other.pushed[0], RecordFailed)
-    assert other.pushed[0].code == "not_writer"
-    assert writer.released == 3 * len(ok.data) + len(bad.data)
-    assert other.released == len(ok.data)
+    # Refused as the rules refuse a record of a session the connection does not write.
+    assert [(type(m), getattr(m, "code", None)) for m in other.pushed] == [
+        (RecordFailed, "not_writer")
+    ] * 2
+    assert writer.released == 3 * len(ok.data)
+    assert other.released == 2 * len(ok.data)
 
 
-@pytest.mark.parametrize("state", [SessionState.IDLE, SessionState.FAILED])
-async def test_records_without_an_open_run_are_refused(
-    tmp_path: Path, actors: list[SessionActor], state: SessionState
+async def test_records_queued_behind_a_failure_are_refused_with_it_once_per_run(
+    tmp_path: Path, actors: list[SessionActor]
 ) -> None:
     writer = _Peer()
     actor, run_id = _actor(actors, tmp_path, writer)
-    actor.state = state
-    if state is SessionState.IDLE:
-        actor.run_id = None
     event = RecordEvent(
         session_id=actor.session_id,
         run_id=run_id,
@@ -220,7 +250,11 @@ async def test_records_without_an_open_run_are_refused(
         time="2026-11-29T20:00:41.5Z",
         data=b"{}",
     )
+    # Both passed the rules before the write failed.
+    assert writer.events(event, event) == [event, event]
+    actor.error = FlightlogError("the disk failed", code=ErrorCode.WRITE_FAILED)
     assert not await actor._process([(writer, event), (writer, event)])
     assert len(_lines(actor.path)) == 1
-    assert [type(m) for m in writer.pushed] == [RecordFailed]
+    [pushed] = writer.pushed
+    assert isinstance(pushed, RecordFailed) and pushed.message == "the disk failed"
     assert writer.released == 4

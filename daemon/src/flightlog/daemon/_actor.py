@@ -5,9 +5,15 @@ waits for an item, then takes everything queued.  It assigns each record its seq
 encodes every line of the batch into one buffer and appends it with one ``write``.  It
 syncs (in one of its root's disk threads) only when the batch holds a checkpoint, a run
 close, a sync, a session close or a release, and sends the replies of those requests
-only once the data is durable.  A failed write or sync is sticky: the actor keeps the
-error, refuses every later write with it, pushes it to the writer and returns it on
-close.
+only once the data is durable.
+
+What reaches the mailbox passed the rules of the writer's
+:class:`~flightlog.protocol.ServerConnection` (the run, the type, the time, the JSON),
+which applies them to the session's :class:`~flightlog.protocol.SessionMachine`, kept
+here across writers as :attr:`SessionActor.rules`.  What only the actor can know is the
+storage: a failed write or sync is sticky, the actor keeps the error, refuses with it
+what was queued behind it, fails the session's rules through the writer (which
+refuses every later write) and returns the error on close.
 
 The mailbox carries :data:`Item` tuples in the order the writer's connection sent
 them, so a reply never overtakes the records sent before its request.  The actor
@@ -21,12 +27,10 @@ import msgspec
 import structlog
 
 from flightlog.protocol import (
-    AGENT_FACT_TYPES,
     CHECKPOINT,
     RUN_CLOSE,
     RUN_START,
     Ack,
-    BeginRun,
     CloseRun,
     CloseSession,
     ErrorCode,
@@ -36,21 +40,16 @@ from flightlog.protocol import (
     LocalProtocolError,
     Message,
     RecordEvent,
-    RecordFailed,
     RunCloseData,
     RunStartData,
     RunStarted,
     SaveCheckpoint,
-    SessionOp,
-    SessionState,
+    SessionMachine,
+    StartRun,
     Sync,
-    check_json,
-    is_time,
-    new_id,
-    session_transition,
 )
 
-from ._batch import Batch, Reply, bad_time, check_time, checkpoint_reply, error_reply, ready
+from ._batch import Batch, Reply, checkpoint_reply, error_reply, ready
 from ._channel import ThreadWrite
 from ._config import Config
 from ._peers import Item, Peer, Registry, Release, Shutdown, Subscriber, payload_size
@@ -81,8 +80,11 @@ class SessionActor:
     ) -> None:
         self.file = file
         self.writer: Peer | None = writer
-        self.state = SessionState.IDLE
+        #: The session's rules, applied by its writer's connection.
+        self.rules: SessionMachine[FlightlogError] = SessionMachine()
+        #: The run whose run_start was written last, without its run_close yet.
         self.run_id: str | None = None
+        #: The write or sync failure of the file (sticky).
         self.error: FlightlogError | None = None
         # A file this daemon created holds the session_start line it wrote.
         self.records_written = 1 if file.created_line else 0
@@ -95,7 +97,6 @@ class SessionActor:
         self._disk = disk
         self._idle_timeout = config.idle_timeout
         self._subscribers: set[Subscriber] = set()
-        self._failure_pushed_for: str | None = None
         self._mailbox: Mailbox[Item] = Mailbox(config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
         self._lines = LineEncoder(file.session_id)
@@ -115,14 +116,16 @@ class SessionActor:
 
     # ------------------------------------------------------------ the outside
 
-    async def put(self, peer: Peer | None, message: Message | Release | Shutdown) -> None:
+    async def put(
+        self, peer: Peer | None, message: Message | StartRun | Release | Shutdown
+    ) -> None:
         """Queue ``message``; waits while the mailbox is full (backpressure).  Raises
         :class:`LocalProtocolError` (``session_closed``) once the actor is closing."""
         mailbox = self._mailbox
         if not mailbox.put_nowait((peer, message)) and not await mailbox.put((peer, message)):
             raise LocalProtocolError("the session is closed", code=ErrorCode.SESSION_CLOSED)
 
-    def offer(self, peer: Peer, message: Message) -> bool:
+    def offer(self, peer: Peer, message: RecordEvent) -> bool:
         """Queue ``message`` if the mailbox has room now; False when :meth:`put` must
         wait for room (or raise, the session being closed)."""
         return self._mailbox.put_nowait((peer, message))
@@ -216,24 +219,23 @@ class SessionActor:
                     stop = await self._request(batch, peer, message) or stop
         return await self._complete(batch, stop)
 
-    async def _request(self, batch: Batch, peer: Peer, message: Message) -> bool:
+    async def _request(self, batch: Batch, peer: Peer, message: Message | StartRun) -> bool:
         """Handle one request of the batch; True when it closes the session."""
         batch.release(peer, payload_size(message))
-        request_id: int = getattr(message, "id", 0)
+        request = message.request if isinstance(message, StartRun) else message
+        request_id: int = getattr(request, "id", 0)
         try:
             if peer is not self.writer:
-                raise LocalProtocolError(
-                    "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
-                )
+                raise _not_writer()
             match message:
-                case BeginRun():
+                case StartRun():
                     reply = self._begin_run(batch, message)
                 case SaveCheckpoint():
                     reply = self._save_checkpoint(batch, message)
                 case CloseRun():
                     reply = self._close_run(batch, message)
                 case Sync():
-                    self._transition(SessionOp.SYNC)
+                    self._check_writable()
                     batch.needs_sync = True
                     reply = self._ack_last(request_id)
                 case LoadCheckpoint():
@@ -246,34 +248,30 @@ class SessionActor:
                         code=ErrorCode.BAD_MESSAGE,
                     )
         except Exception as exc:
+            name = type(request).__name__
             if isinstance(exc, FlightlogError):
-                self._log_refusal(peer, type(message).__name__, exc)
+                self._log_refusal(peer, name, exc)
             else:
                 # A bug: answer the request rather than leave its caller waiting, and
                 # keep the session (and the daemon) serving.
-                self._log.exception("request_failed", request=type(message).__name__)
+                self._log.exception("request_failed", request=name)
                 exc = FlightlogError(
-                    f"{type(message).__name__} failed inside flightlogd; see its log",
-                    code=ErrorCode.INTERNAL,
+                    f"{name} failed inside flightlogd; see its log", code=ErrorCode.INTERNAL
                 )
             reply = ready(error_reply(request_id, exc, self.session_id))
         batch.replies.append((peer, reply))
         return isinstance(message, CloseSession) and self.closing
 
-    def _begin_run(self, batch: Batch, message: BeginRun) -> Reply:
-        check_time(message.time)
-        self._transition(SessionOp.BEGIN_RUN)
-        self.state = SessionState.RUN_OPEN
-        run_id = self.run_id = new_id()
-        self._failure_pushed_for = None
-        data = _encode_json(RunStartData(pid=message.pid, client=message.client))
-        seq = batch.add(self.session_id, RUN_START, message.time, data, run_id)
-        return self._durable(RunStarted(id=message.id, run_id=run_id, seq=seq))
+    def _begin_run(self, batch: Batch, start: StartRun) -> Reply:
+        self._check_writable()
+        request, run_id = start.request, start.run_id
+        self.run_id = run_id
+        data = _encode_json(RunStartData(pid=request.pid, client=request.client))
+        seq = batch.add(self.session_id, RUN_START, request.time, data, run_id)
+        return self._durable(RunStarted(id=request.id, run_id=run_id, seq=seq))
 
     def _save_checkpoint(self, batch: Batch, message: SaveCheckpoint) -> Reply:
-        self._check_run(message.run_id, SessionOp.SAVE_CHECKPOINT)
-        check_time(message.time)
-        check_json(message.snapshot, "checkpoint snapshot")
+        self._check_writable()
         data = b'{"snapshot":' + message.snapshot + b"}"
         start = len(batch.buf)
         seq = batch.add(self.session_id, CHECKPOINT, message.time, data, message.run_id)
@@ -282,9 +280,7 @@ class SessionActor:
         return self._durable(Ack(id=message.id, seq=seq))
 
     def _close_run(self, batch: Batch, message: CloseRun) -> Reply:
-        self._check_run(message.run_id, SessionOp.CLOSE_RUN)
-        check_time(message.time)
-        self.state = session_transition(self.state, SessionOp.CLOSE_RUN)
+        self._check_writable()
         data = _encode_json(RunCloseData(error=message.error))
         seq = batch.add(self.session_id, RUN_CLOSE, message.time, data, message.run_id)
         self.run_id = None
@@ -292,7 +288,6 @@ class SessionActor:
         return self._durable(Ack(id=message.id, seq=seq))
 
     async def _load_checkpoint(self, batch: Batch, message: LoadCheckpoint) -> Reply:
-        self._transition(SessionOp.LOAD_CHECKPOINT)
         # The checkpoint may be in this very batch: write first, then read.
         await self._flush(batch)
         batch.restart(self.file.last_seq + 1)
@@ -309,7 +304,6 @@ class SessionActor:
         return ready(checkpoint_reply(message.id, record))
 
     def _close_session(self, batch: Batch, message: CloseSession) -> Reply:
-        self.state = session_transition(self.state, SessionOp.CLOSE_SESSION)
         # Closing from now on: an open that comes while this batch is written and
         # synced waits for the actor to finish, and is not handed the released actor
         # just before it stops.
@@ -366,8 +360,6 @@ class SessionActor:
             # The run stays without run_close: the gap stays visible in the file.
             self.file.interrupted_runs.append(self.run_id)
             self.run_id = None
-        if self.state is SessionState.RUN_OPEN:
-            self.state = SessionState.IDLE
         self._log.info("writer_released", pid=writer.pid if writer else None)
         self.released.set()
 
@@ -378,108 +370,36 @@ class SessionActor:
         ``batch[index]``, the first numbered ``seq``.  Returns the index after the
         stretch, the lines appended and the payload bytes the stretch carried.
 
-        Nothing but a request can change the writer, the run or the session's state,
-        so they are looked up once per stretch; a record that fails any check goes
-        through :meth:`_check_record`, which names the problem.
+        The writer's connection checked each record against the rules; what is left
+        is whether the peer still writes the session and the file took no failure,
+        which nothing but a request changes: looked up once per stretch.
         """
         peer = batch[index][0]
         assert peer is not None
-        run_id = self.run_id
-        if not (
-            peer is self.writer
-            and self.error is None
-            and self.state is SessionState.RUN_OPEN
-            and run_id is not None
-        ):
-            run_id = None  # no record matches: each one takes the slow path
+        refusal = self.error if peer is self.writer else _not_writer()
+        if refusal is not None:
+            self._log_refusal(peer, "RecordEvent", refusal)
         append = self._lines.append
-        facts = AGENT_FACT_TYPES
         first, size, end = seq, 0, len(batch)
         while index < end:
             item_peer, message = batch[index]
-            if item_peer is not peer or not isinstance(message, RecordEvent):
+            if item_peer is not peer or message.__class__ is not RecordEvent:
                 break
+            assert isinstance(message, RecordEvent)
             index += 1
             data = message.data
             size += len(data)
-            time = message.time
-            if (
-                message.run_id == run_id
-                and message.event_type in facts
-                and is_time(time)
-                and data[:1] == b"{"
-            ):
-                try:
-                    check_json(data, "record data")
-                except LocalProtocolError as exc:
-                    self._push_failure(peer, message.run_id, exc)
-                    continue
-                append(buf, seq, message.event_type, time, run_id, data)
-                seq += 1
+            if refusal is not None:
+                peer.refuse(message, refusal)
                 continue
-            problem = self._check_record(peer, message)
-            if problem is not None:
-                self._push_failure(peer, message.run_id, problem)
-                continue
-            # Not reached while the checks above agree with _check_record.
-            append(buf, seq, message.event_type, time, message.run_id, data)
+            append(buf, seq, message.event_type, message.time, message.run_id, data)
             seq += 1
         return index, seq - first, size
 
-    def _check_record(self, peer: Peer, message: RecordEvent) -> FlightlogError | None:
-        if peer is not self.writer:
-            return LocalProtocolError(
-                "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
-            )
-        if self.error is not None:
-            return self.error
-        if self.state is not SessionState.RUN_OPEN or message.run_id != self.run_id:
-            return LocalProtocolError(
-                f"run {message.run_id} is not open in this session", code=ErrorCode.RUN_NOT_OPEN
-            )
-        if message.event_type not in AGENT_FACT_TYPES:
-            return LocalProtocolError(
-                f"{message.event_type!r} is not an agent fact type that may be recorded",
-                code=ErrorCode.BAD_EVENT,
-            )
-        if not is_time(message.time):
-            return bad_time(message.time)
-        data = message.data
-        if data[:1] != b"{":
-            return LocalProtocolError(
-                "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
-            )
-        try:
-            check_json(data, "record data")
-        except LocalProtocolError as exc:
-            return exc
-        return None
-
-    def _check_run(self, run_id: str, op: SessionOp) -> None:
+    def _check_writable(self) -> None:
+        # What was queued behind a failure is refused with it.
         if self.error is not None:
             raise self.error
-        if self.state is SessionState.RUN_OPEN and run_id != self.run_id:
-            raise LocalProtocolError(
-                f"run {run_id} is not open in this session", code=ErrorCode.RUN_NOT_OPEN
-            )
-        session_transition(self.state, op)
-
-    def _transition(self, op: SessionOp) -> None:
-        if self.error is not None and op is not SessionOp.LOAD_CHECKPOINT:
-            raise self.error
-        session_transition(self.state, op)
-
-    def _push_failure(self, peer: Peer, run_id: str | None, error: FlightlogError) -> None:
-        # One push per run: the SDK keeps the first error sticky, more would only flood.
-        if self._failure_pushed_for == run_id:
-            return
-        self._failure_pushed_for = run_id
-        self._log_refusal(peer, "RecordEvent", error)
-        peer.push(
-            RecordFailed(
-                session_id=self.session_id, run_id=run_id, code=error.code, message=error.message
-            )
-        )
 
     def _log_refusal(self, peer: Peer, what: str, error: FlightlogError) -> None:
         self._log.warning(
@@ -561,19 +481,19 @@ class SessionActor:
         if self.error is not None:
             return
         self.error = error
-        self.state = SessionState.FAILED
         self._registry.session_failed(self)
         self._log.error("session_failed", code=error.code, reason=error.message)
         if self.writer is not None:
-            self._failure_pushed_for = self.run_id
-            self.writer.push(
-                RecordFailed(
-                    session_id=self.session_id,
-                    run_id=self.run_id,
-                    code=error.code,
-                    message=error.message,
-                )
-            )
+            # Its rules refuse every later write, and the client hears of it.
+            self.writer.fail(self.session_id, error)
+        # Even when no connection holds the rules now: a next writer finds them failed.
+        self.rules.fail(error)
+
+
+def _not_writer() -> LocalProtocolError:
+    return LocalProtocolError(
+        "this connection is not the session's writer", code=ErrorCode.NOT_WRITER
+    )
 
 
 def _sync_then_send(file: SessionFile, write: ThreadWrite | None) -> None:

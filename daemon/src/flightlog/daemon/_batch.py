@@ -10,14 +10,11 @@ import msgspec
 from flightlog.protocol import (
     CheckpointData,
     CheckpointLoaded,
-    ErrorCode,
     ErrorReply,
     FlightlogError,
-    LocalProtocolError,
     Message,
     Record,
     append_line,
-    is_time,
 )
 
 from ._peers import Peer
@@ -25,8 +22,6 @@ from ._peers import Peer
 __all__ = [
     "Batch",
     "Reply",
-    "bad_time",
-    "check_time",
     "checkpoint_reply",
     "error_reply",
     "ready",
@@ -102,15 +97,3 @@ def checkpoint_reply(request_id: int, record: Record | None) -> CheckpointLoaded
         time=record.time,
         snapshot=bytes(data.snapshot),
     )
-
-
-def bad_time(time: str) -> LocalProtocolError:
-    return LocalProtocolError(
-        f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
-        code=ErrorCode.BAD_EVENT,
-    )
-
-
-def check_time(time: str) -> None:
-    if not is_time(time):
-        raise bad_time(time)

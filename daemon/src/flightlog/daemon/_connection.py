@@ -1,10 +1,14 @@
 """One client connection: read frames, route them, write replies and pushes.
 
-The socket is driven by a :class:`~._channel.Channel`: the event loop reads it into
-the frame decoder whenever it is readable, and replies are written straight to it.
-The connection's task routes each decoded message: records and session requests go
-to the session's actor mailbox (in the order received, so a reply never overtakes
-earlier records), the rest is answered here.  Replies and pushes that the socket does
+The rules of the protocol are :class:`flightlog.protocol.ServerConnection`'s: hello
+first, one writer per session, one open run, the sticky failure, what a record must
+be, bad frames and the bound on subscriptions.  This module does the I/O and the
+storage around it.  The socket is driven by a :class:`~._channel.Channel`: the event
+loop reads it into the server connection's frame decoder whenever it is readable, and
+replies are written straight to it.  The connection's task routes each event the
+server connection lets through: records and session requests go to the session's
+actor mailbox (in the order received, so a reply never overtakes earlier records),
+the rest is answered here.  Replies and pushes that the socket does
 not take at once are queued, bounded in bytes, so a client that does not read cannot
 make an actor buffer without limit.  A connection that has handed more than its budget
 of bytes to actors stops taking frames until they are written, and its channel stops
@@ -29,34 +33,25 @@ import anyio
 import structlog
 
 from flightlog.protocol import (
-    PROTOCOL_VERSION,
-    BeginRun,
     CloseRun,
     CloseSession,
-    ConnectionState,
+    ConnectionClosed,
     Create,
-    ErrorCode,
-    ErrorReply,
     FlightlogError,
-    FrameEncoder,
-    Hello,
     LoadCheckpoint,
-    LocalProtocolError,
     Message,
     Open,
     RecordEvent,
-    RecordFailed,
-    RemoteProtocolError,
     SaveCheckpoint,
+    ServerConnection,
+    ServerEvent,
     SessionOpened,
+    StartRun,
     Status,
     StatusReply,
     Subscribe,
     Sync,
     Unsubscribe,
-    Welcome,
-    connection_transition,
-    server_decoder,
 )
 
 from ._actor import SessionActor
@@ -76,10 +71,6 @@ _READ_SIZE = 256 * 1024
 _OUTBOX_BYTES = 8 * 1024 * 1024
 #: Read windows after a client's last request during which it is read at once.
 _QUIET_WINDOWS = 40
-#: Frames in a row that are no message, after which the connection is closed: a peer
-#: that sends only garbage does not speak the protocol, and reading on (a GiB of it,
-#: each frame earning a reply) would help nobody.
-_BAD_FRAMES_IN_A_ROW = 8
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -114,23 +105,27 @@ class Connection:
     ) -> None:
         self.number = number
         self.pid, self.uid, self.gid = peer_credentials(sock)
+        #: The client's name, from its hello.
         self.client = ""
         self.closed = False
-        self.state = ConnectionState.AWAIT_HELLO
         #: The sessions this connection writes, by id.
         self.sessions: dict[str, SessionActor] = {}
         self._config = config
         self._registry = sessions
         self._tails = tails
-        self._server = server
         self._status = status
-        self._decoder = server_decoder(config.max_frame_size)
-        self._encoder = FrameEncoder()
+        pid, name = server
+        self._server = ServerConnection(
+            max_frame_size=config.max_frame_size,
+            pid=pid,
+            server=name,
+            written_elsewhere=sessions.is_open,
+            refused=self._log_refusal,
+        )
         self._channel = Channel(
-            sock, poller, self._decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
+            sock, poller, self._server.decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
         )
         self._inflight = 0
-        self._bad_frames = 0  # frames in a row that were no message
         self._requests_seen = False  # in the frames handled since the last read
         self._drained = anyio.Event()
         self._drained.set()
@@ -143,21 +138,31 @@ class Connection:
     async def send(self, message: Message) -> None:
         """Send a reply; waits while the queue of unsent replies is full (in bytes).
         Dropped once the client cannot be written to: nobody is left to tell."""
-        await self._channel.send(self._encoder.encode(message))
+        await self._channel.send(self._server.encode(message))
 
-    def push(self, message: Message) -> None:
-        """Send a push without waiting; dropped when the queue is full or the client
-        gone (pushes are sticky errors, of which the client needs only the first)."""
-        if self._channel.queued <= _OUTBOX_BYTES:
-            self._channel.write(self._encoder.encode(message))
+    def refuse(self, record: RecordEvent, error: FlightlogError) -> None:
+        self._server.refuse(record, error)
+        self._push_queued()
+
+    def fail(self, session_id: str, error: FlightlogError) -> None:
+        self._server.fail(session_id, error)
+        self._push_queued()
 
     def thread_write(self, messages: list[Message]) -> ThreadWrite | None:
-        return self._channel.thread_write(b"".join(map(self._encoder.encode, messages)))
+        return self._channel.thread_write(b"".join(map(self._server.encode, messages)))
 
     def release_bytes(self, count: int) -> None:
         self._inflight -= count
         if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
+
+    def _push_queued(self) -> None:
+        # A push never waits: while the client does not read, it stays queued for the
+        # connection's task, which waits for room.
+        if self._channel.queued <= _OUTBOX_BYTES:
+            data = self._server.data_to_send()
+            if data:
+                self._channel.write(data)
 
     # ---------------------------------------------------------------- serving
 
@@ -199,8 +204,12 @@ class Connection:
         last = last_request = 0.0
         while True:
             await channel.wait_readable()
+            if channel.read_ended:
+                self._server.receive_data(b"")
             self._requests_seen = False
-            if not await self._handle_frames():
+            if not await self._handle_events():
+                if channel.read_error is not None:
+                    self.log.info("connection_error", reason=str(channel.read_error))
                 return
             if window:
                 # A client streaming records (a burst less than a window after the
@@ -217,182 +226,102 @@ class Connection:
                     channel.hold_reading(window)
                 channel.streaming = False
                 last = now
-            if channel.read_ended:
-                if channel.read_error is not None:
-                    self.log.info("connection_error", reason=str(channel.read_error))
-                return
             if self._inflight > self._config.connection_buffer:
                 self._drained = anyio.Event()
                 await self._drained.wait()
 
-    async def _handle_frames(self) -> bool:
-        """Route every complete frame; False when the connection must close."""
+    async def _handle_events(self) -> bool:
+        """Route every event of the frames read; False when the connection must close."""
+        server, actors = self._server, self.sessions
         while True:
-            try:
-                message = self._decoder.next_message()
-            except RemoteProtocolError as bad:
-                # The decoder turns every undecodable frame (too deep too) into this.
-                self._refuse(bad)
-                self._bad_frames += 1
-                # Nothing can be read after an oversized frame; and bytes that are no
-                # message before the hello, or frame after frame of them, mean the
-                # peer does not speak this protocol.
-                hang_up = (
-                    bad.code == ErrorCode.FRAME_TOO_LARGE
-                    or self.state is ConnectionState.AWAIT_HELLO
-                    or self._bad_frames >= _BAD_FRAMES_IN_A_ROW
-                )
-                text = bad.message
-                if self._bad_frames >= _BAD_FRAMES_IN_A_ROW:
-                    text += f"; {self._bad_frames} frames in a row were no message: closing"
-                await self.send(ErrorReply(id=0, code=bad.code, message=text))
-                if hang_up:
-                    return False
-                continue
-            if message is None:
-                return True
-            self._bad_frames = 0
-            if (
-                message.__class__ is RecordEvent
-                and self.state is ConnectionState.READY
-                and (actor := self.sessions.get(message.session_id)) is not None
-            ):
-                # The hot path: a record for a session this connection writes, into
-                # a mailbox with room (counted until written, as in _hand_to).
-                if actor.offer(self, message):
-                    self._inflight += len(message.data)
+            event = server.next_event()
+            if type(event) is RecordEvent:
+                # The hot path: a record the rules let through, into a mailbox with
+                # room (counted until written, as in _hand_to).
+                actor = actors[event.session_id]
+                if actor.offer(self, event):
+                    self._inflight += len(event.data)
                     continue
                 try:
-                    await self._hand_to(actor, message)
+                    await self._hand_to(actor, event)
                 except FlightlogError as exc:
-                    self._refuse_record(message, exc)
+                    self._log_refusal(exc)
+                    self.refuse(event, exc)
                 continue
+            # What the rules answered themselves (the welcome, refusals) goes first.
+            await self._flush()
+            if event is None:
+                return True
+            if isinstance(event, ConnectionClosed):
+                return False
             self._requests_seen = True
             try:
-                self.state = connection_transition(self.state, message)
-            except RemoteProtocolError as exc:
-                self._refuse(exc)
-                await self.send(
-                    ErrorReply(id=getattr(message, "id", 0), code=exc.code, message=exc.message)
-                )
-                if self.state is ConnectionState.AWAIT_HELLO:
-                    return False
-                continue
-            try:
-                await self._route(message)
+                await self._route(event)
             except FlightlogError as exc:
-                if isinstance(message, RecordEvent):
-                    self._refuse_record(message, exc)
-                else:
-                    self._refuse(exc)
-                    await self.send(
-                        ErrorReply(
-                            id=getattr(message, "id", 0),
-                            code=exc.code,
-                            message=exc.message,
-                            session_id=getattr(message, "session_id", None),
-                        )
-                    )
+                self._log_refusal(exc)
+                server.refuse(event, exc)
+                await self._flush()
 
-    def _refuse(self, exc: FlightlogError) -> None:
+    async def _flush(self) -> None:
+        data = self._server.data_to_send()
+        if data:
+            self._requests_seen = True  # a reply: the client may wait for it
+            if not self.client and self._server.client:
+                self.client = self._server.client
+                self.log = self.log.bind(client=self.client)
+            await self._channel.send(data)
+
+    def _log_refusal(self, exc: FlightlogError) -> None:
         self.log.warning("refused", code=exc.code, reason=exc.message)
 
-    def _refuse_record(self, message: RecordEvent, exc: FlightlogError) -> None:
-        """A record has no reply: its error is pushed to the writer."""
-        self._refuse(exc)
-        self.push(
-            RecordFailed(
-                session_id=message.session_id,
-                run_id=message.run_id,
-                code=exc.code,
-                message=exc.message,
-            )
-        )
-
-    async def _route(self, message: Message) -> None:
-        match message:
-            case (
-                BeginRun()
-                | SaveCheckpoint()
-                | CloseRun()
-                | CloseSession()
-                | Sync()
-                | LoadCheckpoint()
-                | RecordEvent()
-            ):
-                actor = self._writable(message.session_id)
-                if isinstance(message, CloseSession):
-                    del self.sessions[message.session_id]
-                await self._hand_to(actor, message)
-            case Hello():
-                self.client = message.client[:200]
-                self.log = self.log.bind(client=self.client)
-                pid, server = self._server
-                await self.send(
-                    Welcome(
-                        id=message.id,
-                        version=PROTOCOL_VERSION,
-                        max_frame_size=self._config.max_frame_size,
-                        daemon_pid=pid,
-                        server=server,
-                    )
-                )
+    async def _route(self, event: ServerEvent) -> None:
+        match event:
+            case StartRun(request=request):
+                await self._hand_to(self.sessions[request.session_id], event)
+            case SaveCheckpoint() | CloseRun() | Sync() | LoadCheckpoint():
+                await self._hand_to(self.sessions[event.session_id], event)
+            case CloseSession():
+                await self._hand_to(self.sessions.pop(event.session_id), event)
             case Create():
-                actor = await self._registry.create(self, message.path, dict(message.meta))
-                await self._opened(message.id, actor)
+                actor = await self._registry.create(self, event.path, dict(event.meta))
+                await self._opened(event.id, actor)
             case Open():
-                await self._opened(message.id, await self._registry.open(self, message.path))
+                await self._opened(event.id, await self._registry.open(self, event.path))
             case Status():
-                await self.send(self._status(message.id))
+                await self.send(self._status(event.id))
             case Subscribe():
-                await self._tails.subscribe(self, message, self._registry.live)
+                await self._tails.subscribe(self, event, self._registry.live)
             case Unsubscribe():
-                await self._tails.unsubscribe(self, message)
-            case _:  # pragma: no cover - the state table admits nothing else
-                raise LocalProtocolError(
-                    f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
-                )
+                await self._tails.unsubscribe(self, event)
 
     async def _opened(self, request_id: int, actor: SessionActor) -> None:
         self.sessions[actor.session_id] = actor
         file = actor.file
-        await self.send(
-            SessionOpened(
-                id=request_id,
-                session_id=actor.session_id,
-                path=actor.path,
-                last_seq=file.last_seq,
-                meta=file.meta,
-                interrupted_runs=list(file.interrupted_runs),
-                truncated_bytes=file.truncated_bytes,
-            )
+        reply = SessionOpened(
+            id=request_id,
+            session_id=actor.session_id,
+            path=actor.path,
+            last_seq=file.last_seq,
+            meta=file.meta,
+            interrupted_runs=list(file.interrupted_runs),
+            truncated_bytes=file.truncated_bytes,
         )
+        self._server.opened(reply, actor.rules)
+        await self._flush()
 
-    async def _hand_to(self, actor: SessionActor, message: Message) -> None:
+    async def _hand_to(self, actor: SessionActor, event: Message | StartRun) -> None:
         # Counted until the actor has written it: what makes reading stop.
-        size = payload_size(message)
+        size = payload_size(event)
         self._inflight += size
         try:
-            await actor.put(self, message)
+            await actor.put(self, event)
         except BaseException:
             self.release_bytes(size)
             raise
 
-    def _writable(self, session_id: str) -> SessionActor:
-        actor = self.sessions.get(session_id)
-        if actor is not None:
-            return actor
-        if self._registry.is_open(session_id):
-            raise LocalProtocolError(
-                f"session {session_id[:32]} is written by another connection",
-                code=ErrorCode.NOT_WRITER,
-            )
-        raise LocalProtocolError(
-            f"session {session_id[:32]} is not open on this connection; create or open it",
-            code=ErrorCode.SESSION_NOT_FOUND,
-        )
-
     async def _release_all(self) -> None:
+        # The rules release the sessions' open runs; each actor writes what it was sent.
+        self._server.close()
         for actor in list(self.sessions.values()):
             with contextlib.suppress(FlightlogError):
                 await actor.put(self, Release())

@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
-from flightlog.protocol import Message, RecordEvent, SaveCheckpoint
+from flightlog.protocol import FlightlogError, Message, RecordEvent, SaveCheckpoint, StartRun
 
 from ._channel import ThreadWrite
 
@@ -30,7 +30,14 @@ class Peer(Protocol):
 
     async def send(self, message: Message) -> None: ...
 
-    def push(self, message: Message) -> None: ...
+    def refuse(self, record: RecordEvent, error: FlightlogError) -> None:
+        """``record`` was not written: its refusal goes to the client (once per run)."""
+        ...
+
+    def fail(self, session_id: str, error: FlightlogError) -> None:
+        """The session's file failed: its rules refuse every later write with
+        ``error``, and the client hears of it (once)."""
+        ...
 
     def release_bytes(self, count: int) -> None: ...
 
@@ -79,7 +86,7 @@ class Shutdown(msgspec.Struct, frozen=True):
     """The daemon is stopping: write, sync and close."""
 
 
-Item = tuple["Peer | None", Message | Release | Shutdown]
+Item = tuple["Peer | None", Message | StartRun | Release | Shutdown]
 
 
 def payload_size(message: object) -> int:

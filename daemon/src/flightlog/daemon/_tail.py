@@ -42,7 +42,7 @@ from ._paths import ResolvedPath, Roots
 from ._primitives import Disks
 from ._storage import read_on
 
-__all__ = ["MAX_SUBSCRIPTIONS", "TailPeer", "Tails"]
+__all__ = ["TailPeer", "Tails"]
 
 log = structlog.get_logger("flightlogd.tail")
 
@@ -53,8 +53,6 @@ _LIVE_BYTES = 4 * 1024 * 1024
 _CONNECTION_LIVE_BYTES = 16 * 1024 * 1024
 #: What a line adds to the payload of the largest frame: its envelope.
 _LINE_OVERHEAD = 64 * 1024
-#: Subscriptions one connection may hold at once.
-MAX_SUBSCRIPTIONS = 1024
 
 
 class _Head(msgspec.Struct):
@@ -386,14 +384,9 @@ class Tails:
     ) -> None:
         """Start a subscription for ``peer``: of the session at ``request.path`` (whose
         actor ``live`` finds while it runs), or of every session.  Raises
-        :class:`FlightlogError` (``too_many``, ``path_refused``)."""
+        :class:`FlightlogError` (``path_refused``).  The connection's rules bound
+        the subscriptions it holds."""
         shared = self._by_peer.get(peer)
-        if shared is not None and len(shared.subscriptions) >= MAX_SUBSCRIPTIONS:
-            raise LocalProtocolError(
-                f"this connection holds {MAX_SUBSCRIPTIONS} subscriptions, the most it may; "
-                "unsubscribe first",
-                code=ErrorCode.TOO_MANY,
-            )
         resolved = self.roots.resolve(request.path) if request.path is not None else None
         if shared is None:
             shared = self._by_peer[peer] = _PeerTails()

@@ -148,7 +148,9 @@ class ServerConnection:
 
     ``max_frame_size``, ``pid`` and ``server`` are announced in the Welcome;
     ``versions`` are the protocol versions spoken; ``written_elsewhere`` tells whether
-    another connection writes a session (by id), to refuse its writes as ``not_writer``.
+    another connection writes a session (by id), to refuse its writes as ``not_writer``;
+    ``refused`` hears of every refusal the connection makes itself (a record's, once
+    per run), for the owner's log.
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class ServerConnection:
         server: str = "",
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
         written_elsewhere: Callable[[str], bool] | None = None,
+        refused: Callable[[FlightlogError], None] | None = None,
     ) -> None:
         self.max_frame_size = max_frame_size
         self.pid = pid
@@ -169,6 +172,7 @@ class ServerConnection:
         self.client = ""
         self.client_pid = 0
         self._written_elsewhere = written_elsewhere
+        self._refused = refused
         self._decoder = server_decoder(max_frame_size)
         self._encoder = FrameEncoder()
         self._outbox = bytearray()
@@ -204,9 +208,10 @@ class ServerConnection:
         Refusals are queued on the way, never returned.  :class:`ConnectionClosed` is
         returned once, after which there are no more events.
         """
+        next_message, sessions = self._decoder.next_message, self._sessions
         while self.state is not _CLOSED:
             try:
-                message = self._decoder.next_message()
+                message = next_message()
             except RemoteProtocolError as bad:
                 if self._bad_frame(bad):
                     return self._hang_up()
@@ -216,7 +221,7 @@ class ServerConnection:
             self._bad_frames = 0
             if message.__class__ is RecordEvent:
                 # Every record takes this way: the checks of _record, inline.
-                session = self._sessions.get(message.session_id)
+                session = sessions.get(message.session_id)
                 if (
                     session is not None
                     and session.state is _RUN_OPEN
@@ -229,8 +234,7 @@ class ServerConnection:
                     try:
                         check_json(message.data, "record data")
                     except LocalProtocolError as exc:
-                        if session.run_failed(message.run_id, exc):
-                            self._push_refusal(message.session_id, message.run_id, exc)
+                        self._refuse_record(session, message, exc)
                         continue
                     return message
                 event: ServerEvent | None = self._record(message)
@@ -245,6 +249,7 @@ class ServerConnection:
     def _bad_frame(self, bad: RemoteProtocolError) -> bool:
         """Answer a frame that is no message; whether the connection must hang up."""
         self._bad_frames += 1
+        self._note(bad)
         text = bad.message
         if self._bad_frames >= BAD_FRAMES_IN_A_ROW:
             text += f"; {self._bad_frames} frames in a row were no message: closing"
@@ -272,6 +277,7 @@ class ServerConnection:
         try:
             session = self._written(message.session_id)
         except FlightlogError as exc:
+            self._note(exc)
             self._push_refusal(message.session_id, message.run_id, exc)
             return None
         try:
@@ -288,15 +294,22 @@ class ServerConnection:
                 )
             check_json(message.data, "record data")
         except FlightlogError as exc:
-            if session.run_failed(message.run_id, exc):
-                self._push_refusal(message.session_id, message.run_id, exc)
+            self._refuse_record(session, message, exc)
             return None
         return message
+
+    def _refuse_record(
+        self, session: SessionMachine[FlightlogError], message: RecordEvent, exc: FlightlogError
+    ) -> None:
+        if session.run_failed(message.run_id, exc):
+            self._note(exc)
+            self._push_refusal(message.session_id, message.run_id, exc)
 
     def _request(self, message: Message) -> ServerEvent | None:
         try:
             self.state = connection_transition(self.state, message, self.versions)
         except RemoteProtocolError as exc:
+            self._note(exc)
             self._queue(
                 ErrorReply(id=getattr(message, "id", 0), code=exc.code, message=exc.message)
             )
@@ -306,6 +319,7 @@ class ServerConnection:
         try:
             return self._accept(message)
         except FlightlogError as exc:
+            self._note(exc)
             self._queue(_error_reply(message, exc))
             return None
 
@@ -483,6 +497,10 @@ class ServerConnection:
                 session_id=session_id, run_id=run_id, code=error.code, message=error.message
             )
         )
+
+    def _note(self, refusal: FlightlogError) -> None:
+        if self._refused is not None:
+            self._refused(refusal)
 
     def _queue(self, message: Message) -> None:
         self._encoder.encode_into(message, self._outbox)

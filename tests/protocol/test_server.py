@@ -415,3 +415,25 @@ def test_subscriptions_are_bounded() -> None:
     assert client.received()[-1].code == "too_many"
     client.server.send(TailEnd(subscription=0, reason="end_of_file"))
     assert client.send(Subscribe(id=10000)) == [Subscribe(id=10000)]
+
+
+def test_an_owner_may_iterate_over_the_events_until_more_bytes_are_needed() -> None:
+    client = Client()
+    writing(client)
+    run_id = begin(client)
+    server = client.server
+    server.receive_data(encode_frame(record(run_id)) + encode_frame(Sync(id=4, session_id=SID)))
+    taken = []
+    for event in server.events:
+        if event is None:
+            break
+        taken.append(event)
+    assert taken == [record(run_id), Sync(id=4, session_id=SID)]
+    assert server.next_event() is None  # the same events: nothing more yet
+    server.receive_data(encode_frame(record(run_id)))
+    assert server.next_event() == record(run_id)
+    server.receive_data(b"")
+    assert [next(server.events), next(server.events)] == [
+        ConnectionClosed(released={SID: run_id}),
+        None,
+    ]

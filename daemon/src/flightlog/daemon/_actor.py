@@ -383,9 +383,8 @@ class SessionActor:
         first, size, end = seq, 0, len(batch)
         while index < end:
             item_peer, message = batch[index]
-            if item_peer is not peer or message.__class__ is not RecordEvent:
+            if item_peer is not peer or not isinstance(message, RecordEvent):
                 break
-            assert isinstance(message, RecordEvent)
             index += 1
             data = message.data
             size += len(data)

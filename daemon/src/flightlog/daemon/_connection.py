@@ -233,8 +233,7 @@ class Connection:
     async def _handle_events(self) -> bool:
         """Route every event of the frames read; False when the connection must close."""
         server, actors = self._server, self.sessions
-        while True:
-            event = server.next_event()
+        for event in server.events:
             if type(event) is RecordEvent:
                 # The hot path: a record the rules let through, into a mailbox with
                 # room (counted until written, as in _hand_to).
@@ -261,6 +260,7 @@ class Connection:
                 self._log_refusal(exc)
                 server.refuse(event, exc)
                 await self._flush()
+        raise AssertionError("a connection's events never end")  # pragma: no cover
 
     async def _flush(self) -> None:
         data = self._server.data_to_send()

@@ -43,7 +43,7 @@ the connection itself with :meth:`~ServerConnection.close`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 import msgspec
@@ -181,6 +181,9 @@ class ServerConnection:
         self._bad_frames = 0
         self._ended = False
         self._closed_reported = False
+        #: The events, as :meth:`next_event` returns them: an owner may iterate over it
+        #: until it gives None (more bytes are needed), and again once they came.
+        self.events: Iterator[ServerEvent | None] = self._events()
 
     @property
     def sessions(self) -> Mapping[str, SessionMachine[FlightlogError]]:
@@ -208,26 +211,36 @@ class ServerConnection:
         Refusals are queued on the way, never returned.  :class:`ConnectionClosed` is
         returned once, after which there are no more events.
         """
-        next_message, sessions = self._decoder.next_message, self._sessions
-        while self.state is not _CLOSED:
+        return next(self.events)
+
+    def _events(self) -> Iterator[ServerEvent | None]:
+        # One generator for the connection's life: the record path resumes it with its
+        # names at hand instead of making a call that looks them up again.
+        next_message, sessions, facts = self._decoder.next_message, self._sessions, AGENT_FACT_TYPES
+        while True:
+            if self.state is _CLOSED:
+                yield None if self._closed_reported else self._hang_up()
+                continue
             try:
                 message = next_message()
             except RemoteProtocolError as bad:
                 if self._bad_frame(bad):
-                    return self._hang_up()
+                    yield self._hang_up()
                 continue
             if message is None:
-                return self._hang_up() if self._ended else None
-            self._bad_frames = 0
+                yield self._hang_up() if self._ended else None
+                continue
+            if self._bad_frames:
+                self._bad_frames = 0
             if message.__class__ is RecordEvent:
-                # Every record takes this way: the checks of _record, inline.
+                # Every record takes this way: the checks of _record, inline.  A
+                # connection writes sessions only once it is ready.
                 session = sessions.get(message.session_id)
                 if (
                     session is not None
                     and session.state is _RUN_OPEN
                     and message.run_id == session.run_id
-                    and self.state is _READY
-                    and message.event_type in AGENT_FACT_TYPES
+                    and message.event_type in facts
                     and is_time(message.time)
                     and message.data[:1] == b"{"
                 ):
@@ -236,15 +249,13 @@ class ServerConnection:
                     except LocalProtocolError as exc:
                         self._refuse_record(session, message, exc)
                         continue
-                    return message
+                    yield message
+                    continue
                 event: ServerEvent | None = self._record(message)
             else:
                 event = self._request(message)
             if event is not None:
-                return event
-        if self._closed_reported:
-            return None
-        return self._hang_up()
+                yield event
 
     def _bad_frame(self, bad: RemoteProtocolError) -> bool:
         """Answer a frame that is no message; whether the connection must hang up."""

@@ -36,9 +36,11 @@ asked, :meth:`fail` when a write of a session failed (which fails the session).
 Everything queued leaves through :meth:`data_to_send`, in order.
 
 An owner that writes its socket as it goes (flightlogd) may read straight into
-:attr:`~ServerConnection.decoder` instead of calling :meth:`receive_data`, send what
-:meth:`~ServerConnection.encode` returns instead of queueing with :meth:`send`, and end
-the connection itself with :meth:`~ServerConnection.close`.
+:attr:`~ServerConnection.decoder` instead of calling :meth:`receive_data`, iterate over
+:attr:`~ServerConnection.events` (the events :meth:`next_event` returns, without a call
+per record) until it gives None, send what :meth:`~ServerConnection.encode` returns
+instead of queueing with :meth:`send`, and end the connection itself with
+:meth:`~ServerConnection.close`.
 """
 
 from __future__ import annotations

@@ -286,8 +286,6 @@ class _RunFilter:
 
 
 def cmd_tail(args: argparse.Namespace, style: Style) -> int:
-    if isinstance(args.after, dict):
-        return _tail_all_after(args, style)
     types = _record_types(args.type)
     if args.all:
         if args.path is not None:
@@ -357,14 +355,6 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
         return EXIT_NO_DAEMON
     run_filter.require_match(target)
     return EXIT_OK
-
-
-def _tail_all_after(args: argparse.Namespace, style: Style) -> int:
-    if not args.all or args.path is not None:
-        raise CommandError("a cursor for --after goes with --all, without a PATH", EXIT_USAGE)
-    from ._tail_all import tail_all_after
-
-    return tail_all_after(args, style, args.after)
 
 
 # ---------------------------------------------------------------------------- show

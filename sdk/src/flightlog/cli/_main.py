@@ -41,7 +41,7 @@ from ._demo import cmd_demo
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
 from ._render import Style
-from ._tail_all import after_value
+from ._tail_all import after_value, tail_all_after
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
@@ -197,6 +197,13 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _tail(args: argparse.Namespace, style: Style) -> int:
+    # A cursor for --after (SESSION_ID:SEQ pairs) replays every session from it.
+    if isinstance(args.after, dict):
+        return tail_all_after(args, style, args.after)
+    return cmd_tail(args, style)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="flightlog",
@@ -218,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    tail = command("tail", cmd_tail, "Print a session's records, and follow it live.", _TAIL_EPILOG)
+    tail = command("tail", _tail, "Print a session's records, and follow it live.", _TAIL_EPILOG)
     tail.add_argument("path", metavar="PATH", nargs="?", help="the session file")
     tail.add_argument(
         "-f", "--follow", action="store_true", help="keep following until the session closes"

@@ -23,6 +23,8 @@ from ._commands import (
     _END_REASONS,
     EXIT_NO_DAEMON,
     EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
     _record_types,
     _socket,
     _TailPrinter,
@@ -61,6 +63,8 @@ def _stop(_signum: int, _frame: Any) -> None:
 
 def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int]) -> int:
     """Replay every session after ``cursor``, then follow them all live."""
+    if not args.all or args.path is not None:
+        raise CommandError("a cursor for --after goes with --all, without a PATH", EXIT_USAGE)
     types = _record_types(args.type)
     run_prefix: str | None = args.run
     printer = _TailPrinter(args, style, with_path=True)

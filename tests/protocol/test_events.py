@@ -460,7 +460,7 @@ def test_a_realistic_loop_round_trips_in_one_file() -> None:
 def test_the_fast_path_writes_the_same_bytes_as_the_careful_walk(
     tag: str, data: st.DataObject
 ) -> None:
-    from flightlog.protocol._codec import _EVENT_SHAPES
+    from flightlog.protocol._shapes import _EVENT_SHAPES
 
     event = data.draw(events_of(EVENT_CLASSES[tag]))
     shape = _EVENT_SHAPES[type(event)]
@@ -471,7 +471,7 @@ def test_the_fast_path_writes_the_same_bytes_as_the_careful_walk(
 
 def test_plain_events_take_the_fast_path_and_typed_values_do_not() -> None:
     from flightlog.protocol import ToolExecStart, UserMessage
-    from flightlog.protocol._codec import _EVENT_SHAPES
+    from flightlog.protocol._shapes import _EVENT_SHAPES
 
     shape = _EVENT_SHAPES[ToolExecStart]
     execution = Execution(id="t1", kind="tool", turn_index=0)

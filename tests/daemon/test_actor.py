@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from flightlog.daemon import _storage
+from flightlog.daemon._access import Access
 from flightlog.daemon._actor import SessionActor
 from flightlog.daemon._channel import Channel, ThreadWrite
 from flightlog.daemon._config import Config
@@ -65,7 +66,10 @@ class _Writer:
     real channel on a socket pair, which a disk thread may write."""
 
     pid = 4242
-    uid = 1000
+    # The daemon's own uid: its paths resolve at the top of the data root.
+    uid = os.geteuid()
+    gid = os.getegid()
+    groups: tuple[int, ...] = ()
     client = "test"
     closed = False
 
@@ -129,8 +133,9 @@ async def daemon(tmp_path: Path) -> AsyncIterator[_Daemon]:
     (tmp_path / "root").mkdir()
     async with anyio.create_task_group() as tg:
         disks = Disks()
-        tails = Tails(config, roots, disks, tg)
-        sessions = Sessions(config, roots, disks, tg, tails)
+        access = Access(roots, daemon_uid=os.geteuid(), readers_gid=None)
+        tails = Tails(config, roots, disks, tg, access)
+        sessions = Sessions(config, roots, disks, tg, tails, access)
         yield _Daemon(sessions, tails, tmp_path / "root")
         await sessions.shutdown()
 
@@ -303,11 +308,11 @@ async def test_the_registry_counts_every_line_of_the_file_and_forgets_the_sessio
     await actor.put(writer, Sync(id=9, session_id=actor.session_id))
     assert await writer.reply() == Ack(id=9, seq=7)
     data = (daemon.root / "d.jsonl").read_bytes()
-    (status,) = daemon.sessions.status()
+    (status,) = daemon.sessions.status(writer)
     assert (status.records, status.bytes) == (data.count(b"\n"), len(data)) == (7, len(data))
     assert (daemon.sessions.records_written, daemon.sessions.bytes_written) == (7, len(data))
     await daemon.sessions.shutdown()
-    assert daemon.sessions.status() == []
+    assert daemon.sessions.status(writer) == []
     assert actor.finished.is_set()
 
 

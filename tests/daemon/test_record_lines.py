@@ -6,6 +6,7 @@ by another connection are refused by the actor, once per run."""
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import anyio
 import msgspec
 import pytest
 
+from flightlog.daemon._access import Access
 from flightlog.daemon._actor import Item, SessionActor
 from flightlog.daemon._config import Config
 from flightlog.daemon._paths import Roots
@@ -47,6 +49,8 @@ class _Peer:
 
     pid = 1
     uid = 1
+    gid = 1
+    groups: tuple[int, ...] = ()
     client = "test"
     closed = False
 
@@ -103,7 +107,9 @@ def _actor(made: list[SessionActor], tmp_path: Path, writer: _Peer) -> tuple[Ses
     config = Config(socket_path=str(tmp_path / "sock"), root=str(tmp_path))
     disks = Disks()
     group = anyio.create_task_group()  # never entered: these tests start no task
-    registry = Sessions(config, roots, disks, group, Tails(config, roots, disks, group))
+    access = Access(roots, daemon_uid=os.geteuid(), readers_gid=None)
+    tails = Tails(config, roots, disks, group, access)
+    registry = Sessions(config, roots, disks, group, tails, access)
     actor = SessionActor(
         file,
         writer,  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import grp
 import os
 import resource
 import signal
@@ -67,6 +68,16 @@ def _count(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def _group(text: str) -> int:
+    """A group name or number, as its gid."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no group named {text!r}") from None
+
+
 def _seconds(text: str) -> float:
     """A duration option: a number of seconds, zero or more."""
     try:
@@ -123,6 +134,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=defaults.socket_mode,
         metavar="OCTAL",
         help=f"socket file mode, 0 to 0777 (default: {defaults.socket_mode:04o})",
+    )
+    parser.add_argument(
+        "--readers-group",
+        type=_group,
+        default=None,
+        metavar="GROUP",
+        help="members of GROUP (a name or a gid) may read every session through the "
+        "daemon; each session's owner and root always may (default: none)",
     )
     parser.add_argument(
         "--log-format",
@@ -225,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         root=args.root,
         allow=tuple(args.allow),
         socket_mode=args.socket_mode,
+        readers_group=args.readers_group,
         max_frame_size=args.max_frame_size,
         idle_timeout=args.idle_timeout,
         max_open_files=args.max_open_files,

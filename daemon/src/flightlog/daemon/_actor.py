@@ -266,7 +266,18 @@ class SessionActor:
         self._check_writable()
         request, run_id = start.request, start.run_id
         self.run_id = run_id
-        data = _encode_json(RunStartData(pid=request.pid, client=request.client))
+        # Who the kernel says the writer is, next to what the agent says it is.
+        writer = self.writer
+        assert writer is not None
+        data = _encode_json(
+            RunStartData(
+                pid=request.pid,
+                client=request.client,
+                peer_pid=writer.pid,
+                uid=writer.uid,
+                gid=writer.gid,
+            )
+        )
         seq = batch.add(self.session_id, RUN_START, request.time, data, run_id)
         return self._durable(RunStarted(id=request.id, run_id=run_id, seq=seq))
 

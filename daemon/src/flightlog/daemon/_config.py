@@ -43,3 +43,6 @@ class Config:
     #: Client connections served at once; more are refused with ``too_many``.  This and
     #: ``max_open_files`` are lowered at start to fit the descriptor limit.
     max_connections: int = 4096
+    #: The group whose members may read every session through the daemon (a gid),
+    #: besides each session's owner and root; None: nobody else.
+    readers_group: int | None = None

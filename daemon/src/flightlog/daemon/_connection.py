@@ -54,6 +54,7 @@ from flightlog.protocol import (
     Unsubscribe,
 )
 
+from ._access import peer_groups
 from ._actor import SessionActor
 from ._channel import Channel, ThreadWrite
 from ._config import Config
@@ -101,11 +102,12 @@ class Connection:
         sessions: Sessions,
         tails: Tails,
         server: tuple[int, str],
-        status: Callable[[int], StatusReply],
+        status: Callable[[int, Connection], StatusReply],
     ) -> None:
         self.number = number
         self.pid, self.uid, self.gid = peer_credentials(sock)
         #: The client's name, from its hello.
+        self.groups = peer_groups(sock)
         self.client = ""
         self.closed = False
         #: The sessions this connection writes, by id.
@@ -119,7 +121,7 @@ class Connection:
             max_frame_size=config.max_frame_size,
             pid=pid,
             server=name,
-            written_elsewhere=sessions.is_open,
+            written_elsewhere=lambda session_id: sessions.is_open(session_id, self),
             refused=self._log_refusal,
         )
         self._channel = Channel(
@@ -288,7 +290,7 @@ class Connection:
             case Open():
                 await self._opened(event.id, await self._registry.open(self, event.path))
             case Status():
-                await self.send(self._status(event.id))
+                await self.send(self._status(event.id, self))
             case Subscribe():
                 await self._tails.subscribe(self, event, self._registry.live)
             case Unsubscribe():

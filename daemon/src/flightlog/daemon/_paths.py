@@ -4,6 +4,12 @@ Relative paths resolve under the data root; absolute paths must lie under the ro
 an allowed root.  Every component is opened with ``O_NOFOLLOW`` relative to the one
 before it, so neither a ``..`` nor a symlink anywhere in the path can lead out of a
 root (``O_NOFOLLOW`` alone guards only the last component).
+
+A client of another uid than the daemon's has its relative paths resolved under
+``uid/UID/`` of the data root: its own directory (docs/operations.md, "Who may write,
+who may read").  The ``uid`` directory and those in it are the daemon's own: a
+directory there that the daemon's uid does not own is refused, so that nobody who may
+write a root on disk can put one in place first.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from dataclasses import dataclass
 
 from flightlog.protocol import ErrorCode, FlightlogError
 
-__all__ = ["PathRefused", "ResolvedPath", "Roots"]
+__all__ = ["USERS_DIR", "PathRefused", "ResolvedPath", "Roots"]
+
+#: The directory of a root that holds one directory per uid, named by the number.
+USERS_DIR = "uid"
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_MAX = 4096
@@ -54,8 +63,9 @@ class Roots:
         self.root = os.path.realpath(root)
         self.allowed = tuple(dict.fromkeys([self.root, *(os.path.realpath(a) for a in allow)]))
 
-    def resolve(self, path: str) -> ResolvedPath:
-        """Split ``path`` into a root and components.
+    def resolve(self, path: str, *, uid: int | None = None) -> ResolvedPath:
+        """Split ``path`` into a root and components; with ``uid``, a relative path
+        resolves under that uid's directory of the data root (``uid/UID/``).
 
         Raises :class:`PathRefused` for an empty path, a NUL byte, a path of 4096 bytes
         or more, a ``..`` or ``.`` component, or an absolute path under no root.
@@ -80,7 +90,28 @@ class Roots:
             raise PathRefused(path, "names a root directory, not a file")
         if any(p in ("..", ".") for p in parts):
             raise PathRefused(path, "'.' and '..' components are not allowed")
+        if uid is not None and not os.path.isabs(path):
+            parts = (USERS_DIR, str(uid), *parts)
         return ResolvedPath(root, parts)
+
+    @staticmethod
+    def owner(resolved: ResolvedPath) -> int | None:
+        """The uid whose directory holds the session (``uid/UID/...``), or None for a
+        session elsewhere in a root: the daemon's own uid's."""
+        parts = resolved.parts
+        if len(parts) > 2 and parts[0] == USERS_DIR and parts[1].isdigit():
+            return int(parts[1])
+        if parts[0] == USERS_DIR:
+            return -1  # the users' directory itself, or a name in it that is no uid
+        return None
+
+    def owner_of(self, path: str) -> int | None:
+        """:meth:`owner` of a resolved, absolute ``path``."""
+        for root in self.allowed:
+            if path.startswith(root.rstrip("/") + "/"):
+                parts = tuple(p for p in path[len(root) :].split("/") if p)
+                return self.owner(ResolvedPath(root, parts)) if parts else None
+        return None
 
     @contextmanager
     def parent_dir(self, resolved: ResolvedPath, *, create: bool) -> Iterator[int]:
@@ -92,7 +123,7 @@ class Roots:
         """
         fd = os.open(resolved.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
         try:
-            for part in resolved.parts[:-1]:
+            for depth, part in enumerate(resolved.parts[:-1]):
                 try:
                     next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
@@ -106,6 +137,8 @@ class Roots:
                     raise self._refusal(resolved, part, exc) from None
                 os.close(fd)
                 fd = next_fd
+                if depth < 2 and resolved.parts[0] == USERS_DIR:
+                    _check_daemons(resolved, part, fd)
             yield fd
         finally:
             os.close(fd)
@@ -209,6 +242,14 @@ class Roots:
         if exc.errno == errno.ENAMETOOLONG:
             return PathRefused(resolved.path, f"{part[:40]!r}... is too long a name")
         return exc
+
+
+def _check_daemons(resolved: ResolvedPath, part: str, fd: int) -> None:
+    """Refuse a directory of the users' tree that the daemon's uid does not own, or
+    that others may write: someone else made it, and could swap what is in it."""
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PathRefused(resolved.path, f"{part!r} is not flightlogd's own directory")
 
 
 def _unnamed_file(dir_fd: int) -> tuple[int, str | None]:

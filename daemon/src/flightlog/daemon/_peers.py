@@ -25,6 +25,9 @@ class Peer(Protocol):
 
     pid: int
     uid: int
+    gid: int
+    #: Supplementary groups of the peer (``SO_PEERGROUPS``), for read access.
+    groups: tuple[int, ...]
     client: str
     closed: bool
 

@@ -29,6 +29,7 @@ from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, 
 
 from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
 
+from ._access import Access, Who
 from ._config import Config
 from ._connection import Connection, peer_credentials
 from ._paths import Roots
@@ -99,7 +100,8 @@ class Daemon:
         self._accepting: list[anyio.CancelScope] = []
         self.draining = False
 
-    def status(self, request_id: int) -> StatusReply:
+    def status(self, request_id: int, viewer: Who) -> StatusReply:
+        """The daemon's status as ``viewer`` may see it: the sessions it may read."""
         sessions = self.sessions
         return StatusReply(
             id=request_id,
@@ -113,7 +115,7 @@ class Daemon:
             records_per_second=sessions.records_per_second(),
             errors=sessions.errors,
             open_files=sessions.open_files,
-            sessions=sessions.status(),
+            sessions=sessions.status(viewer),
         )
 
     def status_line(self) -> str:
@@ -248,8 +250,9 @@ async def serve(
         with Poller() as poller:
             async with anyio.create_task_group() as actors_tg:
                 disks = Disks()
-                tails = Tails(config, roots, disks, actors_tg)
-                sessions = Sessions(config, roots, disks, actors_tg, tails)
+                access = Access(roots, daemon_uid=os.geteuid(), readers_gid=config.readers_group)
+                tails = Tails(config, roots, disks, actors_tg, access)
+                sessions = Sessions(config, roots, disks, actors_tg, tails, access)
                 daemon = Daemon(
                     config,
                     roots,

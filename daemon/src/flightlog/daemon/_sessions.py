@@ -28,9 +28,10 @@ from flightlog.protocol import (
     now,
 )
 
+from ._access import Access, Who
 from ._actor import SessionActor
 from ._config import Config
-from ._paths import Roots
+from ._paths import ResolvedPath, Roots
 from ._peers import Peer, Shutdown
 from ._primitives import DISK_THREADS, Disks
 from ._storage import SessionFile
@@ -63,9 +64,11 @@ class Sessions:
         disks: Disks,
         task_group: TaskGroup,
         watcher: Watcher,
+        access: Access,
     ) -> None:
         self.config = config
         self.roots = roots
+        self.access = access
         self._disks = disks
         self._task_group = task_group
         self._watcher = watcher
@@ -85,18 +88,27 @@ class Sessions:
         actor = self.by_path.get(path)
         return None if actor is None or actor.closing else actor
 
-    def is_open(self, session_id: str) -> bool:
-        return session_id in self.by_id
+    def is_open(self, session_id: str, who: Who) -> bool:
+        """Whether ``session_id`` is open and ``who`` could write it: to another uid
+        a session it does not own is as unknown as one that does not exist."""
+        actor = self.by_id.get(session_id)
+        if actor is None:
+            return False
+        try:
+            self.access.check_write(who, actor.file.resolved)
+        except FlightlogError:
+            return False
+        return True
 
     # ------------------------------------------------------- create and open
 
     async def create(self, peer: Peer, path: str, meta: dict[str, Any]) -> SessionActor:
         """Create a new session file and make ``peer`` its writer.
 
-        Raises :class:`FlightlogError` with ``path_refused``, ``session_exists`` or
-        ``write_failed``.
+        Raises :class:`FlightlogError` with ``path_refused``, ``permission_denied``,
+        ``session_exists`` or ``write_failed``.
         """
-        resolved = self.roots.resolve(path)
+        resolved = self._writable(peer, path)
         async with self._claiming(resolved.path):
             if resolved.path in self.by_path:
                 raise _exists(resolved.path)
@@ -121,11 +133,11 @@ class Sessions:
     async def open(self, peer: Peer, path: str) -> SessionActor:
         """Open an existing session and make ``peer`` its writer.
 
-        Raises :class:`FlightlogError` with ``path_refused``, ``session_not_found``,
-        ``session_busy`` (naming the holder's pid) or ``session_corrupt`` (the
-        reader's error, naming the line).
+        Raises :class:`FlightlogError` with ``path_refused``, ``permission_denied``,
+        ``session_not_found``, ``session_busy`` (naming the holder's pid) or
+        ``session_corrupt`` (the reader's error, naming the line).
         """
-        resolved = self.roots.resolve(path)
+        resolved = self._writable(peer, path)
         async with self._claiming(resolved.path):
             while (actor := self.by_path.get(resolved.path)) is not None:
                 if actor.closing:
@@ -159,6 +171,11 @@ class Sessions:
                 file.close()
                 raise _busy(resolved.path, self.by_id[file.session_id].writer)
             return self._start(file, peer)
+
+    def _writable(self, peer: Peer, path: str) -> ResolvedPath:
+        resolved = self.access.resolve(peer, path)
+        self.access.check_write(peer, resolved)
+        return resolved
 
     def _claiming(self, path: str) -> _PathClaim:
         return _PathClaim(self._opening, path)
@@ -244,7 +261,9 @@ class Sessions:
             self._rate_mark = (moment, self.records_written)
         return self.rate
 
-    def status(self) -> list[SessionStatus]:
+    def status(self, viewer: Who) -> list[SessionStatus]:
+        """The sessions ``viewer`` may read."""
+        everything = self.access.reads_all(viewer)
         return [
             SessionStatus(
                 path=actor.path,
@@ -259,6 +278,7 @@ class Sessions:
                 error=actor.error.message if actor.error else None,
             )
             for actor in self.by_path.values()
+            if everything or self.access.may_read(viewer, actor.path)
         ]
 
     # --------------------------------------------------------------- shutdown

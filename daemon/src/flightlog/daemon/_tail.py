@@ -36,6 +36,7 @@ from flightlog.protocol import (
     Unsubscribe,
 )
 
+from ._access import Access
 from ._actor import SessionActor
 from ._config import Config
 from ._paths import ResolvedPath, Roots
@@ -65,9 +66,12 @@ _decode_head = msgspec.json.Decoder(_Head).decode
 
 
 class TailPeer(Protocol):
-    """What the tails need of a connection."""
+    """What the tails need of a connection: its number, its credentials, a way to send."""
 
     number: int
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
 
     async def send(self, message: Message) -> None: ...
 
@@ -97,6 +101,7 @@ class Subscription:
         roots: Roots,
         disks: Disks,
         on_end: Callable[[Subscription], None],
+        readable: Callable[[str], bool] | None = None,
     ) -> None:
         self.peer = peer
         self.shared = shared
@@ -122,6 +127,9 @@ class Subscription:
         self._roots = roots
         self._disks = disks
         self._on_end = on_end
+        #: Of a subscription to every session: which sessions its peer may read
+        #: (None: all of them).
+        self._readable = readable
 
     @property
     def path(self) -> str | None:
@@ -132,6 +140,8 @@ class Subscription:
     def publish(
         self, chunk: bytes, first_seq: int, last_seq: int, end_offset: int, path: str = ""
     ) -> None:
+        if self._readable is not None and not self._readable(path):
+            return
         if (
             len(self.live) >= self._buffer_items
             or self.live_bytes + len(chunk) > _LIVE_BYTES
@@ -365,9 +375,12 @@ class _FileTail:
 class Tails:
     """All subscriptions of the daemon; the sessions' :class:`~._sessions.Watcher`."""
 
-    def __init__(self, config: Config, roots: Roots, disks: Disks, task_group: TaskGroup) -> None:
+    def __init__(
+        self, config: Config, roots: Roots, disks: Disks, task_group: TaskGroup, access: Access
+    ) -> None:
         self.config = config
         self.roots = roots
+        self.access = access
         self._disks = disks
         self._task_group = task_group
         self._numbers = 0
@@ -383,11 +396,16 @@ class Tails:
         self, peer: TailPeer, request: Subscribe, live: Callable[[str], SessionActor | None]
     ) -> None:
         """Start a subscription for ``peer``: of the session at ``request.path`` (whose
-        actor ``live`` finds while it runs), or of every session.  Raises
-        :class:`FlightlogError` (``path_refused``).  The connection's rules bound
-        the subscriptions it holds."""
+        actor ``live`` finds while it runs), or of every session that ``peer`` may
+        read.  Raises :class:`FlightlogError` (``path_refused``,
+        ``permission_denied``).  The connection's rules bound the subscriptions it
+        holds."""
         shared = self._by_peer.get(peer)
-        resolved = self.roots.resolve(request.path) if request.path is not None else None
+        access = self.access
+        resolved = None
+        if request.path is not None:
+            resolved = access.resolve(peer, request.path)
+            access.check_read(peer, resolved)
         if shared is None:
             shared = self._by_peer[peer] = _PeerTails()
         self._numbers += 1
@@ -401,6 +419,7 @@ class Tails:
             roots=self.roots,
             disks=self._disks,
             on_end=self._detach,
+            readable=None if access.reads_all(peer) else lambda path: access.may_read(peer, path),
         )
         shared.subscriptions[sub.number] = sub
         try:

@@ -46,6 +46,7 @@ class ErrorCode(StrEnum):
     SUBSCRIPTION_NOT_FOUND = "subscription_not_found"
     SHUTTING_DOWN = "shutting_down"
     TOO_MANY = "too_many"
+    PERMISSION_DENIED = "permission_denied"
     INTERNAL = "internal"
 
 

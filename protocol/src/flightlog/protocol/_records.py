@@ -132,10 +132,17 @@ class SessionStartData(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class RunStartData(msgspec.Struct, kw_only=True, frozen=True):
-    """``data`` of ``run_start``: who opened the run."""
+    """``data`` of ``run_start``: who opened the run.
+
+    ``pid`` and ``client`` are what the agent says; ``peer_pid``, ``uid`` and ``gid``
+    are what the kernel says of the writer's connection (``SO_PEERCRED``), None in
+    files written before flightlogd recorded them."""
 
     pid: int = 0
     client: str = ""
+    peer_pid: int | None = None
+    uid: int | None = None
+    gid: int | None = None
 
 
 class CheckpointData(msgspec.Struct, kw_only=True, frozen=True):

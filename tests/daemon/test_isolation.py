@@ -1,0 +1,478 @@
+"""A shared daemon keeps its users apart: several real uids against one flightlogd.
+
+The daemon runs as root with a socket every uid may connect to; each client runs in a
+child forked from the test, which takes a throwaway uid, gid and groups (numbers that
+need no entry in /etc) before it connects, so the daemon learns them from the kernel.
+The owner records; another uid is refused everything of the owner's session and
+learns nothing of it; a member of the readers' group reads but does not write; root
+reads.  Hostile paths never reach another uid's files.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from daemon_support import begin, create, fact
+
+from flightlog.protocol import (
+    Ack,
+    BeginRun,
+    CloseRun,
+    CloseSession,
+    Create,
+    ErrorReply,
+    LoadCheckpoint,
+    Open,
+    RunStarted,
+    SaveCheckpoint,
+    SessionOpened,
+    Status,
+    StatusReply,
+    Subscribe,
+    Subscribed,
+    TailBatch,
+    TailEnd,
+    now,
+)
+from support import DaemonProcess, RawClient, read_lines
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="acting as several uids takes root (setuid in a forked child)"
+)
+
+OWNER = 40001
+OTHER = 40002
+AUDITOR = 40003
+READERS = 40100
+SECRET = "the-owner's-secret-4f1d"
+
+T = TypeVar("T")
+
+
+def as_uid(uid: int, action: Callable[[], T], *, groups: tuple[int, ...] = ()) -> T:
+    """Run ``action`` in a forked child as ``uid`` (gid the same number, with
+    ``groups``) and return what it returns; what it raises fails the test here."""
+    return AsUid(uid, action, groups=groups).result()
+
+
+class AsUid:
+    """``action`` running in a forked child as ``uid``; :meth:`result` waits for it."""
+
+    def __init__(
+        self, uid: int, action: Callable[[], Any], *, groups: tuple[int, ...] = ()
+    ) -> None:
+        self.uid = uid
+        read_end, write_end = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child
+            os.close(read_end)
+            try:
+                os.setgroups(list(groups))
+                os.setgid(uid)
+                os.setuid(uid)
+                outcome: tuple[str, Any] = ("ok", action())
+            except BaseException:
+                outcome = ("error", traceback.format_exc())
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(outcome, out)
+            os._exit(0)
+        os.close(write_end)
+        self._read_end = read_end
+
+    def result(self) -> Any:
+        with os.fdopen(self._read_end, "rb") as result:
+            data = result.read()
+        os.waitpid(self.pid, 0)
+        kind, value = pickle.loads(data)
+        if kind == "error":
+            raise AssertionError(f"as uid {self.uid}:\n{value}")
+        return value
+
+
+class Signal:
+    """A one-way signal between processes: a pipe, set once."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+
+    def set(self) -> None:
+        os.write(self._write, b"x")
+
+    def wait(self) -> None:
+        assert os.read(self._read, 1) == b"x"
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[DaemonProcess]:
+    """A shared daemon: root, a world-connectable socket, a readers' group, an
+    ``--allow`` root that every uid may write on disk (as /tmp is)."""
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    base.chmod(0o755)
+    (base / "run").mkdir(mode=0o755)
+    (base / "run").chmod(0o755)
+    allow = base / "allow"
+    allow.mkdir()
+    allow.chmod(0o1777)
+    proc = DaemonProcess(
+        base,
+        "--log-format",
+        "json",
+        "--socket-mode",
+        "0666",
+        "--readers-group",
+        str(READERS),
+        "--allow",
+        str(allow),
+    ).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _record(socket: str, path: str) -> dict[str, Any]:
+    """As the owner: create a session, a run with a secret, a checkpoint, closed."""
+    with RawClient(socket, client="owner") as client:
+        opened = create(client, path)
+        run = client.request(
+            BeginRun(id=client.next_id(), session_id=opened.session_id, time=now(), pid=1)
+        )
+        assert isinstance(run, RunStarted), run
+        client.send(
+            fact(opened.session_id, run.run_id, data=b'{"turn_index":"%s"}' % SECRET.encode())
+        )
+        saved = client.request(
+            SaveCheckpoint(
+                id=client.next_id(),
+                session_id=opened.session_id,
+                run_id=run.run_id,
+                time=now(),
+                snapshot=b'{"secret":"%s"}' % SECRET.encode(),
+            )
+        )
+        assert isinstance(saved, Ack), saved
+        closed = client.request(
+            CloseRun(
+                id=client.next_id(), session_id=opened.session_id, run_id=run.run_id, time=now()
+            )
+        )
+        assert isinstance(closed, Ack), closed
+        done = client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+        assert isinstance(done, Ack), done
+    return {"path": opened.path, "session_id": opened.session_id, "pid": os.getpid()}
+
+
+def _hold(socket: str, path: str) -> str:
+    """As the owner: create a session, a run with a checkpoint holding the secret,
+    and go away without closing either."""
+    with RawClient(socket, client="owner") as client:
+        opened = create(client, path)
+        run = begin(client, opened.session_id)
+        saved = client.request(
+            SaveCheckpoint(
+                id=client.next_id(),
+                session_id=opened.session_id,
+                run_id=run.run_id,
+                time=now(),
+                snapshot=b'{"secret":"%s"}' % SECRET.encode(),
+            )
+        )
+        assert isinstance(saved, Ack), saved
+    return opened.session_id
+
+
+@pytest.fixture(scope="module")
+def recorded(shared: DaemonProcess) -> dict[str, Any]:
+    return as_uid(OWNER, lambda: _record(shared.socket, "agents/a.jsonl"))
+
+
+def _tail(socket: str, path: str | None, *, follow: bool = False) -> Any:
+    """Subscribe; the refusal (an error reply or an error's ``tail_end``), or every
+    line up to the end (``follow``: up to a short quiet spell)."""
+    with RawClient(socket, client="tail") as client:
+        reply = client.request(Subscribe(id=client.next_id(), path=path, follow=follow))
+        if not isinstance(reply, Subscribed):
+            return reply
+        lines: list[bytes] = []
+        while True:
+            try:
+                message = client.receive(timeout=1.0 if follow else 10.0)
+            except TimeoutError:
+                return lines
+            if isinstance(message, TailBatch):
+                lines.extend(message.lines)
+            elif isinstance(message, TailEnd):
+                return message if message.reason == "error" else lines
+
+
+def _refused(reply: Any, path: str, *secrets: str) -> None:
+    assert isinstance(reply, ErrorReply), reply
+    assert reply.code == "permission_denied", reply
+    assert path in reply.message, reply.message
+    for secret in (SECRET, *secrets):
+        assert secret not in reply.message, reply.message
+
+
+# ----------------------------------------------------------------- the owner
+
+
+def test_the_owner_records_in_its_own_directory_with_the_kernels_credentials(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    assert recorded["path"] == str(shared.root / "uid" / str(OWNER) / "agents" / "a.jsonl")
+    directory = shared.root / "uid" / str(OWNER)
+    for made in (directory.parent, directory):
+        st = made.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (0, 0o700)
+    (run_start,) = [line for line in read_lines(recorded["path"]) if line["type"] == "run_start"]
+    # The agent claimed pid 1; the kernel said who connected.
+    assert run_start["data"] == {
+        "pid": 1,
+        "client": "",
+        "peer_pid": recorded["pid"],
+        "uid": OWNER,
+        "gid": OWNER,
+    }
+
+
+def test_the_owner_reopens_reads_and_loads_its_checkpoint(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    def again() -> tuple[Any, Any, list[bytes]]:
+        with RawClient(shared.socket) as client:
+            opened = client.request(Open(id=client.next_id(), path="agents/a.jsonl"))
+            loaded = client.request(
+                LoadCheckpoint(id=client.next_id(), session_id=opened.session_id)
+            )
+            client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+        return opened, loaded, _tail(shared.socket, "agents/a.jsonl")
+
+    opened, loaded, lines = as_uid(OWNER, again)
+    assert isinstance(opened, SessionOpened) and opened.path == recorded["path"], opened
+    assert SECRET.encode() in loaded.snapshot
+    assert len(lines) == 5 and SECRET.encode() in lines[2]
+
+
+# ------------------------------------------------------------ another uid
+
+
+def test_another_uid_cannot_open_create_tail_follow_or_show_the_session(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    path = recorded["path"]
+    before = Path(path).read_bytes()
+
+    def intrude() -> dict[str, Any]:
+        with RawClient(shared.socket) as client:
+            return {
+                "open": client.request(Open(id=client.next_id(), path=path)),
+                "create": client.request(
+                    Create(id=client.next_id(), path=path.replace("a.jsonl", "b.jsonl"), meta={})
+                ),
+                "tail": _tail(shared.socket, path),
+                "follow": _tail(shared.socket, path, follow=True),
+                "show": _tail(shared.socket, path),
+                # A session that does not exist is refused the same way: the refusal
+                # tells nothing, not even whether there is such a session.
+                "missing": client.request(
+                    Open(id=client.next_id(), path=path.replace("a.jsonl", "none.jsonl"))
+                ),
+            }
+
+    refusals = as_uid(OTHER, intrude)
+    for what, reply in refusals.items():
+        expected = path.replace(
+            "a.jsonl", {"create": "b.jsonl", "missing": "none.jsonl"}.get(what, "a.jsonl")
+        )
+        _refused(reply, expected, recorded["session_id"])
+    assert Path(path).read_bytes() == before
+    assert not Path(path.replace("a.jsonl", "b.jsonl")).exists()
+
+
+def test_another_uid_cannot_load_the_checkpoint_of_a_session_open_in_the_daemon(
+    shared: DaemonProcess,
+) -> None:
+    path = str(shared.root / "uid" / str(OWNER) / "held.jsonl")
+    # Root follows the session from before it exists, which keeps it open in the daemon
+    # (under its id) once its writer is gone.
+    with RawClient(shared.socket) as root:
+        reply = root.request(Subscribe(id=root.next_id(), path=path, follow=True))
+        assert isinstance(reply, Subscribed), reply
+
+        session_id = as_uid(OWNER, lambda: _hold(shared.socket, "held.jsonl"))
+
+        def load() -> Any:
+            with RawClient(shared.socket) as client:
+                return client.request(LoadCheckpoint(id=client.next_id(), session_id=session_id))
+
+        _refused(as_uid(OTHER, load), path)
+        # Root's subscription saw it all: the session was open all along.
+        lines: list[bytes] = []
+        while len(lines) < 3:
+            message = root.receive()
+            if isinstance(message, TailBatch):
+                lines.extend(message.lines)
+        assert SECRET.encode() in lines[2]
+
+
+def test_tail_all_and_status_show_another_uid_only_its_own_sessions(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    subscribed, recorded_meanwhile = Signal(), Signal()
+
+    def watch() -> tuple[list[str], list[bytes], list[str]]:
+        with RawClient(shared.socket) as client:
+            reply = client.request(Subscribe(id=client.next_id(), path=None, follow=True))
+            assert isinstance(reply, Subscribed), reply
+            subscribed.set()
+            recorded_meanwhile.wait()
+            # Lines reach a subscriber in the order written: once this uid's own line
+            # is in, every line of the owner's, written before it, would be too.
+            own = create(client, "mine.jsonl")
+            paths, lines = [], []
+            while not lines:
+                message = client.receive()
+                if isinstance(message, TailBatch):
+                    paths.append(message.path)
+                    lines.extend(message.lines)
+            status = client.request(Status(id=client.next_id()))
+            assert isinstance(status, StatusReply), status
+            client.request(CloseSession(id=client.next_id(), session_id=own.session_id))
+        return paths, lines, [session.path for session in status.sessions]
+
+    watched = str(shared.root / "uid" / str(OWNER) / "watched.jsonl")
+    with RawClient(shared.socket) as root:
+        # Root follows the owner's session, which keeps it open (and in status) after
+        # its writer went away.
+        reply = root.request(Subscribe(id=root.next_id(), path=watched, follow=True))
+        assert isinstance(reply, Subscribed), reply
+        watcher = AsUid(OTHER, watch)
+        subscribed.wait()
+        as_uid(OWNER, lambda: _hold(shared.socket, "watched.jsonl"))
+        recorded_meanwhile.set()
+        paths, lines, listed = watcher.result()
+        status = root.request(Status(id=root.next_id()))
+    mine = str(shared.root / "uid" / str(OTHER) / "mine.jsonl")
+    assert paths == [mine]
+    assert all(SECRET.encode() not in line for line in lines)
+    assert listed == [mine]
+    assert watched in [session.path for session in status.sessions]
+
+
+# --------------------------------------------------------- readers and root
+
+
+def test_a_member_of_the_readers_group_reads_every_session_but_writes_none(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    path = recorded["path"]
+
+    def audit() -> dict[str, Any]:
+        with RawClient(shared.socket) as client:
+            return {
+                "tail": _tail(shared.socket, path),
+                "open": client.request(Open(id=client.next_id(), path=path)),
+                "create": client.request(
+                    Create(id=client.next_id(), path=path.replace("a.jsonl", "c.jsonl"), meta={})
+                ),
+                "own": client.request(Create(id=client.next_id(), path="notes.jsonl", meta={})),
+            }
+
+    seen = as_uid(AUDITOR, audit, groups=(READERS,))
+    assert len(seen["tail"]) == 5 and SECRET.encode() in seen["tail"][2]
+    _refused(seen["open"], path)
+    _refused(seen["create"], path.replace("a.jsonl", "c.jsonl"))
+    assert isinstance(seen["own"], SessionOpened), seen["own"]
+    assert seen["own"].path == str(shared.root / "uid" / str(AUDITOR) / "notes.jsonl")
+
+
+def test_root_reads_every_session(shared: DaemonProcess, recorded: dict[str, Any]) -> None:
+    lines = _tail(shared.socket, recorded["path"])
+    assert len(lines) == 5 and SECRET.encode() in lines[2]
+    with RawClient(shared.socket) as client:
+        status = client.request(Status(id=client.next_id()))
+        follow = client.request(Subscribe(id=client.next_id(), path=recorded["path"], follow=True))
+    assert isinstance(follow, Subscribed), follow
+    assert isinstance(status, StatusReply)
+
+
+# ----------------------------------------------------------- hostile paths
+
+
+def test_hostile_paths_of_one_uid_never_reach_another_uids_files(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    owner_dir = shared.root / "uid" / str(OWNER)
+    other_dir = shared.root / "uid" / str(OTHER)
+    before = {p: p.read_bytes() for p in owner_dir.rglob("*") if p.is_file()}
+    # Someone who could write the data root on disk planted a symlink to the owner's
+    # directory inside the other uid's own.
+    as_uid(OTHER, lambda: _record(shared.socket, "first.jsonl"))
+    (other_dir / "link").symlink_to(owner_dir / "agents")
+
+    def attack() -> list[Any]:
+        with RawClient(shared.socket) as client:
+            return [
+                client.request(Create(id=client.next_id(), path=path, meta={}))
+                for path in (
+                    f"../{OWNER}/agents/x.jsonl",
+                    f"../../uid/{OWNER}/agents/a.jsonl",
+                    "link/a.jsonl",
+                    "link/new.jsonl",
+                    f"{owner_dir}/agents/a.jsonl",
+                    f"{owner_dir}/agents/../../{OTHER}/y.jsonl",
+                )
+            ] + [
+                client.request(Open(id=client.next_id(), path="link/a.jsonl")),
+                _tail(shared.socket, "link/a.jsonl"),
+            ]
+
+    replies = as_uid(OTHER, attack)
+    codes = [getattr(reply, "code", reply) for reply in replies]
+    assert codes == [
+        "path_refused",
+        "path_refused",
+        "path_refused",
+        "path_refused",
+        "permission_denied",
+        "path_refused",
+        "path_refused",
+        "path_refused",
+    ], replies
+    after = {p: p.read_bytes() for p in owner_dir.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_a_directory_planted_in_a_shared_allowed_root_is_refused(
+    shared: DaemonProcess,
+) -> None:
+    allow = shared.base / "allow"
+
+    def plant() -> None:
+        # /tmp-like: any uid may make the users' directory first, and one for another uid.
+        (allow / "uid").mkdir(mode=0o777)
+        (allow / "uid").chmod(0o777)
+        (allow / "uid" / str(OWNER)).mkdir(mode=0o777)
+        (allow / "uid" / str(OWNER)).chmod(0o777)
+
+    as_uid(OTHER, plant)
+
+    def record_there() -> Any:
+        with RawClient(shared.socket) as client:
+            return client.request(
+                Create(id=client.next_id(), path=f"{allow}/uid/{OWNER}/s.jsonl", meta={})
+            )
+
+    reply = as_uid(OWNER, record_there)
+    assert isinstance(reply, ErrorReply) and reply.code == "path_refused", reply
+    assert "not flightlogd's own directory" in reply.message
+    assert list((allow / "uid" / str(OWNER)).iterdir()) == []

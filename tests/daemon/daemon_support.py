@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
+import tempfile
+import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
 
 from flightlog.protocol import (
     Ack,
@@ -31,7 +37,10 @@ from flightlog.protocol import (
 from support import DaemonProcess, RawClient, read_lines, wait_for
 
 __all__ = [
+    "AsUid",
+    "Signal",
     "agent_report",
+    "as_uid",
     "assert_refusal_logged",
     "assert_serving",
     "begin",
@@ -40,10 +49,12 @@ __all__ = [
     "expect_record_failed",
     "fact",
     "log_events",
+    "needs_root",
     "open_fds",
     "open_when_released",
     "proc_status_kb",
     "push",
+    "shared_base",
     "spawn_agent",
     "synced_seq",
     "wait_for_log",
@@ -219,3 +230,79 @@ def open_when_released(client: RawClient, path: str, timeout: float = 10.0) -> S
     result = replies[-1]
     assert isinstance(result, SessionOpened)
     return result
+
+
+# ------------------------------------------------------------ several uids
+
+#: Tests that act as several uids run as root (CI does): a forked child takes a
+#: throwaway uid with setuid, which needs no entry in /etc.
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="acting as several uids takes root (setuid in a forked child)"
+)
+
+
+def shared_base() -> Path:
+    """A fresh directory for a shared daemon that every uid may traverse, with its
+    socket's directory ``run`` made so too (a shared daemon is started with
+    ``--socket-mode 0666``)."""
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    base.chmod(0o755)
+    (base / "run").mkdir()
+    (base / "run").chmod(0o755)
+    return base
+
+
+T = TypeVar("T")
+
+
+def as_uid(uid: int, action: Callable[[], T], *, groups: tuple[int, ...] = ()) -> T:
+    """Run ``action`` in a forked child as ``uid`` (gid the same number, with
+    ``groups``) and return what it returns; what it raises fails the test here."""
+    return AsUid(uid, action, groups=groups).result()
+
+
+class AsUid:
+    """``action`` running in a forked child as ``uid``; :meth:`result` waits for it."""
+
+    def __init__(
+        self, uid: int, action: Callable[[], Any], *, groups: tuple[int, ...] = ()
+    ) -> None:
+        self.uid = uid
+        read_end, write_end = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - the child
+            os.close(read_end)
+            try:
+                os.setgroups(list(groups))
+                os.setgid(uid)
+                os.setuid(uid)
+                outcome: tuple[str, Any] = ("ok", action())
+            except BaseException:
+                outcome = ("error", traceback.format_exc())
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(outcome, out)
+            os._exit(0)
+        os.close(write_end)
+        self._read_end = read_end
+
+    def result(self) -> Any:
+        with os.fdopen(self._read_end, "rb") as result:
+            data = result.read()
+        os.waitpid(self.pid, 0)
+        kind, value = pickle.loads(data)
+        if kind == "error":
+            raise AssertionError(f"as uid {self.uid}:\n{value}")
+        return value
+
+
+class Signal:
+    """A one-way signal between processes: a pipe, set once."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+
+    def set(self) -> None:
+        os.write(self._write, b"x")
+
+    def wait(self) -> None:
+        assert os.read(self._read, 1) == b"x"

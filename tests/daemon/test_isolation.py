@@ -11,16 +11,13 @@ reads.  Hostile paths never reach another uid's files.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
-import tempfile
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from daemon_support import begin, create, fact
+from daemon_support import AsUid, Signal, as_uid, begin, create, fact, needs_root, shared_base
 
 from flightlog.protocol import (
     Ack,
@@ -44,9 +41,7 @@ from flightlog.protocol import (
 )
 from support import DaemonProcess, RawClient, read_lines
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="acting as several uids takes root (setuid in a forked child)"
-)
+pytestmark = needs_root
 
 OWNER = 40001
 OTHER = 40002
@@ -54,70 +49,12 @@ AUDITOR = 40003
 READERS = 40100
 SECRET = "the-owner's-secret-4f1d"
 
-T = TypeVar("T")
-
-
-def as_uid(uid: int, action: Callable[[], T], *, groups: tuple[int, ...] = ()) -> T:
-    """Run ``action`` in a forked child as ``uid`` (gid the same number, with
-    ``groups``) and return what it returns; what it raises fails the test here."""
-    return AsUid(uid, action, groups=groups).result()
-
-
-class AsUid:
-    """``action`` running in a forked child as ``uid``; :meth:`result` waits for it."""
-
-    def __init__(
-        self, uid: int, action: Callable[[], Any], *, groups: tuple[int, ...] = ()
-    ) -> None:
-        self.uid = uid
-        read_end, write_end = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # pragma: no cover - the child
-            os.close(read_end)
-            try:
-                os.setgroups(list(groups))
-                os.setgid(uid)
-                os.setuid(uid)
-                outcome: tuple[str, Any] = ("ok", action())
-            except BaseException:
-                outcome = ("error", traceback.format_exc())
-            with os.fdopen(write_end, "wb") as out:
-                pickle.dump(outcome, out)
-            os._exit(0)
-        os.close(write_end)
-        self._read_end = read_end
-
-    def result(self) -> Any:
-        with os.fdopen(self._read_end, "rb") as result:
-            data = result.read()
-        os.waitpid(self.pid, 0)
-        kind, value = pickle.loads(data)
-        if kind == "error":
-            raise AssertionError(f"as uid {self.uid}:\n{value}")
-        return value
-
-
-class Signal:
-    """A one-way signal between processes: a pipe, set once."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-
-    def set(self) -> None:
-        os.write(self._write, b"x")
-
-    def wait(self) -> None:
-        assert os.read(self._read, 1) == b"x"
-
 
 @pytest.fixture(scope="module")
 def shared() -> Iterator[DaemonProcess]:
     """A shared daemon: root, a world-connectable socket, a readers' group, an
     ``--allow`` root that every uid may write on disk (as /tmp is)."""
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    base.chmod(0o755)
-    (base / "run").mkdir(mode=0o755)
-    (base / "run").chmod(0o755)
+    base = shared_base()
     allow = base / "allow"
     allow.mkdir()
     allow.chmod(0o1777)

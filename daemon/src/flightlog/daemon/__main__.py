@@ -20,6 +20,7 @@ import structlog
 from flightlog.protocol import FlightlogError
 
 from ._config import Config
+from ._fairness import PerUidLimits
 from ._logging import configure_logging
 from ._server import serve
 from ._systemd import Notifier, SystemdError, listen_fds
@@ -185,6 +186,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="client connections served at once, 1 or more; more are refused with "
         "too_many (default: %(default)s, lowered to fit the descriptor limit)",
     )
+    per_uid = defaults.per_uid
+    parser.add_argument(
+        "--max-connections-per-uid",
+        type=_count(1),
+        default=per_uid.connections,
+        metavar="N",
+        help="connections one uid (other than the daemon's) may have at once, 1 or more; "
+        "more are refused with too_many (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-sessions-per-uid",
+        type=_count(1),
+        default=per_uid.sessions,
+        metavar="N",
+        help="sessions one uid (other than the daemon's) may write at once, 1 or more; "
+        "more are refused with too_many (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-bytes-per-second-per-uid",
+        type=_count(4096),
+        default=per_uid.bytes_per_second,
+        metavar="BYTES",
+        help="bytes per second read from the sockets of one uid (other than the "
+        "daemon's), 4096 or more; past it they are left unread for a while "
+        "(default: %(default)s)",
+    )
     parser.add_argument(
         "--read-window",
         type=_seconds,
@@ -245,6 +272,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         allow=tuple(args.allow),
         socket_mode=args.socket_mode,
         readers_group=args.readers_group,
+        per_uid=PerUidLimits(
+            connections=args.max_connections_per_uid,
+            sessions=args.max_sessions_per_uid,
+            bytes_per_second=args.max_bytes_per_second_per_uid,
+        ),
         max_frame_size=args.max_frame_size,
         idle_timeout=args.idle_timeout,
         max_open_files=args.max_open_files,

@@ -60,6 +60,8 @@ class Channel:
         #: Whether the client sent more while its socket was held (the last hold).
         self.streaming = False
         self._reads = 0
+        #: Bytes read from the socket so far.
+        self.bytes_read = 0
         self._news = False
         self._waiter: asyncio.Future[None] | None = None
         #: Reading ended: at the end of the stream (read_error None) or on an error.
@@ -123,6 +125,7 @@ class Channel:
             self._end_reading(None)
             return
         self._reads += 1
+        self.bytes_read += len(data)
         self._decoder.feed(data)
         if self._decoder.buffered >= self._read_size:
             self._pause_reading()

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from flightlog.protocol import DEFAULT_MAX_FRAME_SIZE, default_root, default_socket_path
 
+from ._fairness import PerUidLimits
+
 __all__ = ["Config"]
 
 
@@ -46,3 +48,6 @@ class Config:
     #: The group whose members may read every session through the daemon (a gid),
     #: besides each session's owner and root; None: nobody else.
     readers_group: int | None = None
+    #: What one uid other than the daemon's may take: connections, sessions written,
+    #: bytes per second (``_fairness``).
+    per_uid: PerUidLimits = field(default_factory=PerUidLimits)

@@ -58,6 +58,7 @@ from ._access import peer_groups
 from ._actor import SessionActor
 from ._channel import Channel, ThreadWrite
 from ._config import Config
+from ._fairness import UidShare
 from ._peers import Release, payload_size
 from ._primitives import Poller
 from ._sessions import Sessions
@@ -89,8 +90,8 @@ class Connection:
     :class:`~._tail.TailPeer` to its subscriptions.
 
     It is given what it uses: the settings, the poller its socket is read by, the
-    sessions and the tails, the daemon's name for the hello and a way to ask the
-    daemon's status."""
+    sessions and the tails, the daemon's name for the hello, a way to ask the
+    daemon's status, and its uid's share of the daemon (per-uid limits)."""
 
     def __init__(
         self,
@@ -103,6 +104,7 @@ class Connection:
         tails: Tails,
         server: tuple[int, str],
         status: Callable[[int, Connection], StatusReply],
+        share: UidShare,
     ) -> None:
         self.number = number
         self.pid, self.uid, self.gid = peer_credentials(sock)
@@ -116,6 +118,7 @@ class Connection:
         self._registry = sessions
         self._tails = tails
         self._status = status
+        self._share = share
         pid, name = server
         self._server = ServerConnection(
             max_frame_size=config.max_frame_size,
@@ -204,6 +207,7 @@ class Connection:
         window = self._config.read_window
         clock = time.monotonic
         last = last_request = 0.0
+        paced = 0
         while True:
             await channel.wait_readable()
             if channel.read_ended:
@@ -213,6 +217,8 @@ class Connection:
                 if channel.read_error is not None:
                     self.log.info("connection_error", reason=str(channel.read_error))
                 return
+            await self._share.pace(channel.bytes_read - paced)
+            paced = channel.bytes_read
             if window:
                 # A client streaming records (a burst less than a window after the
                 # last, or more sent while it was held) is left unread for a window:
@@ -285,9 +291,11 @@ class Connection:
             case CloseSession():
                 await self._hand_to(self.sessions.pop(event.session_id), event)
             case Create():
+                self._share.check_session()
                 actor = await self._registry.create(self, event.path, dict(event.meta))
                 await self._opened(event.id, actor)
             case Open():
+                self._share.check_session()
                 await self._opened(event.id, await self._registry.open(self, event.path))
             case Status():
                 await self.send(self._status(event.id, self))

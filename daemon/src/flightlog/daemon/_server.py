@@ -32,6 +32,7 @@ from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusRepl
 from ._access import Access, Who
 from ._config import Config
 from ._connection import Connection, peer_credentials
+from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, Disks, Poller
 from ._sessions import Sessions
@@ -82,6 +83,7 @@ class Daemon:
         poller: Poller,
         sessions: Sessions,
         tails: Tails,
+        fairness: Fairness,
         socket_paths: list[str],
     ) -> None:
         self.pid = os.getpid()
@@ -92,6 +94,7 @@ class Daemon:
         self.poller = poller
         self.sessions = sessions
         self.tails = tails
+        self.fairness = fairness
         self.socket_paths = socket_paths
         self.connections: set[Connection] = set()
         self._numbers = 0
@@ -116,6 +119,7 @@ class Daemon:
             errors=sessions.errors,
             open_files=sessions.open_files,
             sessions=sessions.status(viewer),
+            uid_limits=self.fairness.share(viewer.uid).status(),
         )
 
     def status_line(self) -> str:
@@ -130,19 +134,20 @@ class Daemon:
     async def _handle(self, stream: SocketStream) -> None:
         self._numbers += 1
         sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
-        if len(self.connections) >= self.config.max_connections:
-            pid, uid, _ = peer_credentials(sock)
-            log.warning("refused", code=ErrorCode.TOO_MANY, pid=pid, uid=uid)
+        pid, uid, _ = peer_credentials(sock)
+        try:
+            if len(self.connections) >= self.config.max_connections:
+                raise FlightlogError(
+                    f"the daemon serves {len(self.connections)} connections, its maximum; "
+                    "try again later",
+                    code=ErrorCode.TOO_MANY,
+                )
+            share = self.fairness.admit(uid)
+        except FlightlogError as exc:
+            log.warning("refused", code=exc.code, reason=exc.message, pid=pid, uid=uid)
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.send(
-                    encode_frame(
-                        ErrorReply(
-                            id=0,
-                            code=ErrorCode.TOO_MANY,
-                            message=f"the daemon serves {len(self.connections)} connections, "
-                            "its maximum; try again later",
-                        )
-                    )
+                    encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message))
                 )
             await stream.aclose()
             return
@@ -156,8 +161,10 @@ class Daemon:
             tails=self.tails,
             server=(self.pid, f"flightlogd {self.version}"),
             status=self.status,
+            share=share,
         )
         self.connections.add(conn)
+        self.fairness.join(share, conn)
         if self._idle.is_set():
             # Only a set event is replaced: shutdown may be waiting on the unset one.
             self._idle = anyio.Event()
@@ -171,6 +178,7 @@ class Daemon:
             log.exception("connection_failed", conn=conn.number, pid=conn.pid, uid=conn.uid)
         finally:
             self.connections.discard(conn)
+            self.fairness.leave(share, conn)
             if not self.connections:
                 self._idle.set()
 
@@ -259,6 +267,7 @@ async def serve(
                     poller=poller,
                     sessions=sessions,
                     tails=tails,
+                    fairness=Fairness(config.per_uid, daemon_uid=os.geteuid()),
                     socket_paths=socket_paths,
                 )
                 async with anyio.create_task_group() as conns_tg:

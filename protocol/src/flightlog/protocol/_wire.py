@@ -48,6 +48,7 @@ __all__ = [
     "Sync",
     "TailBatch",
     "TailEnd",
+    "UidLimits",
     "Unsubscribe",
     "Welcome",
 ]
@@ -269,6 +270,18 @@ class SessionStatus(msgspec.Struct, kw_only=True, frozen=True):
     error: str | None = None
 
 
+class UidLimits(msgspec.Struct, kw_only=True, frozen=True):
+    """The asking client's uid as StatusReply shows it: what it uses of the daemon and
+    the daemon's per-uid limits (None: this uid has none, the daemon's own)."""
+
+    uid: int
+    connections: int = 0
+    sessions: int = 0
+    max_connections: int | None = None
+    max_sessions: int | None = None
+    max_bytes_per_second: int | None = None
+
+
 class StatusReply(Message, tag="status_reply", frozen=True):
     """Reply to Status."""
 
@@ -284,6 +297,7 @@ class StatusReply(Message, tag="status_reply", frozen=True):
     errors: int = 0
     open_files: int = 0
     sessions: list[SessionStatus] = []
+    uid_limits: UidLimits | None = None
 
 
 class ErrorReply(Message, tag="error", frozen=True):

@@ -532,6 +532,16 @@ def _status_lines(reply: StatusReply, socket: str, style: Style) -> Iterator[str
         f"{reply.records_per_second:,.1f} records/s now, "
         + (style.red(errors) if reply.errors else errors)
     )
+    if (mine := reply.uid_limits) is not None:
+        if mine.max_connections is None:
+            yield f"  uid {mine.uid}: the daemon's own, no per-uid limits"
+        else:
+            rate = format_bytes(mine.max_bytes_per_second or 0)
+            yield (
+                f"  uid {mine.uid}: {mine.connections:,} of {mine.max_connections:,} "
+                f"connections, {mine.sessions:,} of {mine.max_sessions:,} sessions, "
+                f"at most {rate}/s"
+            )
     if not reply.sessions:
         yield "  no open sessions"
         return

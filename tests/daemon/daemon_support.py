@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -284,6 +285,12 @@ class AsUid:
             os._exit(0)
         os.close(write_end)
         self._read_end = read_end
+
+    def kill(self) -> None:
+        """SIGKILL the child (one that runs until stopped) and reap it."""
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        os.close(self._read_end)
 
     def result(self) -> Any:
         with os.fdopen(self._read_end, "rb") as result:

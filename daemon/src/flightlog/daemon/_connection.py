@@ -217,8 +217,9 @@ class Connection:
                 if channel.read_error is not None:
                     self.log.info("connection_error", reason=str(channel.read_error))
                 return
-            await self._share.pace(channel.bytes_read - paced)
-            paced = channel.bytes_read
+            # Counted before the wait: what is read meanwhile counts next time.
+            paced, unpaced = channel.bytes_read, channel.bytes_read - paced
+            await self._share.pace(unpaced)
             if window:
                 # A client streaming records (a burst less than a window after the
                 # last, or more sent while it was held) is left unread for a window:

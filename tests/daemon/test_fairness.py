@@ -1,0 +1,247 @@
+"""Per-uid fair shares on a shared daemon, with several real uids.
+
+Each uid's clients run in children forked from the test that take the uid (see
+``daemon_support.AsUid``).  The limits are typed errors and show in status; a uid
+that floods the daemon with connections, sessions and bytes leaves another uid's
+agent recording at (a generous fraction of) its rate alone.  Both rates are printed;
+only their ratio is asserted, never a time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from daemon_support import AsUid, Signal, as_uid, begin, create, fact, needs_root, shared_base
+
+from flightlog.protocol import (
+    Ack,
+    CloseSession,
+    Create,
+    ErrorReply,
+    SaveCheckpoint,
+    SessionOpened,
+    Status,
+    StatusReply,
+    UidLimits,
+    Welcome,
+    now,
+)
+from support import DaemonProcess, RawClient, read_lines, wait_for
+
+pytestmark = needs_root
+
+FLOODER = 41001
+VICTIM = 41002
+CONNECTIONS = 6
+SESSIONS = 4
+
+
+@pytest.fixture
+def shared() -> Iterator[DaemonProcess]:
+    base = shared_base()
+    proc = DaemonProcess(
+        base,
+        "--log-format",
+        "json",
+        "--socket-mode",
+        "0666",
+        "--max-connections-per-uid",
+        str(CONNECTIONS),
+        "--max-sessions-per-uid",
+        str(SESSIONS),
+    ).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _welcomed(socket: str) -> bool:
+    with RawClient(socket) as client:
+        return isinstance(client.welcome, Welcome)
+
+
+def _status(client: RawClient) -> StatusReply:
+    reply = client.request(Status(id=client.next_id()))
+    assert isinstance(reply, StatusReply), reply
+    return reply
+
+
+def test_a_uid_past_its_connections_and_sessions_gets_too_many_and_sees_its_share(
+    shared: DaemonProcess,
+) -> None:
+    def crowd() -> dict[str, Any]:
+        clients = [RawClient(shared.socket) for _ in range(CONNECTIONS)]
+        refused = RawClient(shared.socket, hello=False)
+        refusal = refused.receive()
+        gone = refused.closed_by_daemon()
+        first = clients[0]
+        opened = [
+            first.request(Create(id=first.next_id(), path=f"s{n}.jsonl", meta={}))
+            for n in range(SESSIONS + 1)
+        ]
+        # Sessions of other connections of the uid count too.
+        other = clients[1].request(Create(id=clients[1].next_id(), path="t.jsonl", meta={}))
+        status = _status(first)
+        # Closing a session frees its place.
+        first.request(CloseSession(id=first.next_id(), session_id=opened[0].session_id))
+        again = first.request(Create(id=first.next_id(), path="u.jsonl", meta={}))
+        # So does a connection going away (once the daemon has seen it go).
+        clients.pop().close()
+        wait_for(lambda: _welcomed(shared.socket))
+        for client in clients:
+            client.close()
+        return {
+            "refusal": refusal,
+            "gone": gone,
+            "opened": opened,
+            "other": other,
+            "status": status,
+            "again": again,
+        }
+
+    seen = as_uid(FLOODER, crowd)
+    assert isinstance(seen["refusal"], ErrorReply) and seen["refusal"].code == "too_many"
+    assert f"uid {FLOODER} has {CONNECTIONS} connections" in seen["refusal"].message
+    assert "--max-connections-per-uid" in seen["refusal"].message
+    assert seen["gone"]
+    assert all(isinstance(reply, SessionOpened) for reply in seen["opened"][:SESSIONS])
+    for refused in (seen["opened"][SESSIONS], seen["other"]):
+        assert isinstance(refused, ErrorReply) and refused.code == "too_many", refused
+        assert "--max-sessions-per-uid" in refused.message
+    assert seen["status"].uid_limits == UidLimits(
+        uid=FLOODER,
+        connections=CONNECTIONS,
+        sessions=SESSIONS,
+        max_connections=CONNECTIONS,
+        max_sessions=SESSIONS,
+        max_bytes_per_second=32 * 1024 * 1024,
+    )
+    assert isinstance(seen["again"], SessionOpened), seen["again"]
+
+    # Another uid is not bound by the first one's count; the daemon's own uid has no
+    # per-uid limits.
+    def other_uid() -> Any:
+        with RawClient(shared.socket) as client:
+            return create(client, "mine.jsonl")
+
+    assert isinstance(as_uid(VICTIM, other_uid), SessionOpened)
+    with RawClient(shared.socket) as root:
+        assert _status(root).uid_limits == UidLimits(uid=0, connections=1)
+
+
+# ------------------------------------------------------------------ a flood
+
+_NOTE = b"x" * 200
+_BLOB = b"y" * (64 * 1024)
+
+
+def _agent(socket: str, path: str, events: int = 20000, every: int = 100) -> float:
+    """As an agent: record ``events`` facts of ~250 bytes with a checkpoint (an fsync
+    and its acknowledgement) every ``every``; returns its events per second."""
+    with RawClient(socket, client="agent") as client:
+        opened = create(client, path)
+        run = begin(client, opened.session_id)
+        start = time.perf_counter()
+        for n in range(events):
+            data = b'{"turn_index":%d,"note":"%s"}' % (n, _NOTE)
+            client.send(fact(opened.session_id, run.run_id, n, data=data))
+            if n % every == every - 1:
+                saved = client.request(
+                    SaveCheckpoint(
+                        id=client.next_id(),
+                        session_id=opened.session_id,
+                        run_id=run.run_id,
+                        time=now(),
+                        snapshot=b'{"turn":%d}' % n,
+                    )
+                )
+                assert isinstance(saved, Ack), saved
+        rate = events / (time.perf_counter() - start)
+        client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+    return rate
+
+
+def _blast(socket: str, path: str, payload: bytes, started: Signal) -> None:
+    """As the flooder: one connection sending records as fast as it can, until killed."""
+    with RawClient(socket, client="blaster") as client:
+        opened = create(client, path)
+        run = begin(client, opened.session_id)
+        started.set()
+        data = b'{"turn_index":1,"note":"%s"}' % payload
+        record = fact(opened.session_id, run.run_id, data=data)
+        while True:
+            client.send(record)
+
+
+def _crowd(socket: str, ready: Signal, stop: Signal) -> list[str]:
+    """As the flooder: connections until refused, sessions until refused, held until
+    ``stop``; returns the codes of the refusals."""
+    clients: list[RawClient] = []
+    codes: list[str] = []
+    while not codes:
+        client = RawClient(socket)
+        if isinstance(client.welcome, ErrorReply):
+            codes.append(client.welcome.code)
+            client.close()
+        else:
+            clients.append(client)
+    for n in range(SESSIONS + 1):
+        client = clients[n % len(clients)]
+        reply = client.request(Create(id=client.next_id(), path=f"crowd/{n}.jsonl", meta={}))
+        if isinstance(reply, ErrorReply):
+            codes.append(reply.code)
+            break
+    ready.set()
+    stop.wait()
+    for client in clients:
+        client.close()
+    return codes
+
+
+def _written(directory: Any) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*.jsonl"))
+
+
+def test_a_flooding_uid_does_not_stop_another_uids_agent_from_recording(
+    shared: DaemonProcess,
+) -> None:
+    solo = as_uid(VICTIM, lambda: _agent(shared.socket, "solo.jsonl"))
+
+    large_started, small_started, ready, stop = Signal(), Signal(), Signal(), Signal()
+    blasters = [
+        AsUid(FLOODER, lambda: _blast(shared.socket, "large.jsonl", _BLOB, large_started)),
+        AsUid(FLOODER, lambda: _blast(shared.socket, "small.jsonl", _NOTE, small_started)),
+    ]
+    large_started.wait()
+    small_started.wait()
+    crowd = AsUid(FLOODER, lambda: _crowd(shared.socket, ready, stop))
+    ready.wait()
+    flooder_dir = shared.root / "uid" / str(FLOODER)
+    # Past the flooder's first second's worth (which may come at once) and what its
+    # connections' buffers hold, its rate is its steady one.
+    wait_for(lambda: _written(flooder_dir) > 64 * 1024 * 1024, timeout=60)
+    before, start = _written(flooder_dir), time.perf_counter()
+    flooded = as_uid(VICTIM, lambda: _agent(shared.socket, "flooded.jsonl"))
+    flood_rate = (_written(flooder_dir) - before) / (time.perf_counter() - start)
+    stop.set()
+    codes = crowd.result()
+    for blaster in blasters:
+        blaster.kill()
+
+    print(
+        f"victim alone: {solo:,.0f} events/s; victim while uid {FLOODER} floods: "
+        f"{flooded:,.0f} events/s ({flooded / solo:.2f}x); the flooder wrote "
+        f"{flood_rate / 1024 / 1024:,.1f} MiB/s meanwhile"
+    )
+    assert codes == ["too_many", "too_many"]
+    assert flooded >= solo / 3
+    for name in ("solo.jsonl", "flooded.jsonl"):
+        lines = read_lines(shared.root / "uid" / str(VICTIM) / name)
+        assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+        assert len(lines) == 20000 + 200 + 2

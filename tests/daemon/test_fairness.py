@@ -3,12 +3,13 @@
 Each uid's clients run in children forked from the test that take the uid (see
 ``daemon_support.AsUid``).  The limits are typed errors and show in status; a uid
 that floods the daemon with connections, sessions and bytes leaves another uid's
-agent recording at (a generous fraction of) its rate alone.  Both rates are printed;
-only their ratio is asserted, never a time.
+agent recording at (a generous fraction of) its rate alone, each rate the best of a
+few runs.  Both rates are printed; only their ratio is asserted, never a time.
 """
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 from collections.abc import Iterator
@@ -204,6 +205,16 @@ def _crowd(socket: str, ready: Signal, stop: Signal) -> list[str]:
     return codes
 
 
+#: Runs of the victim's agent in each condition; the best of them is its rate there,
+#: so that the other load on the machine (other tests, other processes) weighs less.
+_ROUNDS = 3
+
+
+def _victim(shared: DaemonProcess, kind: str) -> float:
+    paths = [f"{kind}-{n}.jsonl" for n in range(_ROUNDS)]
+    return max(as_uid(VICTIM, functools.partial(_agent, shared.socket, path)) for path in paths)
+
+
 def _written(directory: Any) -> int:
     return sum(path.stat().st_size for path in directory.rglob("*.jsonl"))
 
@@ -211,7 +222,7 @@ def _written(directory: Any) -> int:
 def test_a_flooding_uid_does_not_stop_another_uids_agent_from_recording(
     shared: DaemonProcess,
 ) -> None:
-    solo = as_uid(VICTIM, lambda: _agent(shared.socket, "solo.jsonl"))
+    solo = _victim(shared, "solo")
 
     large_started, small_started, ready, stop = Signal(), Signal(), Signal(), Signal()
     blasters = [
@@ -227,7 +238,7 @@ def test_a_flooding_uid_does_not_stop_another_uids_agent_from_recording(
     # connections' buffers hold, its rate is its steady one.
     wait_for(lambda: _written(flooder_dir) > 64 * 1024 * 1024, timeout=60)
     before, start = _written(flooder_dir), time.perf_counter()
-    flooded = as_uid(VICTIM, lambda: _agent(shared.socket, "flooded.jsonl"))
+    flooded = _victim(shared, "flooded")
     flood_rate = (_written(flooder_dir) - before) / (time.perf_counter() - start)
     stop.set()
     codes = crowd.result()
@@ -235,13 +246,13 @@ def test_a_flooding_uid_does_not_stop_another_uids_agent_from_recording(
         blaster.kill()
 
     print(
-        f"victim alone: {solo:,.0f} events/s; victim while uid {FLOODER} floods: "
+        f"victim alone: {solo:,.0f} events/s (best of {_ROUNDS}); while uid {FLOODER} floods: "
         f"{flooded:,.0f} events/s ({flooded / solo:.2f}x); the flooder wrote "
         f"{flood_rate / 1024 / 1024:,.1f} MiB/s meanwhile"
     )
     assert codes == ["too_many", "too_many"]
     assert flooded >= solo / 3
-    for name in ("solo.jsonl", "flooded.jsonl"):
+    for name in (f"{kind}-{n}.jsonl" for kind in ("solo", "flooded") for n in range(_ROUNDS)):
         lines = read_lines(shared.root / "uid" / str(VICTIM) / name)
         assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
         assert len(lines) == 20000 + 200 + 2

@@ -198,7 +198,14 @@ def test_a_run_records_what_was_sent(memory: MemoryDaemon, transport: MockTransp
         "agent_end",
         "run_close",
     ]
-    assert records[1].decode_data() == {"pid": os.getpid(), "client": "test-agent"}
+    assert records[1].decode_data() == {
+        "pid": os.getpid(),
+        "client": "test-agent",
+        # What the kernel says of the connection, beside what the agent said.
+        "peer_pid": os.getpid(),
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+    }
     assert {r.run_id for r in records[1:]} == {run.run_id}
     assert [default_codec.decode_event(r) for r in records[2:-1]] == sent
     assert records[-1].decode_data() == {"error": None}

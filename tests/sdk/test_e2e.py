@@ -133,7 +133,14 @@ def assert_file_holds(path: str, events: list[Event], snapshot: Any) -> None:
     assert records[0].type == "session_start"
     assert records[0].decode_data() == {"format_version": 1, "meta": {"app": "e2e"}}
     assert records[1].type == "run_start"
-    assert records[1].decode_data() == {"pid": os.getpid(), "client": "e2e-agent"}
+    assert records[1].decode_data() == {
+        "pid": os.getpid(),
+        "client": "e2e-agent",
+        # What the kernel says of the connection, beside what the agent said.
+        "peer_pid": os.getpid(),
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+    }
     facts = records[2:-2]
     assert [default_codec.decode_event(r) for r in facts] == written(events)
     assert [r.time for r in facts] == [e.time for e in written(events)]

@@ -280,7 +280,17 @@ class MemoryDaemon:
                 session = self._open(path)
                 self._opened(conn, request_id, session)
             case StartRun(request=request, run_id=run_id):
-                data = _encode_json(RunStartData(pid=request.pid, client=request.client))
+                # Its peers live in this very process: these are what the kernel
+                # would say of them.
+                data = _encode_json(
+                    RunStartData(
+                        pid=request.pid,
+                        client=request.client,
+                        peer_pid=os.getpid(),
+                        uid=os.getuid(),
+                        gid=os.getgid(),
+                    )
+                )
                 record = self._write(
                     conn, request.session_id, RUN_START, request.time, data, run_id
                 )

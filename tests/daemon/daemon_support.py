@@ -3,16 +3,18 @@ the daemon's JSON log and what /proc says about its process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +32,7 @@ from flightlog.protocol import (
     RecordEvent,
     RecordFailed,
     RunStarted,
+    SaveCheckpoint,
     SessionOpened,
     Sync,
     check,
@@ -46,6 +49,7 @@ __all__ = [
     "assert_serving",
     "begin",
     "check_file",
+    "checkpoint",
     "create",
     "expect_record_failed",
     "fact",
@@ -55,7 +59,7 @@ __all__ = [
     "open_when_released",
     "proc_status_kb",
     "push",
-    "shared_base",
+    "shared_daemon",
     "spawn_agent",
     "synced_seq",
     "wait_for_log",
@@ -96,6 +100,17 @@ def fact(
 def push(client: RawClient, timeout: float = 10.0) -> Message:
     """The next message, which the test expects to be a push."""
     return client.receive(timeout)
+
+
+def checkpoint(client: RawClient, session_id: str, run_id: str, snapshot: bytes) -> Ack:
+    """Save a checkpoint (``snapshot``: JSON) and wait until it is durable."""
+    saved = client.request(
+        SaveCheckpoint(
+            id=client.next_id(), session_id=session_id, run_id=run_id, time=now(), snapshot=snapshot
+        )
+    )
+    assert isinstance(saved, Ack), saved
+    return saved
 
 
 def synced_seq(client: RawClient, session_id: str) -> int:
@@ -242,15 +257,20 @@ needs_root = pytest.mark.skipif(
 )
 
 
-def shared_base() -> Path:
-    """A fresh directory for a shared daemon that every uid may traverse, with its
-    socket's directory ``run`` made so too (a shared daemon is started with
-    ``--socket-mode 0666``)."""
+@contextlib.contextmanager
+def shared_daemon(*args: str) -> Iterator[DaemonProcess]:
+    """A shared daemon, as root, whose socket every uid may connect to (mode 0666 in
+    a directory every uid may traverse), with ``args`` besides."""
     base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
     base.chmod(0o755)
     (base / "run").mkdir()
     (base / "run").chmod(0o755)
-    return base
+    proc = DaemonProcess(base, "--log-format", "json", "--socket-mode", "0666", *args)
+    try:
+        yield proc.start()
+    finally:
+        proc.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 T = TypeVar("T")

@@ -10,26 +10,32 @@ few runs.  Both rates are printed; only their ratio is asserted, never a time.
 from __future__ import annotations
 
 import functools
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daemon_support import AsUid, Signal, as_uid, begin, create, fact, needs_root, shared_base
+from daemon_support import (
+    AsUid,
+    Signal,
+    as_uid,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    needs_root,
+    shared_daemon,
+)
 
 from flightlog.protocol import (
-    Ack,
     CloseSession,
     Create,
     ErrorReply,
-    SaveCheckpoint,
     SessionOpened,
     Status,
     StatusReply,
     UidLimits,
     Welcome,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 
@@ -43,23 +49,14 @@ SESSIONS = 4
 
 @pytest.fixture
 def shared() -> Iterator[DaemonProcess]:
-    base = shared_base()
-    proc = DaemonProcess(
-        base,
-        "--log-format",
-        "json",
-        "--socket-mode",
-        "0666",
+    limits = (
         "--max-connections-per-uid",
         str(CONNECTIONS),
         "--max-sessions-per-uid",
         str(SESSIONS),
-    ).start()
-    try:
+    )
+    with shared_daemon(*limits) as proc:
         yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _welcomed(socket: str) -> bool:
@@ -153,16 +150,7 @@ def _agent(socket: str, path: str, events: int = 20000, every: int = 100) -> flo
             data = b'{"turn_index":%d,"note":"%s"}' % (n, _NOTE)
             client.send(fact(opened.session_id, run.run_id, n, data=data))
             if n % every == every - 1:
-                saved = client.request(
-                    SaveCheckpoint(
-                        id=client.next_id(),
-                        session_id=opened.session_id,
-                        run_id=run.run_id,
-                        time=now(),
-                        snapshot=b'{"turn":%d}' % n,
-                    )
-                )
-                assert isinstance(saved, Ack), saved
+                checkpoint(client, opened.session_id, run.run_id, b'{"turn":%d}' % n)
         rate = events / (time.perf_counter() - start)
         client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
     return rate

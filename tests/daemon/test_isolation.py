@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_support import AsUid, Signal, as_uid, begin, create, fact, needs_root, shared_base
+from daemon_support import (
+    AsUid,
+    Signal,
+    as_uid,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    needs_root,
+    shared_daemon,
+)
 
 from flightlog.protocol import (
     Ack,
@@ -29,7 +40,6 @@ from flightlog.protocol import (
     LoadCheckpoint,
     Open,
     RunStarted,
-    SaveCheckpoint,
     SessionOpened,
     Status,
     StatusReply,
@@ -51,29 +61,19 @@ SECRET = "the-owner's-secret-4f1d"
 
 
 @pytest.fixture(scope="module")
-def shared() -> Iterator[DaemonProcess]:
-    """A shared daemon: root, a world-connectable socket, a readers' group, an
-    ``--allow`` root that every uid may write on disk (as /tmp is)."""
-    base = shared_base()
-    allow = base / "allow"
-    allow.mkdir()
+def allow() -> Iterator[Path]:
+    """An ``--allow`` root that every uid may write on disk, as /tmp."""
+    allow = Path(tempfile.mkdtemp(prefix="fl-allow-", dir="/tmp"))
     allow.chmod(0o1777)
-    proc = DaemonProcess(
-        base,
-        "--log-format",
-        "json",
-        "--socket-mode",
-        "0666",
-        "--readers-group",
-        str(READERS),
-        "--allow",
-        str(allow),
-    ).start()
-    try:
+    yield allow
+    shutil.rmtree(allow, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared(allow: Path) -> Iterator[DaemonProcess]:
+    """A shared daemon with a readers' group and a shared ``--allow`` root."""
+    with shared_daemon("--readers-group", str(READERS), "--allow", str(allow)) as proc:
         yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _record(socket: str, path: str) -> dict[str, Any]:
@@ -87,16 +87,7 @@ def _record(socket: str, path: str) -> dict[str, Any]:
         client.send(
             fact(opened.session_id, run.run_id, data=b'{"turn_index":"%s"}' % SECRET.encode())
         )
-        saved = client.request(
-            SaveCheckpoint(
-                id=client.next_id(),
-                session_id=opened.session_id,
-                run_id=run.run_id,
-                time=now(),
-                snapshot=b'{"secret":"%s"}' % SECRET.encode(),
-            )
-        )
-        assert isinstance(saved, Ack), saved
+        checkpoint(client, opened.session_id, run.run_id, b'{"secret":"%s"}' % SECRET.encode())
         closed = client.request(
             CloseRun(
                 id=client.next_id(), session_id=opened.session_id, run_id=run.run_id, time=now()
@@ -114,16 +105,7 @@ def _hold(socket: str, path: str) -> str:
     with RawClient(socket, client="owner") as client:
         opened = create(client, path)
         run = begin(client, opened.session_id)
-        saved = client.request(
-            SaveCheckpoint(
-                id=client.next_id(),
-                session_id=opened.session_id,
-                run_id=run.run_id,
-                time=now(),
-                snapshot=b'{"secret":"%s"}' % SECRET.encode(),
-            )
-        )
-        assert isinstance(saved, Ack), saved
+        checkpoint(client, opened.session_id, run.run_id, b'{"secret":"%s"}' % SECRET.encode())
     return opened.session_id
 
 
@@ -390,9 +372,8 @@ def test_hostile_paths_of_one_uid_never_reach_another_uids_files(
 
 
 def test_a_directory_planted_in_a_shared_allowed_root_is_refused(
-    shared: DaemonProcess,
+    shared: DaemonProcess, allow: Path
 ) -> None:
-    allow = shared.base / "allow"
 
     def plant() -> None:
         # /tmp-like: any uid may make the users' directory first, and one for another uid.

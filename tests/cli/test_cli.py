@@ -568,6 +568,7 @@ def test_status_shows_sessions_writers_and_subscribers(cli_daemon: DaemonProcess
     assert str(cli_daemon.root / "cli/status.jsonl") in out
     assert f"writer pid {os.getpid()}, run {run.run_id[:8]}, last seq 3" in out
     assert "1 subscriber\n" in out
+    assert f"uid {os.getuid()}: the daemon's own, no per-uid limits\n" in out
     reply = json.loads(as_json.stdout)
     assert reply["pid"] == cli_daemon.pid
     entry = next(s for s in reply["sessions"] if s["path"].endswith("cli/status.jsonl"))

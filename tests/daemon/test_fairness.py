@@ -27,6 +27,8 @@ from daemon_support import (
     shared_daemon,
 )
 
+from flightlog.cli._commands import _status_lines
+from flightlog.cli._render import Style
 from flightlog.protocol import (
     CloseSession,
     Create,
@@ -121,6 +123,10 @@ def test_a_uid_past_its_connections_and_sessions_gets_too_many_and_sees_its_shar
         max_bytes_per_second=32 * 1024 * 1024,
     )
     assert isinstance(seen["again"], SessionOpened), seen["again"]
+    # As `flightlog status` shows it.
+    shown = "\n".join(_status_lines(seen["status"], shared.socket, Style(enabled=False)))
+    share = f"uid {FLOODER}: {CONNECTIONS} of {CONNECTIONS} connections, {SESSIONS} of {SESSIONS}"
+    assert f"{share} sessions, at most 32.0 MB/s\n" in shown
 
     # Another uid is not bound by the first one's count; the daemon's own uid has no
     # per-uid limits.

@@ -99,11 +99,14 @@ class Roots:
         """The uid whose directory holds the session (``uid/UID/...``), or None for a
         session elsewhere in a root: the daemon's own uid's."""
         parts = resolved.parts
-        if len(parts) > 2 and parts[0] == USERS_DIR and parts[1].isdigit():
-            return int(parts[1])
-        if parts[0] == USERS_DIR:
-            return -1  # the users' directory itself, or a name in it that is no uid
-        return None
+        if parts[0] != USERS_DIR:
+            return None
+        name = parts[1] if len(parts) > 2 else ""
+        if name.isascii() and name.isdigit() and str(int(name)) == name:
+            return int(name)
+        # A file in the users' directory itself, or under a name that is not a uid
+        # as the daemon writes it (``007``, ``x``): nobody's.
+        return -1
 
     def owner_of(self, path: str) -> int | None:
         """:meth:`owner` of a resolved, absolute ``path``."""

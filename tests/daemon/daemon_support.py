@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import pickle
+import select
 import shutil
 import signal
 import subprocess
@@ -331,5 +332,9 @@ class Signal:
     def set(self) -> None:
         os.write(self._write, b"x")
 
-    def wait(self) -> None:
+    def wait(self, timeout: float = 60.0) -> None:
+        """Raises :class:`TimeoutError` when nobody set it in time (a failed child)."""
+        ready, _, _ = select.select([self._read], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"not signalled within {timeout}s")
         assert os.read(self._read, 1) == b"x"

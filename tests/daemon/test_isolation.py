@@ -28,6 +28,7 @@ from daemon_support import (
     fact,
     needs_root,
     shared_daemon,
+    synced_seq,
 )
 
 from flightlog.protocol import (
@@ -285,6 +286,65 @@ def test_tail_all_and_status_show_another_uid_only_its_own_sessions(
     assert all(SECRET.encode() not in line for line in lines)
     assert listed == [mine]
     assert watched in [session.path for session in status.sessions]
+
+
+def _follow(socket: str, path: str, subscribed: Signal, caught_up: Signal) -> list[bytes]:
+    """Follow ``path``: set ``subscribed``, then ``caught_up`` once 2 lines arrived;
+    returns the first 6."""
+    with RawClient(socket, client="follow") as client:
+        reply = client.request(Subscribe(id=client.next_id(), path=path, follow=True))
+        assert isinstance(reply, Subscribed), reply
+        subscribed.set()
+        got: list[bytes] = []
+        while len(got) < 6:
+            message = client.receive()
+            assert isinstance(message, TailBatch), message
+            if len(got) < 2 <= len(got) + len(message.lines):
+                caught_up.set()
+            got.extend(message.lines)
+        return got
+
+
+def test_the_owner_and_a_reader_follow_the_session_live_as_it_is_written(
+    shared: DaemonProcess,
+) -> None:
+    path = str(shared.root / "uid" / str(OWNER) / "live.jsonl")
+    signals = [Signal() for _ in range(4)]
+    # The owner follows by its relative path, the auditor by the full one, both from
+    # before the session exists.
+    followers = [
+        AsUid(OWNER, lambda: _follow(shared.socket, "live.jsonl", *signals[:2])),
+        AsUid(AUDITOR, lambda: _follow(shared.socket, path, *signals[2:]), groups=(READERS,)),
+    ]
+    signals[0].wait()
+    signals[2].wait()
+
+    def record(create_it: bool, facts: int) -> None:
+        with RawClient(shared.socket, client="owner") as client:
+            if create_it:
+                opened = create(client, "live.jsonl")
+            else:
+                opened = client.request(Open(id=client.next_id(), path="live.jsonl"))
+            run = begin(client, opened.session_id)
+            for n in range(facts):
+                client.send(fact(opened.session_id, run.run_id, n))
+            synced_seq(client, opened.session_id)
+
+    as_uid(OWNER, lambda: record(True, 0))
+    # Both have read the file; what comes next reaches them live, as it is written.
+    signals[1].wait()
+    signals[3].wait()
+    as_uid(OWNER, lambda: record(False, 3))
+    owners, audited = (follower.result() for follower in followers)
+    assert owners == audited
+    assert [line.split(b'"type":"')[1].split(b'"')[0] for line in owners] == [
+        b"session_start",
+        b"run_start",
+        b"run_start",
+        b"turn_start",
+        b"turn_start",
+        b"turn_start",
+    ]
 
 
 # --------------------------------------------------------- readers and root

@@ -419,7 +419,11 @@ class Tails:
             roots=self.roots,
             disks=self._disks,
             on_end=self._detach,
-            readable=None if access.reads_all(peer) else lambda path: access.may_read(peer, path),
+            # Every session's lines reach a subscription to all of them: each is
+            # checked against what the peer may read.
+            readable=None
+            if resolved is not None or access.reads_all(peer)
+            else lambda path: access.may_read(peer, path),
         )
         shared.subscriptions[sub.number] = sub
         try:

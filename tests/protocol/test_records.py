@@ -18,6 +18,7 @@ from flightlog.protocol import (
     NEVER_WRITTEN_TYPES,
     RECORD_TYPES,
     RUN_CLOSE,
+    RUN_RESUME,
     RUN_START,
     SESSION_START,
     STRUCTURAL_TYPES,
@@ -27,6 +28,7 @@ from flightlog.protocol import (
     Reader,
     Record,
     RunCloseData,
+    RunResumeData,
     RunStartData,
     SessionStartData,
     append_line,
@@ -47,7 +49,7 @@ TIME_TEXT = "2026-11-29T20:00:00.000000Z"
 
 
 def test_type_sets_are_disjoint_and_complete() -> None:
-    assert {SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE} == STRUCTURAL_TYPES
+    assert {SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE, RUN_RESUME} == STRUCTURAL_TYPES
     assert not STRUCTURAL_TYPES & AGENT_FACT_TYPES
     assert not NEVER_WRITTEN_TYPES & RECORD_TYPES
     assert RECORD_TYPES == STRUCTURAL_TYPES | AGENT_FACT_TYPES
@@ -252,6 +254,10 @@ def structural_data(type_: str) -> st.SearchStrategy[bytes]:
                 CheckpointData(snapshot=msgspec.Raw(default_codec.encode_value(v)))
             )
         )
+    if type_ == RUN_RESUME:
+        return st.builds(
+            RunResumeData, pid=st.integers(0, 2**31), client=st.text(), items=st.integers(0)
+        ).map(msgspec.json.encode)
     return st.builds(RunCloseData, error=st.none() | st.text() | big_texts).map(msgspec.json.encode)
 
 
@@ -289,6 +295,7 @@ def test_structural_records_round_trip_through_the_reader(type_: str, data: Any)
         RUN_START: RunStartData,
         CHECKPOINT: CheckpointData,
         RUN_CLOSE: RunCloseData,
+        RUN_RESUME: RunResumeData,
     }[type_]
     assert msgspec.json.encode(last.decode_data(kind)) == payload
 

@@ -24,8 +24,8 @@ TESTS = ROOT / "tests" / "sdk"
 
 # Whole lines that change meaning, not just names (None: the line goes).
 LINES: dict[str, str | None] = {
-    "from ._synchronization import AsyncLock, AwaitableContext, async_wait_blocks_loop": (
-        "from ._synchronization import Lock, wait_blocks_loop"
+    "from ._synchronization import AsyncLock, AwaitableContext, asleep, async_wait_blocks_loop": (
+        "from ._synchronization import Lock, sleep, wait_blocks_loop"
     ),
     "@pytest.mark.anyio": None,
 }
@@ -44,6 +44,7 @@ SUBS = [
     (r"\bAsyncMockTransport\b", "MockTransport"),
     (r"\bAsyncLock\b", "Lock"),
     (r"\basync_wait_blocks_loop\b", "wait_blocks_loop"),
+    (r"\basleep\b", "sleep"),
     (r"\b_AsyncResource\b", "_Resource"),
     (r"\baconnect\b", "connect"),
     (r"\baclose\b", "close"),

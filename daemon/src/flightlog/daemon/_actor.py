@@ -29,8 +29,10 @@ import structlog
 from flightlog.protocol import (
     CHECKPOINT,
     RUN_CLOSE,
+    RUN_RESUME,
     RUN_START,
     Ack,
+    BeginRun,
     CloseRun,
     CloseSession,
     ErrorCode,
@@ -41,6 +43,7 @@ from flightlog.protocol import (
     Message,
     RecordEvent,
     RunCloseData,
+    RunResumeData,
     RunStartData,
     RunStarted,
     SaveCheckpoint,
@@ -84,6 +87,8 @@ class SessionActor:
         self.rules: SessionMachine[FlightlogError] = SessionMachine()
         #: The run whose run_start was written last, without its run_close yet.
         self.run_id: str | None = None
+        #: Agent facts and checkpoints of the open run: what a resumed run starts from.
+        self.run_items = 0
         #: The write or sync failure of the file (sticky).
         self.error: FlightlogError | None = None
         # A file this daemon created holds the session_start line it wrote.
@@ -203,6 +208,7 @@ class SessionActor:
                     items, index, batch.buf, batch.first_seq + batch.count
                 )
                 batch.count += lines
+                self.run_items += lines
                 batch.release(peer, size)
                 continue
             index += 1
@@ -236,7 +242,7 @@ class SessionActor:
                     reply = self._close_run(batch, message)
                 case Sync():
                     self._check_writable()
-                    batch.needs_sync = True
+                    batch.needs_sync = batch.needs_sync or message.durable
                     reply = self._ack_last(request_id)
                 case LoadCheckpoint():
                     reply = await self._load_checkpoint(batch, message)
@@ -265,7 +271,16 @@ class SessionActor:
     def _begin_run(self, batch: Batch, start: StartRun) -> Reply:
         self._check_writable()
         request, run_id = start.request, start.run_id
+        if request.resume is not None:
+            return self._resume_run(batch, request, run_id)
+        if run_id in self.file.interrupted_runs:
+            raise LocalProtocolError(
+                f"run id {run_id} is not fresh: the file has a run with it",
+                code=ErrorCode.BAD_MESSAGE,
+            )
         self.run_id = run_id
+        self.run_items = 0
+        self.file.last_run = None
         # Who the kernel says the writer is, next to what the agent says it is.
         writer = self.writer
         assert writer is not None
@@ -281,12 +296,30 @@ class SessionActor:
         seq = batch.add(self.session_id, RUN_START, request.time, data, run_id)
         return self._durable(RunStarted(id=request.id, run_id=run_id, seq=seq))
 
+    def _resume_run(self, batch: Batch, message: BeginRun, run_id: str) -> Reply:
+        """Continue the file's last run, cut without run_close, after a ``run_resume``."""
+        file = self.file
+        if run_id != file.last_run:
+            raise LocalProtocolError(
+                f"run {run_id[:32]} is not the session's last run left without run_close",
+                code=ErrorCode.RUN_NOT_OPEN,
+            )
+        self.run_id = run_id
+        self.run_items = items = file.last_run_items
+        file.last_run = None
+        if run_id in file.interrupted_runs:
+            file.interrupted_runs.remove(run_id)
+        data = _encode_json(RunResumeData(pid=message.pid, client=message.client, items=items))
+        seq = batch.add(self.session_id, RUN_RESUME, message.time, data, run_id)
+        return self._durable(RunStarted(id=message.id, run_id=run_id, seq=seq))
+
     def _save_checkpoint(self, batch: Batch, message: SaveCheckpoint) -> Reply:
         self._check_writable()
         data = b'{"snapshot":' + message.snapshot + b"}"
         start = len(batch.buf)
         seq = batch.add(self.session_id, CHECKPOINT, message.time, data, message.run_id)
         batch.checkpoints.append((seq, start, len(batch.buf) - start))
+        self.run_items += 1
         batch.needs_sync = True
         return self._durable(Ack(id=message.id, seq=seq))
 
@@ -295,6 +328,7 @@ class SessionActor:
         data = _encode_json(RunCloseData(error=message.error))
         seq = batch.add(self.session_id, RUN_CLOSE, message.time, data, message.run_id)
         self.run_id = None
+        self.file.last_run = None
         batch.needs_sync = True
         return self._durable(Ack(id=message.id, seq=seq))
 
@@ -370,6 +404,7 @@ class SessionActor:
         if self.run_id is not None:
             # The run stays without run_close: the gap stays visible in the file.
             self.file.interrupted_runs.append(self.run_id)
+            self.file.last_run, self.file.last_run_items = self.run_id, self.run_items
             self.run_id = None
         self._log.info("writer_released", pid=writer.pid if writer else None)
         self.released.set()

@@ -316,6 +316,9 @@ class Connection:
             meta=file.meta,
             interrupted_runs=list(file.interrupted_runs),
             truncated_bytes=file.truncated_bytes,
+            last_run=file.last_run,
+            last_run_items=file.last_run_items,
+            checkpoint_seq=file.checkpoint.seq if file.checkpoint else None,
         )
         self._server.opened(reply, actor.rules)
         await self._flush()

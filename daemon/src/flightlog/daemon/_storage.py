@@ -22,6 +22,7 @@ from flightlog.protocol import (
     CHECKPOINT,
     MAX_NESTING,
     RUN_CLOSE,
+    RUN_RESUME,
     RUN_START,
     SESSION_START,
     ErrorCode,
@@ -97,6 +98,10 @@ class SessionFile:
     checkpoint: CheckpointRef | None = None
     interrupted_runs: list[str] = field(default_factory=list)
     truncated_bytes: int = 0
+    #: The last run, when it has no run_close (a writer may resume it), and how many
+    #: agent facts and checkpoints it holds.
+    last_run: str | None = None
+    last_run_items: int = 0
     #: Written since the last fsync: a sync is owed, even after the descriptor closed.
     dirty: bool = False
     #: The ``session_start`` line, for a file this daemon created (tail_all sees it).
@@ -202,13 +207,21 @@ class SessionFile:
     def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int) -> SessionFile:
         open_runs: dict[str, None] = {}
         checkpoint: CheckpointRef | None = None
+        last_run: str | None = None
+        items = 0
         reader = LineReader()
         for record in read_on(fd, reader, to_the_end=True):
             if record.type == RUN_START and record.run_id:
                 open_runs[record.run_id] = None
+                last_run, items = record.run_id, 0
             elif record.type == RUN_CLOSE and record.run_id:
                 open_runs.pop(record.run_id, None)
-            elif record.type == CHECKPOINT:
+                last_run = None
+            elif record.type == RUN_RESUME:
+                continue
+            elif record.run_id is not None and record.run_id == last_run:
+                items += 1
+            if record.type == CHECKPOINT:
                 length = len(reader.line) + 1
                 checkpoint = CheckpointRef(record.seq, reader.offset - length, length)
         assert reader.session_id is not None  # else the reader raised at the end
@@ -222,6 +235,8 @@ class SessionFile:
             checkpoint=checkpoint,
             interrupted_runs=list(open_runs),
             truncated_bytes=reader.position - reader.offset,
+            last_run=last_run,
+            last_run_items=items if last_run is not None else 0,
         )
 
     # ------------------------------------------------------------------ writing

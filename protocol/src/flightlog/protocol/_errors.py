@@ -47,6 +47,8 @@ class ErrorCode(StrEnum):
     SHUTTING_DOWN = "shutting_down"
     TOO_MANY = "too_many"
     PERMISSION_DENIED = "permission_denied"
+    CONNECTION_LOST = "connection_lost"
+    DAEMON_UNREACHABLE = "daemon_unreachable"
     INTERNAL = "internal"
 
 

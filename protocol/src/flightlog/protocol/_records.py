@@ -24,6 +24,7 @@ __all__ = [
     "NEVER_WRITTEN_TYPES",
     "RECORD_TYPES",
     "RUN_CLOSE",
+    "RUN_RESUME",
     "RUN_START",
     "SESSION_START",
     "STRUCTURAL_TYPES",
@@ -31,6 +32,7 @@ __all__ = [
     "LineEncoder",
     "Record",
     "RunCloseData",
+    "RunResumeData",
     "RunStartData",
     "SessionStartData",
     "append_line",
@@ -50,9 +52,10 @@ SESSION_START: Final = "session_start"
 RUN_START: Final = "run_start"
 CHECKPOINT: Final = "checkpoint"
 RUN_CLOSE: Final = "run_close"
+RUN_RESUME: Final = "run_resume"
 
 #: Records only the daemon writes, on behalf of create, begin_run, save_checkpoint and close.
-STRUCTURAL_TYPES: Final = frozenset({SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE})
+STRUCTURAL_TYPES: Final = frozenset({SESSION_START, RUN_START, CHECKPOINT, RUN_CLOSE, RUN_RESUME})
 
 #: The agent facts a run may record (docs/format.md section 4).
 AGENT_FACT_TYPES: Final = frozenset(
@@ -143,6 +146,18 @@ class RunStartData(msgspec.Struct, kw_only=True, frozen=True):
     peer_pid: int | None = None
     uid: int | None = None
     gid: int | None = None
+
+
+class RunResumeData(msgspec.Struct, kw_only=True, frozen=True):
+    """``data`` of ``run_resume``: who continued a cut run, and what it held then.
+
+    ``items`` is how many agent facts and checkpoints the run held before this line:
+    the writer resends only what came after them.
+    """
+
+    pid: int = 0
+    client: str = ""
+    items: int = 0
 
 
 class CheckpointData(msgspec.Struct, kw_only=True, frozen=True):

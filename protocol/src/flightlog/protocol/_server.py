@@ -355,7 +355,8 @@ class ServerConnection:
                 session = self._written(session_id)
                 session.check(SessionOp.BEGIN_RUN)
                 _check_time(time)
-                run_id = new_id()
+                # A resumed run keeps its id; whether it may be resumed, storage knows.
+                run_id = message.resume or new_id()
                 session.begin_run(run_id)
                 return StartRun(message, run_id)
             case SaveCheckpoint(session_id=session_id, run_id=run_id, time=time):

@@ -94,12 +94,17 @@ class Open(Request, tag="open", frozen=True):
 
 
 class BeginRun(Request, tag="begin_run", frozen=True):
-    """Start a run in a session this connection writes.  Reply: RunStarted."""
+    """Start a run in a session this connection writes.  Reply: RunStarted.
+
+    With ``resume``, continue that run instead: it must be the session's last run, cut
+    without ``run_close`` (``SessionOpened.last_run``); the daemon writes ``run_resume``.
+    """
 
     session_id: str
     time: str
     client: str = ""
     pid: int = 0
+    resume: str | None = None
 
 
 class RecordEvent(Message, tag="record", frozen=True):
@@ -141,9 +146,14 @@ class CloseSession(Request, tag="close_session", frozen=True):
 
 
 class Sync(Request, tag="sync", frozen=True):
-    """Make everything sent so far durable.  Reply: Ack once fsynced."""
+    """Make everything sent so far durable.  Reply: Ack once fsynced.
+
+    With ``durable`` false, the Ack comes once everything sent before it is written (in
+    the page cache, where a crash of the daemon cannot lose it), without an fsync.
+    """
 
     session_id: str
+    durable: bool = True
 
 
 class LoadCheckpoint(Request, tag="load_checkpoint", frozen=True):
@@ -211,6 +221,9 @@ class SessionOpened(Message, tag="session_opened", frozen=True):
     ``last_seq`` is the seq of the last record in the file; ``path`` is the resolved
     absolute path; ``interrupted_runs`` lists runs that have no ``run_close``; an
     unfinished tail that opening truncated away is counted in ``truncated_bytes``.
+    ``last_run`` is the file's last run when it has no ``run_close`` (the one a
+    ``begin_run`` may resume), ``last_run_items`` how many agent facts and checkpoints
+    it holds, and ``checkpoint_seq`` the seq of the latest checkpoint.
     """
 
     id: int
@@ -220,6 +233,9 @@ class SessionOpened(Message, tag="session_opened", frozen=True):
     meta: dict[str, Any] = {}
     interrupted_runs: list[str] = []
     truncated_bytes: int = 0
+    last_run: str | None = None
+    last_run_items: int = 0
+    checkpoint_seq: int | None = None
 
 
 class RunStarted(Message, tag="run_started", frozen=True):

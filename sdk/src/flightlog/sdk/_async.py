@@ -9,6 +9,11 @@ transport.
 One client may be shared by several tasks: frames are sent whole under a lock, and the
 task that holds the receive lock feeds whatever arrives to the connection, so each
 task finds its own reply there.
+
+When the connection breaks, the first task to notice reconnects while holding both
+locks (every other task waits for it), for up to the reconnect grace period: it opens
+each session again, continues each open run and sends again what the daemon had not
+acknowledged; then every waiting request is sent again (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import contextlib
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from time import monotonic_ns
+from time import monotonic, monotonic_ns
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -41,10 +46,10 @@ from flightlog.protocol import (
     default_socket_path,
 )
 
-from ._connection import ClientConnection, Pending
-from ._exceptions import ConnectionLost, DaemonError
+from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending
+from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._models import CallRef
-from ._synchronization import AsyncLock, AwaitableContext, async_wait_blocks_loop
+from ._synchronization import AsyncLock, AwaitableContext, asleep, async_wait_blocks_loop
 from ._transport import AsyncSocketTransport, AsyncTransport
 
 __all__ = ["AsyncClient", "AsyncRun", "AsyncSession", "AsyncTail", "aconnect"]
@@ -55,6 +60,15 @@ T = TypeVar("T")
 #: a burst of records needs one per millisecond, not one per record.
 _POLL_INTERVAL_NS = 1_000_000
 
+#: How long a client goes on reconnecting before its calls raise (seconds).
+DEFAULT_RECONNECT_GRACE = 30.0
+#: The first wait between attempts to reconnect, doubled up to the last (seconds).
+_FIRST_RETRY = 0.02
+_LAST_RETRY = 1.0
+#: Refusals of a reopen that a moment may cure: the old connection not yet released,
+#: the daemon shutting down or full.
+_TRANSIENT = frozenset({ErrorCode.SESSION_BUSY, ErrorCode.SHUTTING_DOWN, ErrorCode.TOO_MANY})
+
 
 def aconnect(
     path: str | None = None,
@@ -62,19 +76,31 @@ def aconnect(
     client_name: str | None = None,
     codec: Codec | None = None,
     transport: AsyncTransport | None = None,
+    reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
+    max_unacked: int = DEFAULT_MAX_UNACKED,
 ) -> AwaitableContext[AsyncClient]:
     """Connect to the daemon and say hello: ``async with aconnect() as client``.
 
     ``path`` defaults to ``$FLIGHTLOG_SOCKET``, else the default socket.
     ``client_name`` (default: the program's name) is announced to the daemon and
     written in every ``run_start``.  ``codec`` (default: ``default_codec``) encodes
-    events and checkpoints.  ``transport`` replaces the socket (a mock, in tests).
+    events and checkpoints.  ``transport`` replaces the socket (a mock, in tests; it
+    does not reconnect).
+
+    When the connection breaks, the client reconnects on its own for up to
+    ``reconnect_grace`` seconds (0: never), meanwhile calls wait; each run goes on
+    where it was cut and every record is written exactly once.  Past the grace, calls
+    raise :class:`ConnectionLost` naming what was not written.  ``max_unacked`` bounds
+    the bytes of records each session keeps until the daemon acknowledges them;
+    ``record()`` waits while they are more.
 
     Raises :class:`DaemonNotRunning` when nothing listens on the socket,
     :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
     when the daemon refuses the hello (a protocol version it does not speak).
     """
-    connecting = AsyncClient._connect(path, client_name, codec, transport)
+    connecting = AsyncClient._connect(
+        path, client_name, codec, transport, reconnect_grace, max_unacked
+    )
     return AwaitableContext(connecting)
 
 
@@ -131,18 +157,27 @@ class AsyncClient(_AsyncResource):
         *,
         client_name: str | None = None,
         codec: Codec | None = None,
+        reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
     ) -> None:
         self._transport = transport
         self._conn = ClientConnection(
             codec=codec or default_codec,
             client_name=client_name or _program_name(),
             pid=os.getpid(),
+            max_unacked=max_unacked,
         )
         self._send_lock = AsyncLock()
         self._receive_lock = AsyncLock()
         self._closed = False
         #: record() looks for pushed errors once this monotonic_ns() is reached.
         self._poll_due = 0
+        self._grace = reconnect_grace
+        #: One more for every reconnect: a task that saw the old connection break knows
+        #: whether someone else has reconnected since.
+        self._generation = 0
+        #: How many times the client reconnected.
+        self.reconnects = 0
 
     @classmethod
     async def _connect(
@@ -151,11 +186,19 @@ class AsyncClient(_AsyncResource):
         client_name: str | None,
         codec: Codec | None,
         transport: AsyncTransport | None,
+        reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
     ) -> AsyncClient:
         if transport is None:
             path = path or default_socket_path(os.environ, os.getuid())
             transport = await AsyncSocketTransport.connect(path)
-        client = cls(transport, client_name=client_name, codec=codec)
+        client = cls(
+            transport,
+            client_name=client_name,
+            codec=codec,
+            reconnect_grace=reconnect_grace,
+            max_unacked=max_unacked,
+        )
         try:
             await client._call(client._conn.hello())
         except BaseException:
@@ -197,7 +240,7 @@ class AsyncClient(_AsyncResource):
         resolve under the daemon's data root.  Raises :class:`DaemonError` with code
         ``session_exists``, ``path_refused`` or ``session_busy``.
         """
-        opening = self._open_session(self._conn.create(path, meta or {}))
+        opening = self._open_session(partial(self._conn.create, path, meta or {}))
         return AwaitableContext(opening)
 
     def open(self, path: str) -> AwaitableContext[AsyncSession]:
@@ -207,7 +250,7 @@ class AsyncClient(_AsyncResource):
         Raises :class:`DaemonError` with code ``session_not_found``, ``session_busy``
         (another writer holds it), ``session_corrupt`` or ``path_refused``.
         """
-        opening = self._open_session(self._conn.open(path))
+        opening = self._open_session(partial(self._conn.open, path))
         return AwaitableContext(opening)
 
     def session(
@@ -226,19 +269,20 @@ class AsyncClient(_AsyncResource):
 
     async def _create_or_open(self, path: str, meta: Mapping[str, Any]) -> AsyncSession:
         try:
-            return await self._open_session(self._conn.open(path))
+            return await self._open_session(partial(self._conn.open, path))
         except DaemonError as exc:
             if exc.code != ErrorCode.SESSION_NOT_FOUND:
                 raise
         try:
-            return await self._open_session(self._conn.create(path, meta))
+            return await self._open_session(partial(self._conn.create, path, meta))
         except DaemonError as exc:
             if exc.code != ErrorCode.SESSION_EXISTS:
                 raise
-        return await self._open_session(self._conn.open(path))
+        return await self._open_session(partial(self._conn.open, path))
 
-    async def _open_session(self, pending: Pending[SessionOpened]) -> AsyncSession:
-        return AsyncSession(self, await self._call(pending))
+    async def _open_session(self, make: Callable[[], Pending[SessionOpened]]) -> AsyncSession:
+        await self._ready()
+        return AsyncSession(self, await self._call(make()))
 
     def tail(
         self,
@@ -286,6 +330,7 @@ class AsyncClient(_AsyncResource):
 
     async def status(self) -> StatusReply:
         """What the daemon holds: sessions, subscribers, rates, errors."""
+        await self._ready()
         return await self._call(self._conn.status())
 
     async def aclose(self) -> None:
@@ -298,13 +343,22 @@ class AsyncClient(_AsyncResource):
     # --------------------------------------------------------------- moving bytes
 
     async def _call(self, pending: Pending[T]) -> T:
-        try:
-            await self._send(pending.data)
-            await self._receive_until(lambda: self._conn.answered(pending))
-        except BaseException:
-            self._conn.forget(pending)
-            raise
-        return self._conn.result(pending)
+        while True:
+            generation = self._generation
+            try:
+                await self._send(pending.data, pending)
+                await self._receive_until(partial(self._conn.answered, pending))
+                return self._conn.result(pending)
+            except ConnectionLost:
+                if not self._reconnecting():
+                    raise
+            except BaseException:
+                self._conn.forget(pending)
+                raise
+            await self._recover(generation)
+            pending = self._conn.retry(pending)
+            if pending.settled is not None:
+                return pending.settled[0]
 
     async def _call_unless_loop(self, pending: Pending[None]) -> None:
         # A request whose reply only confirms durability (closing a run or a session):
@@ -316,14 +370,117 @@ class AsyncClient(_AsyncResource):
             return
         await self._call(pending)
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, data: bytes, request: Pending[Any] | None = None) -> None:
         async with self._send_lock:
             queued = self._conn.take_outbox()
+            if request is not None:
+                self._conn.sending(request)
             try:
                 await self._transport.send(queued + data if queued else data)
             except ConnectionLost as exc:
                 self._conn.connection_lost(exc)
                 raise
+
+    async def _send_records(self, session_id: str, frames: Sequence[bytes]) -> None:
+        generation = self._generation
+        try:
+            async with self._send_lock:
+                # Kept before they are sent: if the connection broke, the reconnect sends
+                # them.
+                keep = self._conn.keep
+                data = b"".join([keep(session_id, frame) for frame in frames])
+                if self._conn.failure is not None:
+                    raise self._conn.failure
+                queued = self._conn.take_outbox()
+                await self._transport.send(queued + data if queued else data)
+        except ConnectionLost as exc:
+            self._conn.connection_lost(exc)
+            if not self._reconnecting():
+                raise
+            await self._recover(generation)
+        if self._conn.full(session_id):
+            await self._receive_until(lambda: not self._conn.full(session_id))
+
+    def _reconnecting(self) -> bool:
+        """Whether a broken connection is to be made again."""
+        return (
+            not self._closed
+            and self._grace > 0
+            and self.path is not None
+            and isinstance(self._conn.failure, ConnectionLost)
+            and self._conn.failure.code == ErrorCode.CONNECTION_LOST
+        )
+
+    async def _ready(self) -> None:
+        """Reconnect first when the connection broke (and is to be made again)."""
+        if self._conn.failure is not None and self._reconnecting():
+            await self._recover(self._generation)
+
+    async def _recover(self, generation: int) -> None:
+        """Reconnect, unless another task did since ``generation``; raises the final
+        :class:`ConnectionLost` once the grace period is over."""
+        async with self._send_lock:
+            if self._generation != generation or not self._reconnecting():
+                return
+            async with self._receive_lock:
+                await self._reconnect()
+
+    async def _reconnect(self) -> None:
+        path = self.path
+        assert path is not None
+        deadline = monotonic() + self._grace
+        delay = _FIRST_RETRY
+        last: FlightlogError | None = self._conn.failure
+        await self._transport.aclose()
+        while True:
+            try:
+                transport = await AsyncSocketTransport.connect(path)
+            except ConnectError as exc:
+                last = exc
+            else:
+                try:
+                    await self._replay(transport)
+                except (ConnectionLost, DaemonError) as exc:
+                    last = exc
+                    await transport.aclose()
+                else:
+                    self._transport = transport
+                    self._generation += 1
+                    self.reconnects += 1
+                    return
+            left = deadline - monotonic()
+            if left <= 0:
+                self._generation += 1
+                raise self._conn.give_up(path, self._grace, last)
+            await asleep(min(delay, left))
+            delay = min(delay * 2, _LAST_RETRY)
+
+    async def _replay(self, transport: AsyncTransport) -> None:
+        """On a new connection: hello, then each session opened again, its run
+        continued and its unacknowledged records sent again."""
+        conn = self._conn
+        conn.reset()
+        await self._exchange(transport, conn.hello())
+        for session_id in conn.writing():
+            try:
+                opened = await self._exchange(transport, conn.reopen(session_id))
+            except DaemonError as exc:
+                if exc.code in _TRANSIENT:
+                    raise
+                conn.forget_session(session_id, exc)
+                continue
+            resume = conn.resume(session_id, opened)
+            if resume is not None:
+                await self._exchange(transport, resume)
+                data = conn.replay(session_id)
+                if data:
+                    await transport.send(data)
+
+    async def _exchange(self, transport: AsyncTransport, pending: Pending[T]) -> T:
+        await transport.send(pending.data)
+        while not self._conn.answered(pending):
+            self._conn.receive_data(await transport.receive())
+        return self._conn.result(pending)
 
     async def _receive_until(self, done: Callable[[], bool]) -> None:
         while not done():
@@ -385,18 +542,22 @@ class AsyncSession(_AsyncResource):
         and the session's sticky :class:`RecordingError` after a write failed.
         """
         self.client._poll()
-        starting = self._begin_run(self.client._conn.begin_run(self.session_id))
+        starting = self._begin_run()
         return AwaitableContext(starting)
 
-    async def _begin_run(self, pending: Pending[RunStarted]) -> AsyncRun:
+    async def _begin_run(self) -> AsyncRun:
+        await self.client._ready()
+        pending = self.client._conn.begin_run(self.session_id)
         return AsyncRun(self, await self.client._call(pending))
 
     async def sync(self) -> int:
         """Wait until everything sent so far is durable; returns the last seq written."""
+        await self.client._ready()
         return await self.client._call(self.client._conn.sync(self.session_id))
 
     async def load_checkpoint(self) -> Any:
         """The snapshot of the latest checkpoint, decoded by the codec, or None."""
+        await self.client._ready()
         return await self.client._call(self.client._conn.load_checkpoint(self.session_id))
 
     async def aclose(self) -> None:
@@ -407,6 +568,7 @@ class AsyncSession(_AsyncResource):
         client called on a thread that runs an event loop does not wait: it sends the
         request and returns (the daemon still syncs and releases the session).
         """
+        await self.client._ready()
         pending = self.client._conn.close_session(self.session_id)
         if pending is not None:
             await self.client._call_unless_loop(pending)
@@ -462,8 +624,13 @@ class AsyncRun(_AsyncResource):
             if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
                 self._unencodable = exc
             raise
+        except ConnectionLost:
+            if not client._reconnecting():
+                raise
+            await client._ready()
+            data = self._conn.record(self.session_id, self.run_id, event, time)
         if data is not None:
-            await client._send(data)
+            await client._send_records(self.session_id, (data,))
 
     async def record_many(self, events: Iterable[Event]) -> None:
         """Record ``events`` in order, as :meth:`record` does each, with one send.
@@ -474,6 +641,7 @@ class AsyncRun(_AsyncResource):
         client = self._client
         if monotonic_ns() >= client._poll_due:
             client._poll()
+        await client._ready()
         frames: list[bytes] = []
         try:
             for event in events:
@@ -486,7 +654,7 @@ class AsyncRun(_AsyncResource):
             raise
         finally:
             if frames:
-                await client._send(b"".join(frames))
+                await client._send_records(self.session_id, frames)
 
     def ref(self, execution: Execution) -> CallRef:
         """The :class:`CallRef` naming ``execution``'s call in this run."""
@@ -499,6 +667,7 @@ class AsyncRun(_AsyncResource):
         from :meth:`record`) and the run's sticky error.
         """
         self.session.client._poll()
+        await self._client._ready()
         try:
             pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
         except RecordingError as exc:
@@ -517,6 +686,7 @@ class AsyncRun(_AsyncResource):
         not wait for durability: it sends ``run_close`` and returns.
         """
         self.session.client._poll()
+        await self._client._ready()
         if self._unencodable is not None:
             lost = f"{self._unencodable.code}: {self._unencodable.message}"
             error = lost if error is None else f"{error}; {lost}"

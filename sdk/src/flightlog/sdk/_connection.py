@@ -25,7 +25,26 @@ it receives; it never touches a socket.  The sync and async clients only move by
   subscriber takes them.
 * End of stream, a transport failure or a frame that breaks the protocol leaves the
   connection failed: every answer not yet received and every later request raises
-  that failure.
+  that failure, until :meth:`ClientConnection.reset` starts a new connection.
+
+Riding through a daemon restart
+-------------------------------
+
+Each session the client writes has a :class:`_Writer`: its path, its open run, and the
+frames of that run's records the daemon has not acknowledged yet, numbered from 1 with
+the run's checkpoints (the run's *items*).  :meth:`~ClientConnection.keep` numbers a
+record as it is sent; the replies to ``sync``, ``save_checkpoint`` and ``close_run``
+acknowledge every item sent before them, and once the kept frames pass half of
+``max_unacked`` bytes a ``sync`` that does not fsync (``durable`` false) goes out
+behind a record to acknowledge them.  The caller waits while they pass ``max_unacked``
+(:meth:`~ClientConnection.full`).
+
+After a reconnect (:meth:`~ClientConnection.reset`), :meth:`~ClientConnection.reopen`
+opens each session again, and :meth:`~ClientConnection.resume` continues its run: the
+file says how many of the run's items it holds (``SessionOpened.last_run_items``), so
+only the frames after them are sent again, and each item is in the file exactly once.
+A request that was waiting for its reply is sent again through
+:meth:`~ClientConnection.retry`.
 """
 
 from __future__ import annotations
@@ -86,7 +105,10 @@ from flightlog.protocol import (
 
 from ._exceptions import ConnectionLost, DaemonError
 
-__all__ = ["ClientConnection", "Pending"]
+__all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending"]
+
+#: Bytes of records a session keeps until the daemon acknowledges them.
+DEFAULT_MAX_UNACKED = 8 * 1024 * 1024
 
 T = TypeVar("T")
 _ReplyT = TypeVar("_ReplyT", bound=Message)
@@ -95,7 +117,17 @@ _ReplyT = TypeVar("_ReplyT", bound=Message)
 class Pending(Generic[T]):
     """One request on its way: its id, its frame, and how its reply becomes a result."""
 
-    __slots__ = ("_finish", "_refused", "data", "id", "session_id")
+    __slots__ = (
+        "_finish",
+        "_rebuild",
+        "_refused",
+        "acks",
+        "data",
+        "id",
+        "item",
+        "session_id",
+        "settled",
+    )
 
     def __init__(
         self,
@@ -104,6 +136,7 @@ class Pending(Generic[T]):
         finish: Callable[[Message], T],
         session_id: str | None = None,
         refused: Callable[[ErrorReply], T] | None = None,
+        rebuild: Callable[[], Pending[T]] | None = None,
     ) -> None:
         self.id = id
         self.data = data
@@ -111,6 +144,52 @@ class Pending(Generic[T]):
         self._finish = finish
         #: Turns a refusal into a result, or raises it (None: always raised).
         self._refused = refused
+        #: The same request with a fresh id, for a new connection.
+        self._rebuild = rebuild
+        #: Whether its reply acknowledges the session's items sent before it.
+        self.acks = False
+        #: The run item it is (a checkpoint), once sent; 0 for other requests.
+        self.item = 0
+        #: Its result when a reconnect found it done already (a checkpoint in the file).
+        self.settled: tuple[T] | None = None
+
+
+class _Writer:
+    """What a reconnect needs of a session this client writes (see the module docstring)."""
+
+    __slots__ = (
+        "acking",
+        "checkpoint_seq",
+        "frames",
+        "path",
+        "resumed_items",
+        "run_id",
+        "sent",
+        "size",
+    )
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        #: The run whose items are numbered, until its run_close is acknowledged.
+        self.run_id: str | None = None
+        #: (item, frame) of the records sent and not acknowledged, in order.
+        self.frames: deque[tuple[int, bytes]] = deque()
+        self.sent = 0
+        self.size = 0
+        self.acking = False
+        #: What the last reopen found in the file.
+        self.resumed_items = 0
+        self.checkpoint_seq: int | None = None
+
+    def start(self, run_id: str | None) -> None:
+        self.run_id = run_id
+        self.frames.clear()
+        self.sent = self.size = 0
+
+    def acknowledged(self, item: int) -> None:
+        frames = self.frames
+        while frames and frames[0][0] <= item:
+            self.size -= len(frames.popleft()[1])
 
 
 class _Tail:
@@ -130,13 +209,27 @@ class ClientConnection:
     """The client's protocol state: request ids, pending replies, sticky errors, tails.
 
     ``codec`` encodes events, checkpoints and decodes loaded checkpoints;
-    ``client_name`` and ``pid`` are announced in the hello and in every ``run_start``.
+    ``client_name`` and ``pid`` are announced in the hello and in every ``run_start``;
+    ``max_unacked`` bounds the bytes of records kept per session until acknowledged.
     """
 
-    def __init__(self, *, codec: Codec, client_name: str, pid: int) -> None:
+    def __init__(
+        self,
+        *,
+        codec: Codec,
+        client_name: str,
+        pid: int,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
+    ) -> None:
         self.codec = codec
         self.client_name = client_name
         self.pid = pid
+        self.max_unacked = max_unacked
+        self._writers: dict[str, _Writer] = {}
+        #: Records sent and never written: dropped when the daemon stayed out of reach.
+        self.lost = 0
+        #: Request id -> (session, item, background): the items its reply acknowledges.
+        self._marks: dict[int, tuple[str, int, bool]] = {}
         #: The daemon's Welcome, once the handshake is done.
         self.welcome: Welcome | None = None
         self._ids = itertools.count(1)
@@ -215,6 +308,12 @@ class ClientConnection:
         return data
 
     def _dispatch(self, message: Message) -> None:
+        if self._marks:
+            mark = self._marks.pop(getattr(message, "id", 0), None)
+            if mark is not None:
+                self._acknowledged(*mark)
+                if mark[2]:
+                    return
         match message:
             case RecordFailed(session_id=session_id, run_id=run_id, code=code):
                 self._stick(session_id, run_id, RecordingError(message.message, code=code))
@@ -279,6 +378,9 @@ class ClientConnection:
         data = self._encoder.encode(build(request_id))
         self._waiting.add(request_id)
 
+        def rebuild() -> Pending[T]:
+            return self._request(build, finish, reply_type, session_id, refused)
+
         def checked(reply: Message) -> T:
             if not isinstance(reply, reply_type):
                 raise RemoteProtocolError(
@@ -288,7 +390,7 @@ class ClientConnection:
                 )
             return finish(reply)
 
-        return Pending(request_id, data, checked, session_id, refused)
+        return Pending(request_id, data, checked, session_id, refused, rebuild)
 
     def hello(self) -> Pending[Welcome]:
         """The handshake; its result is the daemon's Welcome."""
@@ -318,6 +420,7 @@ class ClientConnection:
 
     def _opened(self, reply: SessionOpened) -> SessionOpened:
         self._sessions[reply.session_id] = SessionMachine()
+        self._writers[reply.session_id] = _Writer(reply.path)
         return reply
 
     def begin_run(self, session_id: str) -> Pending[RunStarted]:
@@ -328,6 +431,7 @@ class ClientConnection:
             session = self._sessions.get(session_id)
             if session is not None:  # else closed meanwhile
                 session.begin_run(reply.run_id)
+                self._writers[session_id].start(reply.run_id)
             return reply
 
         return self._request(
@@ -376,7 +480,7 @@ class ClientConnection:
         """Append a codec-encoded checkpoint; the result is its seq, once durable."""
         self._check(session_id, run_id, SessionOp.SAVE_CHECKPOINT)
         data = self.codec.encode_value(snapshot)
-        return self._request(
+        pending = self._request(
             lambda id: SaveCheckpoint(
                 id=id, session_id=session_id, run_id=run_id, time=now(), snapshot=data
             ),
@@ -384,6 +488,9 @@ class ClientConnection:
             Ack,
             session_id,
         )
+        pending.acks = True
+        pending.item = -1  # numbered when sent
+        return pending
 
     def close_run(self, session_id: str, run_id: str, error: str | None) -> Pending[None] | None:
         """Close the run: ``run_close`` carries its sticky error text, else ``error``.
@@ -406,10 +513,13 @@ class ClientConnection:
         text = sticky.message if sticky is not None else error
 
         def closed(reply: Ack) -> None:
+            writer = self._writers.get(session_id)
+            if writer is not None and writer.run_id == run_id:
+                writer.start(None)
             if (late := self.sticky_error(session_id, run_id)) is not None:
                 raise late
 
-        return self._request(
+        pending = self._request(
             lambda id: CloseRun(
                 id=id, session_id=session_id, run_id=run_id, time=now(), error=text
             ),
@@ -417,13 +527,17 @@ class ClientConnection:
             Ack,
             session_id,
         )
+        pending.acks = True
+        return pending
 
     def sync(self, session_id: str) -> Pending[int]:
         """Make everything sent so far durable; the result is the last seq written."""
         self._check(session_id, None, SessionOp.SYNC)
-        return self._request(
+        pending = self._request(
             lambda id: Sync(id=id, session_id=session_id), _ack_seq, Ack, session_id
         )
+        pending.acks = True
+        return pending
 
     def load_checkpoint(self, session_id: str) -> Pending[Any]:
         """The latest checkpoint's snapshot, decoded by the codec, or None."""
@@ -448,12 +562,15 @@ class ClientConnection:
         if session is None:
             return None
         session.close()
-        return self._request(
-            lambda id: CloseSession(id=id, session_id=session_id),
-            _ack_none,
-            Ack,
-            session_id,
+
+        def closed(reply: Ack) -> None:
+            self._writers.pop(session_id, None)
+
+        pending = self._request(
+            lambda id: CloseSession(id=id, session_id=session_id), closed, Ack, session_id
         )
+        pending.acks = True
+        return pending
 
     def subscribe(
         self,
@@ -496,6 +613,187 @@ class ClientConnection:
     def status(self) -> Pending[StatusReply]:
         """What the daemon holds."""
         return self._request(lambda id: Status(id=id), _same, StatusReply)
+
+    # ------------------------------------------------------------ delivery
+
+    def keep(self, session_id: str, data: bytes) -> bytes:
+        """Number the record frame ``data`` as sent and keep it until acknowledged.
+
+        Returns the frames to send: ``data``, followed by a ``sync`` that does not
+        fsync once the kept frames pass half of ``max_unacked``.
+        """
+        writer = self._writers.get(session_id)
+        if writer is None:
+            return data
+        writer.sent += 1
+        writer.frames.append((writer.sent, data))
+        writer.size += len(data)
+        if writer.acking or writer.size * 2 < self.max_unacked or self._failure is not None:
+            return data
+        writer.acking = True
+        request_id = next(self._ids)
+        self._marks[request_id] = (session_id, writer.sent, True)
+        return data + self._encoder.encode(
+            Sync(id=request_id, session_id=session_id, durable=False)
+        )
+
+    def sending(self, request: Pending[Any]) -> None:
+        """``request`` goes out now: note the items its reply will acknowledge."""
+        writer = self._writers.get(request.session_id or "")
+        if not request.acks or writer is None:
+            return
+        if request.item < 0:  # a checkpoint: an item of the run itself
+            writer.sent += 1
+            request.item = writer.sent
+        self._marks[request.id] = (request.session_id or "", writer.sent, False)
+
+    def full(self, session_id: str) -> bool:
+        """Whether the session's unacknowledged records fill ``max_unacked``."""
+        writer = self._writers.get(session_id)
+        return writer is not None and writer.size > self.max_unacked and self._failure is None
+
+    def unacknowledged(self) -> dict[str, int]:
+        """Records sent and not acknowledged, per session path."""
+        return {w.path: len(w.frames) for w in self._writers.values() if w.frames}
+
+    def give_up(self, path: str, grace: float, last: FlightlogError | None) -> ConnectionLost:
+        """The reconnect grace is over: fail the connection for good with one error
+        naming what was not written, and drop it (:attr:`lost` counts it)."""
+        lost = [
+            f"{len(w.frames)} records of run {w.run_id} in {w.path}"
+            for w in self._writers.values()
+            if w.frames
+        ]
+        why = f" (last: {last.message})" if last is not None else ""
+        error = ConnectionLost(
+            f"the daemon at {path} could not be reached again within {grace:g} s{why}; "
+            + ("not written: " + "; ".join(lost) if lost else "every record sent was written"),
+            code=ErrorCode.DAEMON_UNREACHABLE,
+        )
+        self._failure = error
+        for writer in self._writers.values():
+            self.lost += len(writer.frames)
+            writer.frames.clear()
+            writer.size = 0
+        return error
+
+    def _acknowledged(self, session_id: str, item: int, background: bool) -> None:
+        writer = self._writers.get(session_id)
+        if writer is not None:
+            writer.acknowledged(item)
+            if background:
+                writer.acking = False
+
+    def reset(self) -> None:
+        """Start over on a new connection: the sessions and their runs are kept.
+
+        Replies still awaited will never come: their callers :meth:`retry` them.  Tails
+        end with a ``connection_lost`` error.
+        """
+        self._failure = None
+        self.welcome = None
+        self._decoder = client_decoder()
+        self._waiting.clear()
+        self._replies.clear()
+        self._marks.clear()
+        self._outbox.clear()
+        for writer in self._writers.values():
+            writer.acking = False
+        for subscription, tail in self._tails.items():
+            tail.items.append(
+                TailEnd(
+                    subscription=subscription,
+                    reason="error",
+                    code=ErrorCode.CONNECTION_LOST,
+                    message="the connection to the daemon broke; the subscription ended",
+                )
+            )
+        self._abandoned.clear()
+
+    def writing(self) -> list[str]:
+        """The sessions to open again after a reconnect, in the order they were opened."""
+        return list(self._writers)
+
+    def reopen(self, session_id: str) -> Pending[SessionOpened]:
+        """Open a session this client writes again, on a new connection."""
+        path = self._writers[session_id].path
+        return self._request(lambda id: Open(id=id, path=path), _same_opened, SessionOpened)
+
+    def resume(self, session_id: str, opened: SessionOpened) -> Pending[RunStarted] | None:
+        """Continue the session's run after :meth:`reopen`; None when there is none.
+
+        Drops the kept frames the file already holds; :meth:`replay` gives the rest.
+        A run the file closed meanwhile (its ``close_run`` was written) is over; a run
+        that cannot be continued any more fails, sticky.
+        """
+        writer = self._writers[session_id]
+        writer.resumed_items = opened.last_run_items
+        writer.checkpoint_seq = opened.checkpoint_seq
+        run_id = writer.run_id
+        if run_id is None:
+            return None
+        if opened.last_run != run_id:
+            writer.start(None)
+            session = self._sessions.get(session_id)
+            if session is not None and session.run_id == run_id:
+                session.run_failed(
+                    run_id,
+                    RecordingError(
+                        f"run {run_id} was cut by a daemon restart and cannot be continued",
+                        code=ErrorCode.CONNECTION_LOST,
+                    ),
+                )
+            return None
+        writer.acknowledged(opened.last_run_items)
+        pending = self._request(
+            lambda id: BeginRun(
+                id=id,
+                session_id=session_id,
+                time=now(),
+                client=self.client_name,
+                pid=self.pid,
+                resume=run_id,
+            ),
+            _same_started,
+            RunStarted,
+            session_id,
+        )
+        return pending
+
+    def replay(self, session_id: str) -> bytes:
+        """The kept frames of the session's run the file does not hold, to send again."""
+        writer = self._writers[session_id]
+        return b"".join(frame for _, frame in writer.frames)
+
+    def forget_session(self, session_id: str, error: FlightlogError) -> None:
+        """A reopen was refused: the session fails with ``error``, its kept frames go."""
+        writer = self._writers.pop(session_id, None)
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.fail(RecordingError(error.message, code=error.code))
+        if writer is not None:
+            writer.frames.clear()
+
+    def retry(self, request: Pending[T]) -> Pending[T]:
+        """``request`` again, on the new connection after a reconnect.
+
+        A checkpoint the file holds already is not written again: its result is
+        settled (``request.settled``) with the seq the file gave it.
+        """
+        writer = self._writers.get(request.session_id or "")
+        if (
+            request.item > 0
+            and writer is not None
+            and request.item <= writer.resumed_items
+            and writer.checkpoint_seq is not None
+        ):
+            request.settled = (writer.checkpoint_seq,)  # type: ignore[assignment]
+            return request
+        if request._rebuild is None:
+            raise LocalProtocolError("this request cannot be sent again")
+        again = request._rebuild()
+        again.acks, again.item = request.acks, request.item
+        return again
 
     # ------------------------------------------------------------------ pushes
 
@@ -589,6 +887,14 @@ def _ack_seq(reply: Ack) -> int:
 
 def _ack_none(reply: Ack) -> None:
     return None
+
+
+def _same_opened(reply: SessionOpened) -> SessionOpened:
+    return reply
+
+
+def _same_started(reply: RunStarted) -> RunStarted:
+    return reply
 
 
 def _same(reply: StatusReply) -> StatusReply:

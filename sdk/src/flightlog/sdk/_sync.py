@@ -16,10 +16,10 @@ import contextlib
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from time import monotonic_ns
+from time import monotonic, monotonic_ns
 from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
@@ -40,10 +40,10 @@ from flightlog.protocol import (
     default_socket_path,
 )
 
-from ._connection import ClientConnection, Pending
-from ._exceptions import ConnectionLost, DaemonError
+from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending
+from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._models import CallRef
-from ._synchronization import Lock, wait_blocks_loop
+from ._synchronization import Lock, sleep, wait_blocks_loop
 from ._transport import SocketTransport, Transport
 
 __all__ = ["Client", "Run", "Session", "Tail", "connect"]
@@ -54,6 +54,15 @@ T = TypeVar("T")
 #: a burst of records needs one per millisecond, not one per record.
 _POLL_INTERVAL_NS = 1_000_000
 
+#: How long a client goes on reconnecting before its calls raise (seconds).
+DEFAULT_RECONNECT_GRACE = 30.0
+#: The first wait between attempts to reconnect, doubled up to the last (seconds).
+_FIRST_RETRY = 0.02
+_LAST_RETRY = 1.0
+#: Refusals of a reopen that a moment may cure: the old connection not yet released,
+#: the daemon shutting down or full.
+_TRANSIENT = frozenset({ErrorCode.SESSION_BUSY, ErrorCode.SHUTTING_DOWN, ErrorCode.TOO_MANY})
+
 
 def connect(
     path: str | None = None,
@@ -61,19 +70,29 @@ def connect(
     client_name: str | None = None,
     codec: Codec | None = None,
     transport: Transport | None = None,
+    reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
+    max_unacked: int = DEFAULT_MAX_UNACKED,
 ) -> Client:
     """Connect to the daemon and say hello: ``with connect() as client``.
 
     ``path`` defaults to ``$FLIGHTLOG_SOCKET``, else the default socket.
     ``client_name`` (default: the program's name) is announced to the daemon and
     written in every ``run_start``.  ``codec`` (default: ``default_codec``) encodes
-    events and checkpoints.  ``transport`` replaces the socket (a mock, in tests).
+    events and checkpoints.  ``transport`` replaces the socket (a mock, in tests; it
+    does not reconnect).
+
+    When the connection breaks, the client reconnects on its own for up to
+    ``reconnect_grace`` seconds (0: never), meanwhile calls wait; each run goes on
+    where it was cut and every record is written exactly once.  Past the grace, calls
+    raise :class:`ConnectionLost` naming what was not written.  ``max_unacked`` bounds
+    the bytes of records each session keeps until the daemon acknowledges them;
+    ``record()`` waits while they are more.
 
     Raises :class:`DaemonNotRunning` when nothing listens on the socket,
     :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
     when the daemon refuses the hello (a protocol version it does not speak).
     """
-    connecting = Client._connect(path, client_name, codec, transport)
+    connecting = Client._connect(path, client_name, codec, transport, reconnect_grace, max_unacked)
     return connecting
 
 
@@ -130,18 +149,27 @@ class Client(_Resource):
         *,
         client_name: str | None = None,
         codec: Codec | None = None,
+        reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
     ) -> None:
         self._transport = transport
         self._conn = ClientConnection(
             codec=codec or default_codec,
             client_name=client_name or _program_name(),
             pid=os.getpid(),
+            max_unacked=max_unacked,
         )
         self._send_lock = Lock()
         self._receive_lock = Lock()
         self._closed = False
         #: record() looks for pushed errors once this monotonic_ns() is reached.
         self._poll_due = 0
+        self._grace = reconnect_grace
+        #: One more for every reconnect: a task that saw the old connection break knows
+        #: whether someone else has reconnected since.
+        self._generation = 0
+        #: How many times the client reconnected.
+        self.reconnects = 0
 
     @classmethod
     def _connect(
@@ -150,11 +178,19 @@ class Client(_Resource):
         client_name: str | None,
         codec: Codec | None,
         transport: Transport | None,
+        reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
     ) -> Client:
         if transport is None:
             path = path or default_socket_path(os.environ, os.getuid())
             transport = SocketTransport.connect(path)
-        client = cls(transport, client_name=client_name, codec=codec)
+        client = cls(
+            transport,
+            client_name=client_name,
+            codec=codec,
+            reconnect_grace=reconnect_grace,
+            max_unacked=max_unacked,
+        )
         try:
             client._call(client._conn.hello())
         except BaseException:
@@ -194,7 +230,7 @@ class Client(_Resource):
         resolve under the daemon's data root.  Raises :class:`DaemonError` with code
         ``session_exists``, ``path_refused`` or ``session_busy``.
         """
-        opening = self._open_session(self._conn.create(path, meta or {}))
+        opening = self._open_session(partial(self._conn.create, path, meta or {}))
         return opening
 
     def open(self, path: str) -> Session:
@@ -204,7 +240,7 @@ class Client(_Resource):
         Raises :class:`DaemonError` with code ``session_not_found``, ``session_busy``
         (another writer holds it), ``session_corrupt`` or ``path_refused``.
         """
-        opening = self._open_session(self._conn.open(path))
+        opening = self._open_session(partial(self._conn.open, path))
         return opening
 
     def session(self, path: str, *, meta: Mapping[str, Any] | None = None) -> Session:
@@ -221,19 +257,20 @@ class Client(_Resource):
 
     def _create_or_open(self, path: str, meta: Mapping[str, Any]) -> Session:
         try:
-            return self._open_session(self._conn.open(path))
+            return self._open_session(partial(self._conn.open, path))
         except DaemonError as exc:
             if exc.code != ErrorCode.SESSION_NOT_FOUND:
                 raise
         try:
-            return self._open_session(self._conn.create(path, meta))
+            return self._open_session(partial(self._conn.create, path, meta))
         except DaemonError as exc:
             if exc.code != ErrorCode.SESSION_EXISTS:
                 raise
-        return self._open_session(self._conn.open(path))
+        return self._open_session(partial(self._conn.open, path))
 
-    def _open_session(self, pending: Pending[SessionOpened]) -> Session:
-        return Session(self, self._call(pending))
+    def _open_session(self, make: Callable[[], Pending[SessionOpened]]) -> Session:
+        self._ready()
+        return Session(self, self._call(make()))
 
     def tail(
         self,
@@ -281,6 +318,7 @@ class Client(_Resource):
 
     def status(self) -> StatusReply:
         """What the daemon holds: sessions, subscribers, rates, errors."""
+        self._ready()
         return self._call(self._conn.status())
 
     def close(self) -> None:
@@ -293,13 +331,22 @@ class Client(_Resource):
     # --------------------------------------------------------------- moving bytes
 
     def _call(self, pending: Pending[T]) -> T:
-        try:
-            self._send(pending.data)
-            self._receive_until(lambda: self._conn.answered(pending))
-        except BaseException:
-            self._conn.forget(pending)
-            raise
-        return self._conn.result(pending)
+        while True:
+            generation = self._generation
+            try:
+                self._send(pending.data, pending)
+                self._receive_until(partial(self._conn.answered, pending))
+                return self._conn.result(pending)
+            except ConnectionLost:
+                if not self._reconnecting():
+                    raise
+            except BaseException:
+                self._conn.forget(pending)
+                raise
+            self._recover(generation)
+            pending = self._conn.retry(pending)
+            if pending.settled is not None:
+                return pending.settled[0]
 
     def _call_unless_loop(self, pending: Pending[None]) -> None:
         # A request whose reply only confirms durability (closing a run or a session):
@@ -311,14 +358,117 @@ class Client(_Resource):
             return
         self._call(pending)
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, request: Pending[Any] | None = None) -> None:
         with self._send_lock:
             queued = self._conn.take_outbox()
+            if request is not None:
+                self._conn.sending(request)
             try:
                 self._transport.send(queued + data if queued else data)
             except ConnectionLost as exc:
                 self._conn.connection_lost(exc)
                 raise
+
+    def _send_records(self, session_id: str, frames: Sequence[bytes]) -> None:
+        generation = self._generation
+        try:
+            with self._send_lock:
+                # Kept before they are sent: if the connection broke, the reconnect sends
+                # them.
+                keep = self._conn.keep
+                data = b"".join([keep(session_id, frame) for frame in frames])
+                if self._conn.failure is not None:
+                    raise self._conn.failure
+                queued = self._conn.take_outbox()
+                self._transport.send(queued + data if queued else data)
+        except ConnectionLost as exc:
+            self._conn.connection_lost(exc)
+            if not self._reconnecting():
+                raise
+            self._recover(generation)
+        if self._conn.full(session_id):
+            self._receive_until(lambda: not self._conn.full(session_id))
+
+    def _reconnecting(self) -> bool:
+        """Whether a broken connection is to be made again."""
+        return (
+            not self._closed
+            and self._grace > 0
+            and self.path is not None
+            and isinstance(self._conn.failure, ConnectionLost)
+            and self._conn.failure.code == ErrorCode.CONNECTION_LOST
+        )
+
+    def _ready(self) -> None:
+        """Reconnect first when the connection broke (and is to be made again)."""
+        if self._conn.failure is not None and self._reconnecting():
+            self._recover(self._generation)
+
+    def _recover(self, generation: int) -> None:
+        """Reconnect, unless another task did since ``generation``; raises the final
+        :class:`ConnectionLost` once the grace period is over."""
+        with self._send_lock:
+            if self._generation != generation or not self._reconnecting():
+                return
+            with self._receive_lock:
+                self._reconnect()
+
+    def _reconnect(self) -> None:
+        path = self.path
+        assert path is not None
+        deadline = monotonic() + self._grace
+        delay = _FIRST_RETRY
+        last: FlightlogError | None = self._conn.failure
+        self._transport.close()
+        while True:
+            try:
+                transport = SocketTransport.connect(path)
+            except ConnectError as exc:
+                last = exc
+            else:
+                try:
+                    self._replay(transport)
+                except (ConnectionLost, DaemonError) as exc:
+                    last = exc
+                    transport.close()
+                else:
+                    self._transport = transport
+                    self._generation += 1
+                    self.reconnects += 1
+                    return
+            left = deadline - monotonic()
+            if left <= 0:
+                self._generation += 1
+                raise self._conn.give_up(path, self._grace, last)
+            sleep(min(delay, left))
+            delay = min(delay * 2, _LAST_RETRY)
+
+    def _replay(self, transport: Transport) -> None:
+        """On a new connection: hello, then each session opened again, its run
+        continued and its unacknowledged records sent again."""
+        conn = self._conn
+        conn.reset()
+        self._exchange(transport, conn.hello())
+        for session_id in conn.writing():
+            try:
+                opened = self._exchange(transport, conn.reopen(session_id))
+            except DaemonError as exc:
+                if exc.code in _TRANSIENT:
+                    raise
+                conn.forget_session(session_id, exc)
+                continue
+            resume = conn.resume(session_id, opened)
+            if resume is not None:
+                self._exchange(transport, resume)
+                data = conn.replay(session_id)
+                if data:
+                    transport.send(data)
+
+    def _exchange(self, transport: Transport, pending: Pending[T]) -> T:
+        transport.send(pending.data)
+        while not self._conn.answered(pending):
+            self._conn.receive_data(transport.receive())
+        return self._conn.result(pending)
 
     def _receive_until(self, done: Callable[[], bool]) -> None:
         while not done():
@@ -380,18 +530,22 @@ class Session(_Resource):
         and the session's sticky :class:`RecordingError` after a write failed.
         """
         self.client._poll()
-        starting = self._begin_run(self.client._conn.begin_run(self.session_id))
+        starting = self._begin_run()
         return starting
 
-    def _begin_run(self, pending: Pending[RunStarted]) -> Run:
+    def _begin_run(self) -> Run:
+        self.client._ready()
+        pending = self.client._conn.begin_run(self.session_id)
         return Run(self, self.client._call(pending))
 
     def sync(self) -> int:
         """Wait until everything sent so far is durable; returns the last seq written."""
+        self.client._ready()
         return self.client._call(self.client._conn.sync(self.session_id))
 
     def load_checkpoint(self) -> Any:
         """The snapshot of the latest checkpoint, decoded by the codec, or None."""
+        self.client._ready()
         return self.client._call(self.client._conn.load_checkpoint(self.session_id))
 
     def close(self) -> None:
@@ -402,6 +556,7 @@ class Session(_Resource):
         client called on a thread that runs an event loop does not wait: it sends the
         request and returns (the daemon still syncs and releases the session).
         """
+        self.client._ready()
         pending = self.client._conn.close_session(self.session_id)
         if pending is not None:
             self.client._call_unless_loop(pending)
@@ -457,8 +612,13 @@ class Run(_Resource):
             if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
                 self._unencodable = exc
             raise
+        except ConnectionLost:
+            if not client._reconnecting():
+                raise
+            client._ready()
+            data = self._conn.record(self.session_id, self.run_id, event, time)
         if data is not None:
-            client._send(data)
+            client._send_records(self.session_id, (data,))
 
     def record_many(self, events: Iterable[Event]) -> None:
         """Record ``events`` in order, as :meth:`record` does each, with one send.
@@ -469,6 +629,7 @@ class Run(_Resource):
         client = self._client
         if monotonic_ns() >= client._poll_due:
             client._poll()
+        client._ready()
         frames: list[bytes] = []
         try:
             for event in events:
@@ -481,7 +642,7 @@ class Run(_Resource):
             raise
         finally:
             if frames:
-                client._send(b"".join(frames))
+                client._send_records(self.session_id, frames)
 
     def ref(self, execution: Execution) -> CallRef:
         """The :class:`CallRef` naming ``execution``'s call in this run."""
@@ -494,6 +655,7 @@ class Run(_Resource):
         from :meth:`record`) and the run's sticky error.
         """
         self.session.client._poll()
+        self._client._ready()
         try:
             pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
         except RecordingError as exc:
@@ -512,6 +674,7 @@ class Run(_Resource):
         not wait for durability: it sends ``run_close`` and returns.
         """
         self.session.client._poll()
+        self._client._ready()
         if self._unencodable is not None:
             lost = f"{self._unencodable.code}: {self._unencodable.message}"
             error = lost if error is None else f"{error}; {lost}"

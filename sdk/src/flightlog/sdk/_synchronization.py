@@ -1,7 +1,8 @@
 """The few primitives whose sync and async forms differ, with one surface for both.
 
 :class:`AsyncLock` and :class:`Lock` are interchangeable apart from ``async with``, so
-``_sync.py`` can be generated from ``_async.py`` by renaming.  :class:`AwaitableContext`
+``_sync.py`` can be generated from ``_async.py`` by renaming (and so can
+:func:`asleep` and :func:`sleep`).  :class:`AwaitableContext`
 lets ``aconnect()``, ``create()``, ``open()`` and ``begin_run()`` be awaited or used
 directly in ``async with``; their sync forms return the object itself.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
@@ -20,9 +22,15 @@ __all__ = [
     "AsyncLock",
     "AwaitableContext",
     "Lock",
+    "asleep",
     "async_wait_blocks_loop",
+    "sleep",
     "wait_blocks_loop",
 ]
+
+#: Waiting without holding the event loop (async) or the thread (sync).
+asleep = anyio.sleep
+sleep = time.sleep
 
 
 def async_wait_blocks_loop() -> bool:

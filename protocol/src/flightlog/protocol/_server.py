@@ -53,7 +53,7 @@ import msgspec
 from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
 from ._framing import FrameDecoder, FrameEncoder, server_decoder
 from ._json import check_json
-from ._records import AGENT_FACT_TYPES, is_time, new_id
+from ._records import AGENT_FACT_TYPES, is_session_id, is_time, new_id
 from ._state import (
     ConnectionState,
     SessionMachine,
@@ -356,7 +356,7 @@ class ServerConnection:
                 session.check(SessionOp.BEGIN_RUN)
                 _check_time(time)
                 # A resumed run keeps its id; whether it may be resumed, storage knows.
-                run_id = message.resume or new_id()
+                run_id = message.resume or _chosen_run_id(message.run_id)
                 session.begin_run(run_id)
                 return StartRun(message, run_id)
             case SaveCheckpoint(session_id=session_id, run_id=run_id, time=time):
@@ -518,6 +518,17 @@ class ServerConnection:
 
     def _queue(self, message: Message) -> None:
         self._encoder.encode_into(message, self._outbox)
+
+
+def _chosen_run_id(run_id: str | None) -> str:
+    """The client's id for a new run, or a fresh one."""
+    if run_id is None:
+        return new_id()
+    if not is_session_id(run_id):
+        raise LocalProtocolError(
+            f"run id {run_id[:40]!r} is not 32 lowercase hex digits", code=ErrorCode.BAD_MESSAGE
+        )
+    return run_id
 
 
 def _check_time(time: str) -> None:

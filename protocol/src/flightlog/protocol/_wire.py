@@ -96,14 +96,18 @@ class Open(Request, tag="open", frozen=True):
 class BeginRun(Request, tag="begin_run", frozen=True):
     """Start a run in a session this connection writes.  Reply: RunStarted.
 
-    With ``resume``, continue that run instead: it must be the session's last run, cut
-    without ``run_close`` (``SessionOpened.last_run``); the daemon writes ``run_resume``.
+    ``run_id`` is the id the client chose for the new run (32 lowercase hex digits;
+    the daemon makes one when it is None), so that a client whose connection broke
+    before the reply can find the run in the file.  With ``resume``, continue that run
+    instead: it must be the session's last run, cut without ``run_close``
+    (``SessionOpened.last_run``); the daemon writes ``run_resume``.
     """
 
     session_id: str
     time: str
     client: str = ""
     pid: int = 0
+    run_id: str | None = None
     resume: str | None = None
 
 

@@ -53,7 +53,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import msgspec
 
@@ -99,6 +99,7 @@ from flightlog.protocol import (
     Welcome,
     client_decoder,
     format_time,
+    new_id,
     now,
     utc_time,
 )
@@ -125,6 +126,9 @@ class Pending(Generic[T]):
         "data",
         "id",
         "item",
+        "kind",
+        "path",
+        "run_id",
         "session_id",
         "settled",
     )
@@ -148,7 +152,12 @@ class Pending(Generic[T]):
         self._rebuild = rebuild
         #: Whether its reply acknowledges the session's items sent before it.
         self.acks = False
-        #: The run item it is (a checkpoint), once sent; 0 for other requests.
+        #: What a reconnect must know of it: ``begin``, ``close`` (of ``run_id``),
+        #: ``checkpoint`` (the run's ``item``, once sent), or None.
+        self.kind: str | None = None
+        self.run_id: str | None = None
+        #: The path of a ``create``: retried as an open once the file exists.
+        self.path: str | None = None
         self.item = 0
         #: Its result when a reconnect found it done already (a checkpoint in the file).
         self.settled: tuple[T] | None = None
@@ -161,6 +170,7 @@ class _Writer:
         "acking",
         "checkpoint_seq",
         "frames",
+        "last_run",
         "path",
         "resumed_items",
         "run_id",
@@ -178,6 +188,7 @@ class _Writer:
         self.size = 0
         self.acking = False
         #: What the last reopen found in the file.
+        self.last_run: str | None = None
         self.resumed_items = 0
         self.checkpoint_seq: int | None = None
 
@@ -410,9 +421,11 @@ class ClientConnection:
 
     def create(self, path: str, meta: Mapping[str, Any]) -> Pending[SessionOpened]:
         """Create a session file and become its writer."""
-        return self._request(
+        pending = self._request(
             lambda id: Create(id=id, path=path, meta=dict(meta)), self._opened, SessionOpened
         )
+        pending.path = path
+        return pending
 
     def open(self, path: str) -> Pending[SessionOpened]:
         """Open an existing session file and become its writer."""
@@ -426,6 +439,7 @@ class ClientConnection:
     def begin_run(self, session_id: str) -> Pending[RunStarted]:
         """Start a run; raises the session's sticky error or a local refusal."""
         self._check(session_id, None, SessionOp.BEGIN_RUN)
+        run_id = new_id()
 
         def started(reply: RunStarted) -> RunStarted:
             session = self._sessions.get(session_id)
@@ -434,14 +448,21 @@ class ClientConnection:
                 self._writers[session_id].start(reply.run_id)
             return reply
 
-        return self._request(
+        pending = self._request(
             lambda id: BeginRun(
-                id=id, session_id=session_id, time=now(), client=self.client_name, pid=self.pid
+                id=id,
+                session_id=session_id,
+                time=now(),
+                client=self.client_name,
+                pid=self.pid,
+                run_id=run_id,
             ),
             started,
             RunStarted,
             session_id,
         )
+        pending.kind, pending.run_id = "begin", run_id
+        return pending
 
     def record(
         self, session_id: str, run_id: str, event: Event, time: datetime | str | None = None
@@ -489,7 +510,7 @@ class ClientConnection:
             session_id,
         )
         pending.acks = True
-        pending.item = -1  # numbered when sent
+        pending.kind = "checkpoint"
         return pending
 
     def close_run(self, session_id: str, run_id: str, error: str | None) -> Pending[None] | None:
@@ -528,6 +549,7 @@ class ClientConnection:
             session_id,
         )
         pending.acks = True
+        pending.kind, pending.run_id = "close", run_id
         return pending
 
     def sync(self, session_id: str) -> Pending[int]:
@@ -642,7 +664,7 @@ class ClientConnection:
         writer = self._writers.get(request.session_id or "")
         if not request.acks or writer is None:
             return
-        if request.item < 0:  # a checkpoint: an item of the run itself
+        if request.kind == "checkpoint" and not request.item:  # an item of the run
             writer.sent += 1
             request.item = writer.sent
         self._marks[request.id] = (request.session_id or "", writer.sent, False)
@@ -727,6 +749,7 @@ class ClientConnection:
         that cannot be continued any more fails, sticky.
         """
         writer = self._writers[session_id]
+        writer.last_run = opened.last_run
         writer.resumed_items = opened.last_run_items
         writer.checkpoint_seq = opened.checkpoint_seq
         run_id = writer.run_id
@@ -777,22 +800,54 @@ class ClientConnection:
     def retry(self, request: Pending[T]) -> Pending[T]:
         """``request`` again, on the new connection after a reconnect.
 
-        A checkpoint the file holds already is not written again: its result is
-        settled (``request.settled``) with the seq the file gave it.
+        What the file shows done is not done again: a checkpoint it holds is settled
+        (``request.settled``) with the seq the file gave it, a run it closed with None;
+        a run whose ``run_start`` it holds is resumed rather than started again, and a
+        ``create`` is retried as an ``open`` (the file may be the one it created).
         """
+        if request.path is not None:
+            # The file may be there already, created by the request whose reply was lost.
+            return cast("Pending[T]", self.open(request.path))
         writer = self._writers.get(request.session_id or "")
-        if (
-            request.item > 0
-            and writer is not None
-            and request.item <= writer.resumed_items
-            and writer.checkpoint_seq is not None
-        ):
-            request.settled = (writer.checkpoint_seq,)  # type: ignore[assignment]
-            return request
+        if writer is not None:
+            kind = request.kind
+            if (
+                kind == "checkpoint"
+                and request.item <= writer.resumed_items
+                and writer.checkpoint_seq is not None
+            ):
+                return _settled(request, writer.checkpoint_seq)
+            if kind == "close" and writer.last_run != request.run_id:
+                return _settled(request, None)
+            run_id = request.run_id
+            if kind == "begin" and run_id is not None and writer.last_run == run_id:
+                return self._resumed_begin(request, run_id)
         if request._rebuild is None:
             raise LocalProtocolError("this request cannot be sent again")
         again = request._rebuild()
-        again.acks, again.item = request.acks, request.item
+        again.acks, again.kind, again.run_id = request.acks, request.kind, request.run_id
+        again.item = request.item
+        return again
+
+    def _resumed_begin(self, request: Pending[T], run_id: str) -> Pending[T]:
+        session_id = request.session_id or ""
+        resumed = self._request(
+            lambda id: BeginRun(
+                id=id,
+                session_id=session_id,
+                time=now(),
+                client=self.client_name,
+                pid=self.pid,
+                resume=run_id,
+            ),
+            _same_started,
+            RunStarted,
+            session_id,
+        )
+        # The same request, resumed: its reply finishes as the begin_run's would have.
+        again = cast("Pending[T]", resumed)
+        again._finish = request._finish
+        again.kind, again.run_id = request.kind, run_id
         return again
 
     # ------------------------------------------------------------------ pushes
@@ -887,6 +942,11 @@ def _ack_seq(reply: Ack) -> int:
 
 def _ack_none(reply: Ack) -> None:
     return None
+
+
+def _settled(request: Pending[T], result: Any) -> Pending[T]:
+    request.settled = (result,)
+    return request
 
 
 def _same_opened(reply: SessionOpened) -> SessionOpened:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from flightlog.protocol import TurnStart
+from flightlog.sdk import DaemonError, connect
 from support import DaemonProcess, read_lines, wait_for
 
 from .harness import assert_every_file_sound, session_files
@@ -30,18 +34,23 @@ AGENTS = 8
 AGENT = Path(__file__).with_name("restart_agent.py")
 #: Restarts per CI run, and in the soak.
 CI_RESTARTS, SOAK_RESTARTS = 50, 500
+#: Restarts behind a socket that outlives the daemon.
+ACTIVATED_RESTARTS = 20
 
 
-def spawn_agents(socket: str, stop_file: Path, grace: float = 30.0) -> list[subprocess.Popen[str]]:
-    return [
-        subprocess.Popen(
-            [sys.executable, str(AGENT), socket, str(n), str(stop_file), str(grace)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(AGENTS)
-    ]
+def spawn_agent(
+    socket: str, agent: int, stop_file: Path, grace: float = 30.0
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(AGENT), socket, str(agent), str(stop_file), str(grace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def spawn_agents(socket: str, stop_file: Path) -> list[subprocess.Popen[str]]:
+    return [spawn_agent(socket, n, stop_file) for n in range(AGENTS)]
 
 
 def reports(agents: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
@@ -98,7 +107,7 @@ def restart_under_load(base: Path, restarts: int, how: signal.Signals, seed: int
         for agent in agents:
             if agent.poll() is None:
                 agent.kill()
-                agent.wait()
+                agent.communicate()
         daemon.stop()
     assert [report["error"] for report in done] == [None] * AGENTS
     assert_every_file_sound(daemon.root, tail_allowed=False)
@@ -119,3 +128,161 @@ def test_agents_ride_through_restarts(short_tmp: Path, how: signal.Signals) -> N
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
 def test_agents_ride_through_restarts_soak(short_tmp: Path, how: signal.Signals) -> None:
     restart_under_load(short_tmp, SOAK_RESTARTS, how, seed=int(how) + time.time_ns() % 1000)
+
+
+#: Puts the listening socket on descriptor 3 and becomes the daemon (same pid).
+_HAND_OVER = """
+import os, sys
+fd = int(sys.argv[1])
+if fd != 3:
+    os.dup2(fd, 3)
+    os.close(fd)
+os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+os.execv(sys.executable, [sys.executable, "-m", "flightlog.daemon", *sys.argv[2:]])
+"""
+
+
+class ActivatedDaemon:
+    """flightlogd on a listening socket this test holds, as systemd's socket unit does:
+    the socket is handed over as descriptor 3 (``LISTEN_FDS``), and outlives the daemon."""
+
+    def __init__(self, base: Path, listener: socket.socket) -> None:
+        self.base = base
+        self.root = base / "root"
+        self.listener = listener
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ActivatedDaemon:
+        fd = self.listener.fileno()
+        log = (self.base / f"flightlogd-{time.monotonic_ns()}.log").open("wb")
+        with log:
+            self.proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-c", _HAND_OVER, str(fd)),
+                    *("--root", str(self.root), "--socket", str(self.base / "unused.sock")),
+                ],
+                pass_fds=(fd,),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+
+def test_agents_ride_through_restarts_behind_an_activated_socket(short_tmp: Path) -> None:
+    """The listening socket outlives each daemon: the agents' connects wait in its
+    backlog for the next one instead of failing."""
+    rng = random.Random(7)
+    path = str(short_tmp / "activated.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(128)
+    stop_file = short_tmp / "stop"
+    daemon = ActivatedDaemon(short_tmp, listener).start()
+    agents = spawn_agents(path, stop_file)
+    try:
+        wait_for(lambda: len(session_files(daemon.root)) == AGENTS, timeout=60)
+        for _ in range(ACTIVATED_RESTARTS):
+            goal = written(daemon.root) + rng.randrange(0, 60_000)
+            wait_for(partial(grown, daemon.root, goal), timeout=60)
+            daemon.kill()
+            daemon = ActivatedDaemon(short_tmp, listener).start()
+        stop_file.touch()
+        done = reports(agents)
+    finally:
+        stop_file.touch()
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.communicate()
+        daemon.stop()
+        listener.close()
+    assert [report["error"] for report in done] == [None] * AGENTS
+    assert_every_file_sound(daemon.root, tail_allowed=False)
+    for report in done:
+        assert_exactly_once(daemon.root, report)
+
+
+def test_an_outage_longer_than_the_grace_raises_one_error_naming_what_was_lost(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    agent = spawn_agent(daemon.socket, 0, stop_file, grace=0.5)
+    try:
+        wait_for(partial(grown, daemon.root, 200_000), timeout=60)
+        daemon.kill()
+        # No daemon for longer than the agent's grace: it gives up and reports.
+        out, err = agent.communicate(timeout=60)
+    finally:
+        stop_file.touch()
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert agent.returncode == 0, err
+    report = json.loads(out)
+    error = report["error"]
+    assert error is not None and error.startswith("ConnectionLost: the daemon at "), report
+    assert "within 0.5 s" in error and "[daemon_unreachable]" in error, error
+    path = daemon.root / "restart" / "agent-0.jsonl"
+    match = re.search(r"may lack them: (\d+) records of run ([0-9a-f]{32}) in (\S+) \[", error)
+    if match is None:
+        # The kill found the agent waiting for a reply that acknowledged everything.
+        assert "every record sent was acknowledged" in error, error
+        lost = 0
+    else:
+        lost = int(match[1])
+        assert match[3] == str(path)
+        assert match[2] in {line["run_id"] for line in read_lines(path)}
+    # The file holds every event acknowledged, and of those never acknowledged (which
+    # the error counts) a prefix: the one record() that raised had been sent too.
+    events = [
+        line["data"]["arguments"]["i"]
+        for line in read_lines(path)
+        if line["type"] == "tool_exec_start"
+    ]
+    assert events == list(range(len(events)))
+    assert report["recorded"] - lost <= len(events) <= report["recorded"] + 1, (report, lost)
+
+
+def test_a_client_killed_holding_unacknowledged_records_leaves_a_sound_prefix(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    try:
+        agent = spawn_agent(daemon.socket, 0, stop_file)
+        wait_for(partial(grown, daemon.root, 300_000), timeout=60)
+        agent.kill()
+        agent.communicate()
+        path = daemon.root / "restart" / "agent-0.jsonl"
+        # The daemon writes what it received and releases the session; another client
+        # opens it: the cut run is interrupted, a new run records.
+        with connect(daemon.socket) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    session = client.open(str(path))
+                    break
+                except DaemonError as exc:
+                    assert exc.code == "session_busy" and time.monotonic() < deadline
+                    time.sleep(0.01)
+            assert len(session.interrupted_runs) == 1
+            with session, session.begin_run() as run:
+                run.record(TurnStart(turn_index=0))
+    finally:
+        daemon.stop()
+    assert_every_file_sound(daemon.root, tail_allowed=False)
+    lines = read_lines(path)
+    events = [line["data"]["arguments"]["i"] for line in lines if line["type"] == "tool_exec_start"]
+    assert events == list(range(len(events))) and events
+    assert lines[-2]["type"] == "turn_start"

@@ -680,7 +680,8 @@ class ClientConnection:
 
     def give_up(self, path: str, grace: float, last: FlightlogError | None) -> ConnectionLost:
         """The reconnect grace is over: fail the connection for good with one error
-        naming what was not written, and drop it (:attr:`lost` counts it)."""
+        naming the records never acknowledged, and drop them (:attr:`lost` counts them:
+        the file holds a prefix of them, perhaps none)."""
         lost = [
             f"{len(w.frames)} records of run {w.run_id} in {w.path}"
             for w in self._writers.values()
@@ -689,7 +690,11 @@ class ClientConnection:
         why = f" (last: {last.message})" if last is not None else ""
         error = ConnectionLost(
             f"the daemon at {path} could not be reached again within {grace:g} s{why}; "
-            + ("not written: " + "; ".join(lost) if lost else "every record sent was written"),
+            + (
+                "sent but never acknowledged, so the file may lack them: " + "; ".join(lost)
+                if lost
+                else "every record sent was acknowledged"
+            ),
             code=ErrorCode.DAEMON_UNREACHABLE,
         )
         self._failure = error

@@ -39,10 +39,10 @@ ACTIVATED_RESTARTS = 20
 
 
 def spawn_agent(
-    socket: str, agent: int, stop_file: Path, grace: float = 30.0
+    socket: str, agent: int, stop_file: Path, grace: float = 30.0, mode: str = "strict"
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(AGENT), socket, str(agent), str(stop_file), str(grace)],
+        [sys.executable, str(AGENT), socket, str(agent), str(stop_file), str(grace), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -286,3 +286,49 @@ def test_a_client_killed_holding_unacknowledged_records_leaves_a_sound_prefix(
     events = [line["data"]["arguments"]["i"] for line in lines if line["type"] == "tool_exec_start"]
     assert events == list(range(len(events))) and events
     assert lines[-2]["type"] == "turn_start"
+
+
+def test_best_effort_drops_past_the_grace_counts_exactly_what_is_missing_and_goes_on(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    agent = spawn_agent(daemon.socket, 0, stop_file, grace=0.5, mode="best_effort")
+    path = daemon.root / "restart" / "agent-0.jsonl"
+    try:
+        wait_for(partial(grown, daemon.root, 200_000), timeout=60)
+        daemon.kill()
+        # Past the grace the agent drops events instead of raising or waiting.
+        wait_for(Path(f"{stop_file}.dropping").exists, timeout=60)
+        daemon = DaemonProcess(short_tmp).start()
+        # Back: the agent reconnects and its run goes on.
+        wait_for(partial(grown, daemon.root, written(daemon.root) + 100_000), timeout=60)
+        stop_file.touch()
+        out, err = agent.communicate(timeout=60)
+    finally:
+        stop_file.touch()
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+        daemon.stop()
+    assert agent.returncode == 0, err
+    report = json.loads(out)
+    assert report["error"] is None, report
+    assert report["reconnects"] >= 1 and report["dropped"], report
+    # Logged once, however many were dropped.
+    assert err.count("flightlog dropped an event") == len(report["dropped"]), err
+    assert_every_file_sound(daemon.root, tail_allowed=False)
+    lines = read_lines(path)
+    events = [line["data"]["arguments"]["i"] for line in lines if line["type"] == "tool_exec_start"]
+    # In order, each at most once, and what is missing is exactly what was counted.
+    assert events == sorted(set(events))
+    assert report["recorded"] - len(events) == sum(report["dropped"].values()), report
+    # One run, resumed after the outage, and its run_close names the loss.
+    assert [line["type"] for line in lines].count("run_start") == 1
+    assert any(line["type"] == "run_resume" for line in lines)
+    close = lines[-1]
+    assert close["type"] == "run_close", close
+    dropped = sum(report["dropped"].values())
+    assert close["data"]["error"].startswith(f"{dropped} events not recorded, the first for "), (
+        close
+    )

@@ -158,7 +158,9 @@ class Recorder:
         if client is not None and not client.closed and client.failure is None:
             return client
         self._drop_client()
-        client = connect(self.socket, client_name=self.client_name)
+        # Its own problem handling stops a run at the first failure and opens the next
+        # on a new connection: the client does not also wait out a reconnect grace.
+        client = connect(self.socket, client_name=self.client_name, reconnect_grace=0)
         with self._lock:
             self._client = client
         return client

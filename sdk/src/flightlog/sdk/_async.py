@@ -19,6 +19,7 @@ acknowledged; then every waiting request is sent again (docs/reliability.md).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections import deque
@@ -56,6 +57,8 @@ __all__ = ["AsyncClient", "AsyncRun", "AsyncSession", "AsyncTail", "aconnect"]
 
 T = TypeVar("T")
 
+logger = logging.getLogger("flightlog.sdk")
+
 #: How long record() may go without looking for pushed errors: a poll is a syscall, and
 #: a burst of records needs one per millisecond, not one per record.
 _POLL_INTERVAL_NS = 1_000_000
@@ -78,6 +81,7 @@ def aconnect(
     transport: AsyncTransport | None = None,
     reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
     max_unacked: int = DEFAULT_MAX_UNACKED,
+    best_effort: bool = False,
 ) -> AwaitableContext[AsyncClient]:
     """Connect to the daemon and say hello: ``async with aconnect() as client``.
 
@@ -94,12 +98,22 @@ def aconnect(
     the bytes of records each session keeps until the daemon acknowledges them;
     ``record()`` waits while they are more.
 
+    ``best_effort`` (for integrations, where recording must never break the agent):
+    ``record()`` never raises.  An event it cannot record (a codec error, a sticky
+    error, the daemon out of reach past the grace) is dropped, counted in
+    :attr:`AsyncClient.dropped` and the run's ``dropped``, logged once per error code
+    on the ``flightlog.sdk`` logger, and named in the run's ``run_close``.  Past the
+    grace, the records not yet acknowledged are kept (within ``max_unacked``) while
+    new ones are dropped, and one attempt to reconnect is made at most once per
+    second: once the daemon is back, the runs go on, and what is missing from them is
+    exactly what was dropped.
+
     Raises :class:`DaemonNotRunning` when nothing listens on the socket,
     :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
     when the daemon refuses the hello (a protocol version it does not speak).
     """
     connecting = AsyncClient._connect(
-        path, client_name, codec, transport, reconnect_grace, max_unacked
+        path, client_name, codec, transport, reconnect_grace, max_unacked, best_effort
     )
     return AwaitableContext(connecting)
 
@@ -159,6 +173,7 @@ class AsyncClient(_AsyncResource):
         codec: Codec | None = None,
         reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
         max_unacked: int = DEFAULT_MAX_UNACKED,
+        best_effort: bool = False,
     ) -> None:
         self._transport = transport
         self._conn = ClientConnection(
@@ -178,6 +193,12 @@ class AsyncClient(_AsyncResource):
         self._generation = 0
         #: How many times the client reconnected.
         self.reconnects = 0
+        #: Whether record() never raises (see :func:`aconnect`).
+        self.best_effort = best_effort
+        #: Best effort: the events record() did not record, per error code.
+        self.dropped: dict[str, int] = {}
+        #: Best effort, after a grace ran out: the monotonic() of the next attempt.
+        self._retry_due = 0.0
 
     @classmethod
     async def _connect(
@@ -188,6 +209,7 @@ class AsyncClient(_AsyncResource):
         transport: AsyncTransport | None,
         reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
         max_unacked: int = DEFAULT_MAX_UNACKED,
+        best_effort: bool = False,
     ) -> AsyncClient:
         if transport is None:
             path = path or default_socket_path(os.environ, os.getuid())
@@ -198,6 +220,7 @@ class AsyncClient(_AsyncResource):
             codec=codec,
             reconnect_grace=reconnect_grace,
             max_unacked=max_unacked,
+            best_effort=best_effort,
         )
         try:
             await client._call(client._conn.hello())
@@ -402,14 +425,32 @@ class AsyncClient(_AsyncResource):
             await self._receive_until(lambda: not self._conn.full(session_id))
 
     def _reconnecting(self) -> bool:
-        """Whether a broken connection is to be made again."""
+        """Whether a broken connection is to be made again (now)."""
+        failure = self._conn.failure
+        if (
+            self._closed
+            or self._grace <= 0
+            or self.path is None
+            or not isinstance(failure, ConnectionLost)
+        ):
+            return False
+        if failure.code == ErrorCode.CONNECTION_LOST:
+            return True
         return (
-            not self._closed
-            and self._grace > 0
-            and self.path is not None
-            and isinstance(self._conn.failure, ConnectionLost)
-            and self._conn.failure.code == ErrorCode.CONNECTION_LOST
+            self.best_effort
+            and failure.code == ErrorCode.DAEMON_UNREACHABLE
+            and monotonic() >= self._retry_due
         )
+
+    def _dropped(self, exc: FlightlogError, count: int) -> None:
+        first = exc.code not in self.dropped
+        self.dropped[exc.code] = self.dropped.get(exc.code, 0) + count
+        if first:
+            logger.warning(
+                "flightlog dropped an event (%s); the agent goes on, this kind of problem "
+                "is logged once and counted in client.dropped and in the run's run_close",
+                exc,
+            )
 
     async def _ready(self) -> None:
         """Reconnect first when the connection broke (and is to be made again)."""
@@ -428,9 +469,11 @@ class AsyncClient(_AsyncResource):
     async def _reconnect(self) -> None:
         path = self.path
         assert path is not None
-        deadline = monotonic() + self._grace
-        delay = _FIRST_RETRY
         last: FlightlogError | None = self._conn.failure
+        # After a grace ran out (best effort), one attempt at a time.
+        grace = self._grace if last is None or last.code == ErrorCode.CONNECTION_LOST else 0
+        deadline = monotonic() + grace
+        delay = _FIRST_RETRY
         await self._transport.aclose()
         while True:
             try:
@@ -451,7 +494,8 @@ class AsyncClient(_AsyncResource):
             left = deadline - monotonic()
             if left <= 0:
                 self._generation += 1
-                raise self._conn.give_up(path, self._grace, last)
+                self._retry_due = monotonic() + _LAST_RETRY
+                raise self._conn.give_up(path, self._grace, last, keep=self.best_effort)
             await asleep(min(delay, left))
             delay = min(delay * 2, _LAST_RETRY)
 
@@ -588,6 +632,9 @@ class AsyncRun(_AsyncResource):
         self._client = session.client
         self._conn = session.client._conn
         self._unencodable: RecordingError | None = None
+        #: Best effort: the events not recorded, and why the first was not.
+        self.dropped = 0
+        self._drop_reason: str | None = None
 
     @property
     def error(self) -> RecordingError | None:
@@ -619,18 +666,38 @@ class AsyncRun(_AsyncResource):
         if monotonic_ns() >= client._poll_due:
             client._poll()
         try:
-            data = self._conn.record(self.session_id, self.run_id, event, time)
-        except RecordingError as exc:
-            if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
+            try:
+                data = self._conn.record(self.session_id, self.run_id, event, time)
+            except ConnectionLost:
+                if not client._reconnecting():
+                    raise
+                await client._ready()
+                data = self._conn.record(self.session_id, self.run_id, event, time)
+        except FlightlogError as exc:
+            if client.best_effort:
+                self._drop(exc, 1)
+                return
+            if (
+                isinstance(exc, RecordingError)
+                and exc.code == ErrorCode.CODEC_ERROR
+                and self._unencodable is None
+            ):
                 self._unencodable = exc
             raise
-        except ConnectionLost:
-            if not client._reconnecting():
-                raise
-            await client._ready()
-            data = self._conn.record(self.session_id, self.run_id, event, time)
         if data is not None:
-            await client._send_records(self.session_id, (data,))
+            try:
+                await client._send_records(self.session_id, (data,))
+            except FlightlogError:
+                # Sent or kept: a reconnect sends it again, a give-up counts it lost.
+                if not client.best_effort:
+                    raise
+
+    def _drop(self, exc: FlightlogError, count: int) -> None:
+        """Best effort: ``count`` events are not recorded; counted, kept for run_close."""
+        self.dropped += count
+        if self._drop_reason is None:
+            self._drop_reason = f"{exc.code}: {exc.message}"
+        self._client._dropped(exc, count)
 
     async def record_many(self, events: Iterable[Event]) -> None:
         """Record ``events`` in order, as :meth:`record` does each, with one send.
@@ -641,20 +708,34 @@ class AsyncRun(_AsyncResource):
         client = self._client
         if monotonic_ns() >= client._poll_due:
             client._poll()
-        await client._ready()
+        events = list(events)
         frames: list[bytes] = []
+        done = 0
         try:
+            await client._ready()
             for event in events:
                 data = self._conn.record(self.session_id, self.run_id, event, None)
                 if data is not None:
                     frames.append(data)
-        except RecordingError as exc:
-            if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
-                self._unencodable = exc
-            raise
+                done += 1
+        except FlightlogError as exc:
+            if client.best_effort:
+                self._drop(exc, len(events) - done)
+            else:
+                if (
+                    isinstance(exc, RecordingError)
+                    and exc.code == ErrorCode.CODEC_ERROR
+                    and self._unencodable is None
+                ):
+                    self._unencodable = exc
+                raise
         finally:
             if frames:
-                await client._send_records(self.session_id, frames)
+                try:
+                    await client._send_records(self.session_id, frames)
+                except FlightlogError:
+                    if not client.best_effort:
+                        raise
 
     def ref(self, execution: Execution) -> CallRef:
         """The :class:`CallRef` naming ``execution``'s call in this run."""
@@ -689,6 +770,9 @@ class AsyncRun(_AsyncResource):
         await self._client._ready()
         if self._unencodable is not None:
             lost = f"{self._unencodable.code}: {self._unencodable.message}"
+            error = lost if error is None else f"{error}; {lost}"
+        if self.dropped:
+            lost = f"{self.dropped} events not recorded, the first for {self._drop_reason}"
             error = lost if error is None else f"{error}; {lost}"
         pending = self._conn.close_run(self.session_id, self.run_id, error)
         if pending is not None:

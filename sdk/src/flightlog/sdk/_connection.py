@@ -678,10 +678,13 @@ class ClientConnection:
         """Records sent and not acknowledged, per session path."""
         return {w.path: len(w.frames) for w in self._writers.values() if w.frames}
 
-    def give_up(self, path: str, grace: float, last: FlightlogError | None) -> ConnectionLost:
-        """The reconnect grace is over: fail the connection for good with one error
-        naming the records never acknowledged, and drop them (:attr:`lost` counts them:
-        the file holds a prefix of them, perhaps none)."""
+    def give_up(
+        self, path: str, grace: float, last: FlightlogError | None, *, keep: bool = False
+    ) -> ConnectionLost:
+        """The reconnect grace is over: fail the connection with one error naming the
+        records never acknowledged, and drop them (:attr:`lost` counts them: the file
+        holds a prefix of them, perhaps none), unless ``keep``: then a later
+        :meth:`reset` and :meth:`replay` still send them."""
         lost = [
             f"{len(w.frames)} records of run {w.run_id} in {w.path}"
             for w in self._writers.values()
@@ -698,6 +701,8 @@ class ClientConnection:
             code=ErrorCode.DAEMON_UNREACHABLE,
         )
         self._failure = error
+        if keep:
+            return error
         for writer in self._writers.values():
             self.lost += len(writer.frames)
             writer.frames.clear()

@@ -82,7 +82,7 @@ __all__ = [
 ExecutionKind: TypeAlias = Literal["model", "tool", "compaction"]
 
 #: What became of a requested tool call.
-Disposition: TypeAlias = Literal["ran", "refused", "skipped", "short_circuited"]
+Disposition: TypeAlias = Literal["ran", "refused", "skipped", "short_circuited", "repaired"]
 
 
 # --- values ---------------------------------------------------------------------------
@@ -486,7 +486,8 @@ class ToolExecEnd(Event, kw_only=True, frozen=True, tag="tool_exec_end"):
 
     ``disposition`` is ``"ran"`` when the tool was invoked, otherwise ``"refused"``
     (authorization said no), ``"skipped"`` or ``"short_circuited"`` (middleware answered
-    without invoking it); ``reason`` says why.
+    without invoking it), or ``"repaired"`` (not a genuine result: the call was cut and
+    ``Session.resume(repair=True)`` wrote this error in its place); ``reason`` says why.
     """
 
     execution: Execution

@@ -98,12 +98,14 @@ class CallSummary:
 
     @property
     def status(self) -> str:
-        """``ok``, ``failed``, ``refused``/``skipped``/``short_circuited`` (tools),
+        """``ok``, ``failed``, ``refused``/``skipped``/``short_circuited``/``repaired`` (tools),
         ``retried`` (no end of its own, but a retry follows), or ``no end``."""
         if not self.ended:
             if self.kind == "compaction" and "context_compacted" in self.types:
                 return "ok"
             return "retried" if self.retried else "no end"
+        if self.disposition == "repaired":
+            return "repaired"  # not the tool's result: resume(repair=True) wrote it
         if self.error is not None:
             return "failed"
         if self.disposition not in (None, "ran"):
@@ -112,6 +114,8 @@ class CallSummary:
 
     @property
     def failed(self) -> bool:
+        if self.disposition == "repaired":
+            return False  # cut, not failed: its end is a repair's, not the tool's
         return self.error is not None or (self.retried and not self.ended)
 
     @property

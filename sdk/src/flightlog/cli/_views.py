@@ -201,11 +201,19 @@ def inspect_lines(summary: SessionSummary, path: str, style: Style) -> Iterator[
         calls = list(run.calls.values())
         models = [c for c in calls if c.kind == "model"]
         tools = [c for c in calls if c.kind == "tool"]
+        repaired = [c for c in tools if c.disposition == "repaired"]
         yield (
             f"  calls    {len(models)} model ({sum(c.failed for c in models)} failed), "
-            f"{len(tools)} tool ({sum(c.failed for c in tools)} failed), "
-            f"{len(run.retries)} retries, {run.turns} turns"
+            f"{len(tools)} tool ({sum(c.failed for c in tools)} failed"
+            + (f", {len(repaired)} repaired" if repaired else "")
+            + f"), {len(run.retries)} retries, {run.turns} turns"
         )
+        for call in repaired:
+            what = " ".join(x for x in ("tool", call.label, call.headline()) if x)
+            yield "  repaired " + style.yellow(
+                f"{what} (seq {call.first_seq}): cut without a result; the error result "
+                "after it was written by resume(repair=True), not by the tool"
+            )
         for call in run.failed_calls():
             error = call.error or call.retry_error or "failed"
             follow = _next_attempt(run, call)

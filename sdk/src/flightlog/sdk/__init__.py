@@ -33,6 +33,7 @@ from ._exceptions import (
 from ._files import check, read
 from ._memory import MemoryDaemon
 from ._models import CallRef
+from ._resume import OpenCall, Resumption
 from ._sync import Client, Run, Session, Tail, connect
 from ._transport import MockTransport, SocketTransport, Transport
 
@@ -50,9 +51,11 @@ __all__ = [
     "LocalProtocolError",
     "MemoryDaemon",
     "MockTransport",
+    "OpenCall",
     "Record",
     "RecordingError",
     "RemoteProtocolError",
+    "Resumption",
     "Run",
     "Session",
     "SocketTransport",

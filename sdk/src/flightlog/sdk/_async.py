@@ -50,6 +50,7 @@ from flightlog.protocol import (
 from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending
 from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._models import CallRef
+from ._resume import Resumption, open_calls, repair_event
 from ._synchronization import AsyncLock, AwaitableContext, asleep, async_wait_blocks_loop
 from ._transport import AsyncSocketTransport, AsyncTransport
 
@@ -577,6 +578,8 @@ class AsyncSession(_AsyncResource):
         self.meta = opened.meta
         self.last_seq = opened.last_seq
         self.interrupted_runs = opened.interrupted_runs
+        #: The file's last run when it was opened, if it has no run_close.
+        self.last_run = opened.last_run
         self.truncated_bytes = opened.truncated_bytes
 
     def begin_run(self) -> AwaitableContext[AsyncRun]:
@@ -603,6 +606,35 @@ class AsyncSession(_AsyncResource):
         """The snapshot of the latest checkpoint, decoded by the codec, or None."""
         await self.client._ready()
         return await self.client._call(self.client._conn.load_checkpoint(self.session_id))
+
+    async def resume(self, *, repair: bool = False) -> Resumption:
+        """What a restarted agent needs, in one call: the latest checkpoint, the runs
+        that were cut (no ``run_close``) and the calls left without an end.
+
+        With ``repair``, each tool call of the file's last run, when it was cut, gets a
+        ``tool_exec_end`` marked as a repair (``disposition`` ``repaired``, an error, not
+        a genuine result): the run is continued after a ``run_resume``, the repairs
+        recorded, and the run closed; so a history rebuilt from the file pairs every
+        tool call.  Calling it again repairs nothing new.  Open calls of earlier cut
+        runs, and model calls, are listed, not repaired.
+        """
+        checkpoint = await self.load_checkpoint()
+        records = [record async for record in self.client.tail(self.path)]
+        cut_runs, calls = open_calls(records)
+        last = self.last_run
+        tools = [c for c in calls if c.run_id == last and c.execution.kind == "tool"]
+        if not repair or last is None or not tools:
+            return Resumption(checkpoint, cut_runs, calls)
+        await self.client._ready()
+        pending = self.client._conn.continue_run(self.session_id, last)
+        run = AsyncRun(self, await self.client._call(pending))
+        await run.record_many([repair_event(call) for call in tools])
+        await run.aclose(
+            error=f"cut; resume(repair=True) answered {len(tools)} tool call(s) left "
+            "without a result"
+        )
+        self.last_run = None
+        return Resumption(checkpoint, cut_runs, calls, tools)
 
     async def aclose(self) -> None:
         """Sync and release the session; safe to call again.

@@ -433,8 +433,39 @@ class ClientConnection:
 
     def _opened(self, reply: SessionOpened) -> SessionOpened:
         self._sessions[reply.session_id] = SessionMachine()
-        self._writers[reply.session_id] = _Writer(reply.path)
+        writer = self._writers[reply.session_id] = _Writer(reply.path)
+        writer.last_run, writer.resumed_items = reply.last_run, reply.last_run_items
         return reply
+
+    def continue_run(self, session_id: str, run_id: str) -> Pending[RunStarted]:
+        """Continue the session's last run, cut without ``run_close`` when it was
+        opened (``SessionOpened.last_run``): ``begin_run`` with ``resume``."""
+        self._check(session_id, None, SessionOp.BEGIN_RUN)
+        writer = self._writers[session_id]
+
+        def continued(reply: RunStarted) -> RunStarted:
+            session = self._sessions.get(session_id)
+            if session is not None:
+                session.begin_run(reply.run_id)
+                writer.start(reply.run_id)
+                writer.sent = writer.resumed_items
+            return reply
+
+        pending = self._request(
+            lambda id: BeginRun(
+                id=id,
+                session_id=session_id,
+                time=now(),
+                client=self.client_name,
+                pid=self.pid,
+                resume=run_id,
+            ),
+            continued,
+            RunStarted,
+            session_id,
+        )
+        pending.kind, pending.run_id = "begin", run_id
+        return pending
 
     def begin_run(self, session_id: str) -> Pending[RunStarted]:
         """Start a run; raises the session's sticky error or a local refusal."""

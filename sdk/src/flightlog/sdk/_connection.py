@@ -437,6 +437,32 @@ class ClientConnection:
         writer.last_run, writer.resumed_items = reply.last_run, reply.last_run_items
         return reply
 
+    def _begin(
+        self,
+        session_id: str,
+        finish: Callable[[RunStarted], RunStarted],
+        *,
+        run_id: str | None = None,
+        resume: str | None = None,
+    ) -> Pending[RunStarted]:
+        """A ``begin_run``: of the new run ``run_id``, or continuing ``resume``."""
+        pending = self._request(
+            lambda id: BeginRun(
+                id=id,
+                session_id=session_id,
+                time=now(),
+                client=self.client_name,
+                pid=self.pid,
+                run_id=run_id,
+                resume=resume,
+            ),
+            finish,
+            RunStarted,
+            session_id,
+        )
+        pending.kind, pending.run_id = "begin", run_id or resume
+        return pending
+
     def continue_run(self, session_id: str, run_id: str) -> Pending[RunStarted]:
         """Continue the session's last run, cut without ``run_close`` when it was
         opened (``SessionOpened.last_run``): ``begin_run`` with ``resume``."""
@@ -451,21 +477,7 @@ class ClientConnection:
                 writer.sent = writer.resumed_items
             return reply
 
-        pending = self._request(
-            lambda id: BeginRun(
-                id=id,
-                session_id=session_id,
-                time=now(),
-                client=self.client_name,
-                pid=self.pid,
-                resume=run_id,
-            ),
-            continued,
-            RunStarted,
-            session_id,
-        )
-        pending.kind, pending.run_id = "begin", run_id
-        return pending
+        return self._begin(session_id, continued, resume=run_id)
 
     def begin_run(self, session_id: str) -> Pending[RunStarted]:
         """Start a run; raises the session's sticky error or a local refusal."""
@@ -479,21 +491,7 @@ class ClientConnection:
                 self._writers[session_id].start(reply.run_id)
             return reply
 
-        pending = self._request(
-            lambda id: BeginRun(
-                id=id,
-                session_id=session_id,
-                time=now(),
-                client=self.client_name,
-                pid=self.pid,
-                run_id=run_id,
-            ),
-            started,
-            RunStarted,
-            session_id,
-        )
-        pending.kind, pending.run_id = "begin", run_id
-        return pending
+        return self._begin(session_id, started, run_id=run_id)
 
     def record(
         self, session_id: str, run_id: str, event: Event, time: datetime | str | None = None
@@ -809,20 +807,7 @@ class ClientConnection:
                 )
             return None
         writer.acknowledged(opened.last_run_items)
-        pending = self._request(
-            lambda id: BeginRun(
-                id=id,
-                session_id=session_id,
-                time=now(),
-                client=self.client_name,
-                pid=self.pid,
-                resume=run_id,
-            ),
-            _same_started,
-            RunStarted,
-            session_id,
-        )
-        return pending
+        return self._begin(session_id, _same_started, resume=run_id)
 
     def replay(self, session_id: str) -> bytes:
         """The kept frames of the session's run the file does not hold, to send again."""
@@ -872,23 +857,10 @@ class ClientConnection:
 
     def _resumed_begin(self, request: Pending[T], run_id: str) -> Pending[T]:
         session_id = request.session_id or ""
-        resumed = self._request(
-            lambda id: BeginRun(
-                id=id,
-                session_id=session_id,
-                time=now(),
-                client=self.client_name,
-                pid=self.pid,
-                resume=run_id,
-            ),
-            _same_started,
-            RunStarted,
-            session_id,
-        )
+        resumed = self._begin(session_id, _same_started, resume=run_id)
         # The same request, resumed: its reply finishes as the begin_run's would have.
         again = cast("Pending[T]", resumed)
         again._finish = request._finish
-        again.kind, again.run_id = request.kind, run_id
         return again
 
     # ------------------------------------------------------------------ pushes

@@ -239,6 +239,9 @@ class ClientConnection:
         self._writers: dict[str, _Writer] = {}
         #: Records sent and never written: dropped when the daemon stayed out of reach.
         self.lost = 0
+        #: Set by :meth:`keep` when a session's kept frames passed ``max_unacked``: the
+        #: caller waits until :meth:`full` is false (and clears it).
+        self.backlogged = False
         #: Request id -> (session, item, background): the items its reply acknowledges.
         self._marks: dict[int, tuple[str, int, bool]] = {}
         #: The daemon's Welcome, once the handshake is done.
@@ -671,7 +674,9 @@ class ClientConnection:
         """Number the record frame ``data`` as sent and keep it until acknowledged.
 
         Returns the frames to send: ``data``, followed by a ``sync`` that does not
-        fsync once the kept frames pass half of ``max_unacked``.
+        fsync once the kept frames pass half of ``max_unacked``; sets
+        :attr:`backlogged` once they pass all of it.  Raises the connection's failure
+        (the frame kept: a reconnect sends it).
         """
         writer = self._writers.get(session_id)
         if writer is None:
@@ -679,7 +684,13 @@ class ClientConnection:
         writer.sent += 1
         writer.frames.append((writer.sent, data))
         writer.size += len(data)
-        if writer.acking or writer.size * 2 < self.max_unacked or self._failure is not None:
+        if self._failure is not None:
+            raise self._failure
+        if writer.size * 2 < self.max_unacked:
+            return data
+        if writer.size > self.max_unacked:
+            self.backlogged = True
+        if writer.acking:
             return data
         writer.acking = True
         request_id = next(self._ids)

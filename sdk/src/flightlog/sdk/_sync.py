@@ -396,24 +396,26 @@ class Client(_Resource):
                 raise
 
     def _send_records(self, session_id: str, frames: Sequence[bytes]) -> None:
+        conn = self._conn
         generation = self._generation
         try:
             with self._send_lock:
-                # Kept before they are sent: if the connection broke, the reconnect sends
-                # them.
-                keep = self._conn.keep
-                data = b"".join([keep(session_id, frame) for frame in frames])
-                if self._conn.failure is not None:
-                    raise self._conn.failure
-                queued = self._conn.take_outbox()
+                # Kept before they are sent (keep raises a broken connection's failure):
+                # the reconnect sends them.
+                if len(frames) == 1:
+                    data = conn.keep(session_id, frames[0])
+                else:
+                    data = b"".join([conn.keep(session_id, frame) for frame in frames])
+                queued = conn.take_outbox()
                 self._transport.send(queued + data if queued else data)
         except ConnectionLost as exc:
-            self._conn.connection_lost(exc)
+            conn.connection_lost(exc)
             if not self._reconnecting():
                 raise
             self._recover(generation)
-        if self._conn.full(session_id):
-            self._receive_until(lambda: not self._conn.full(session_id))
+        if conn.backlogged:
+            conn.backlogged = False
+            self._receive_until(lambda: not conn.full(session_id))
 
     def _reconnecting(self) -> bool:
         """Whether a broken connection is to be made again (now)."""

@@ -332,3 +332,27 @@ def test_best_effort_drops_past_the_grace_counts_exactly_what_is_missing_and_goe
     assert close["data"]["error"].startswith(f"{dropped} events not recorded, the first for "), (
         close
     )
+
+
+def test_unacknowledged_records_stay_within_their_bound(short_tmp: Path) -> None:
+    """A run that only records (no request acknowledges anything) keeps at most
+    ``max_unacked`` bytes: syncs that need no fsync acknowledge them as it goes."""
+    daemon = DaemonProcess(short_tmp).start()
+    bound = 64 * 1024
+    kept: list[int] = []
+    try:
+        with connect(daemon.socket, max_unacked=bound) as client:
+            session = client.create("bounded.jsonl")
+            run = session.begin_run()
+            for n in range(5000):
+                run.record(TurnStart(turn_index=n))
+                kept.append(sum(client._conn.unacknowledged_bytes().values()))
+            run.close()
+            session.close()
+    finally:
+        daemon.stop()
+    frame = 200  # a TurnStart frame is smaller
+    assert max(kept) <= bound + frame, max(kept)
+    lines = read_lines(daemon.root / "bounded.jsonl")
+    turns = [line["data"]["turn_index"] for line in lines if line["type"] == "turn_start"]
+    assert turns == list(range(5000))

@@ -714,9 +714,9 @@ class ClientConnection:
         writer = self._writers.get(session_id)
         return writer is not None and writer.size > self.max_unacked and self._failure is None
 
-    def unacknowledged(self) -> dict[str, int]:
-        """Records sent and not acknowledged, per session path."""
-        return {w.path: len(w.frames) for w in self._writers.values() if w.frames}
+    def unacknowledged_bytes(self) -> dict[str, int]:
+        """The bytes of records sent and not acknowledged, per session path."""
+        return {w.path: w.size for w in self._writers.values() if w.frames}
 
     def give_up(
         self, path: str, grace: float, last: FlightlogError | None, *, keep: bool = False

@@ -7,6 +7,7 @@ in a temporary directory.
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -232,3 +233,24 @@ __all__: Sequence[str] = [
     "run_python",
     "wait_for",
 ]
+
+
+def on_a_terminal(command: Sequence[str], env: dict[str, str]) -> bytes:
+    """What ``command`` writes to its standard output when that is a terminal (a pty)."""
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(command, stdout=terminal, stderr=subprocess.DEVNULL, env=env)
+        os.close(terminal)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the program closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=30)
+    finally:
+        os.close(controller)
+    return b"".join(chunks)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import shutil
 import signal
 import subprocess
@@ -40,7 +39,7 @@ from flightlog.protocol import (
     UserMessage,
 )
 from flightlog.sdk import connect
-from support import DaemonProcess, read_lines, wait_for
+from support import DaemonProcess, on_a_terminal, read_lines, wait_for
 
 COMMANDS = ("tail", "show", "check", "inspect", "status", "demo")
 
@@ -585,28 +584,8 @@ def test_status_without_a_daemon(short_tmp: Path) -> None:
 
 
 def _on_a_terminal(*args: str, **env: str) -> str:
-    controller, terminal = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flightlog.cli", *args],
-            stdout=terminal,
-            stderr=subprocess.DEVNULL,
-            env=_env(None, TERM="xterm", **env),
-        )
-        os.close(terminal)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # EIO: the program closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        proc.wait(timeout=30)
-    finally:
-        os.close(controller)
-    return b"".join(chunks).decode()
+    command = [sys.executable, "-m", "flightlog.cli", *args]
+    return on_a_terminal(command, _env(None, TERM="xterm", **env)).decode()
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(recorded: Recorded) -> None:

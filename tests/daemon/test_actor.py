@@ -21,9 +21,11 @@ import pytest
 from flightlog.daemon import _storage
 from flightlog.daemon._access import Access
 from flightlog.daemon._actor import SessionActor
+from flightlog.daemon._budget import ConnectionBudget, MemoryBudget
 from flightlog.daemon._channel import Channel, ThreadWrite
 from flightlog.daemon._config import Config
 from flightlog.daemon._paths import Roots
+from flightlog.daemon._peers import REQUEST_SIZE
 from flightlog.daemon._primitives import Disks, Poller
 from flightlog.daemon._sessions import Sessions
 from flightlog.daemon._tail import Tails
@@ -208,9 +210,10 @@ async def test_a_checkpoint_is_acknowledged_once_synced(
     assert ack == Ack(id=2, seq=6)  # session_start, run_start, 3 records, the checkpoint
     assert len(fsyncs.threads) > synced
     assert all(name.startswith("flightlogd disk") for name in fsyncs.threads)
-    assert writer.released == sum(len(b'{"turn_index":%d}' % n) for n in range(3)) + len(
-        b'{"turn":1}'
-    )
+    # Every byte counted for the writer is handed back: the begin_run and the
+    # checkpoint as requests, the records as their payloads.
+    records = sum(len(b'{"turn_index":%d}' % n) for n in range(3))
+    assert writer.released == records + len(b'{"turn":1}') + 2 * REQUEST_SIZE
     assert not actor.file.dirty
 
 
@@ -220,7 +223,15 @@ async def test_the_reply_leaves_from_the_disk_thread(
     fsyncs = _Fsyncs(monkeypatch)
     ours, theirs = socket.socketpair()
     with Poller() as poller:
-        channel = Channel(ours, poller, server_decoder(), read_size=65536, queue_bytes=1 << 20)
+        channel = Channel(
+            ours,
+            poller,
+            server_decoder(),
+            read_size=65536,
+            queue_bytes=1 << 20,
+            send_timeout=10,
+            budget=ConnectionBudget(MemoryBudget(1 << 30)),
+        )
         try:
             writer = _Writer(channel)
             actor = await daemon.sessions.create(writer, "b.jsonl", {})
@@ -247,7 +258,15 @@ async def test_a_hung_sync_holds_no_other_sessions_reply_on_the_same_connection(
     ours, theirs = socket.socketpair()
     gate = threading.Event()
     with Poller() as poller:
-        channel = Channel(ours, poller, server_decoder(), read_size=65536, queue_bytes=1 << 20)
+        channel = Channel(
+            ours,
+            poller,
+            server_decoder(),
+            read_size=65536,
+            queue_bytes=1 << 20,
+            send_timeout=10,
+            budget=ConnectionBudget(MemoryBudget(1 << 30)),
+        )
         try:
             writer = _Writer(channel)
             hung = await daemon.sessions.create(writer, "hung.jsonl", {})
@@ -276,7 +295,15 @@ async def test_a_failed_sync_answers_with_its_error_and_sends_nothing_early(
     fsyncs = _Fsyncs(monkeypatch)
     ours, theirs = socket.socketpair()
     with Poller() as poller:
-        channel = Channel(ours, poller, server_decoder(), read_size=65536, queue_bytes=1 << 20)
+        channel = Channel(
+            ours,
+            poller,
+            server_decoder(),
+            read_size=65536,
+            queue_bytes=1 << 20,
+            send_timeout=10,
+            budget=ConnectionBudget(MemoryBudget(1 << 30)),
+        )
         try:
             writer = _Writer(channel)
             actor = await daemon.sessions.create(writer, "c.jsonl", {})

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 import pytest
 
+from flightlog.daemon._budget import ConnectionBudget, MemoryBudget
 from flightlog.daemon._channel import Channel
 from flightlog.daemon._primitives import Poller
 from flightlog.protocol import server_decoder
@@ -33,7 +34,15 @@ async def pair() -> AsyncIterator[tuple[Channel, socket.socket]]:
     ours, theirs = socket.socketpair()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     with Poller() as poller:
-        channel = Channel(ours, poller, server_decoder(), read_size=65536, queue_bytes=1 << 24)
+        channel = Channel(
+            ours,
+            poller,
+            server_decoder(),
+            read_size=65536,
+            queue_bytes=1 << 24,
+            send_timeout=10,
+            budget=ConnectionBudget(MemoryBudget(1 << 30)),
+        )
         try:
             yield channel, theirs
         finally:

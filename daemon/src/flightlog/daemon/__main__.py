@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import grp
 import os
 import resource
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
@@ -22,10 +24,10 @@ from flightlog.protocol import FlightlogError
 from ._config import Config
 from ._fairness import PerUidLimits
 from ._logging import configure_logging
-from ._server import serve
+from ._server import SHUTDOWN_BOUND, Daemon, serve
 from ._systemd import Notifier, SystemdError, listen_fds
 
-_EPILOG = """\
+_EPILOG = f"""\
 examples:
   flightlogd                                  default socket and data root
   flightlogd --socket /tmp/fl.sock --root ~/agent-logs --allow /srv/agents
@@ -33,9 +35,15 @@ examples:
 
 Under systemd socket activation (LISTEN_FDS) the socket is inherited and --socket is
 ignored.  SIGTERM or SIGINT drains: every session is written, synced and closed, then
-the daemon exits 0; a second signal exits at once with status 2.
+the daemon exits 0; a second signal exits at once with status 2, and so does a drain
+that outlasts --shutdown-grace by more than {SHUTDOWN_BOUND:g} s.  SIGHUP is logged (there is
+nothing to reopen: logs go to stderr); SIGUSR1 and SIGUSR2 log the daemon's status.
 """
 
+
+#: Signals that drain and stop the daemon, and signals that only log a line.
+_DRAIN_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_LOG_SIGNALS: Final = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 #: The smallest and largest --max-frame-size: a frame must hold a request with a long
 #: path, and one frame is buffered whole.
@@ -226,36 +234,95 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_seconds,
         default=defaults.shutdown_grace,
         metavar="SECONDS",
-        help="how long shutdown waits for connections (default: %(default)s)",
+        help="how long shutdown waits for connections (default: %(default)s); "
+        f"shutdown ends at most {SHUTDOWN_BOUND:g} s after that",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--send-timeout",
+        type=_seconds,
+        default=defaults.send_timeout,
+        metavar="SECONDS",
+        help="give up on a client that reads none of its replies for this long "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--hello-timeout",
+        type=_seconds,
+        default=defaults.hello_timeout,
+        metavar="SECONDS",
+        help="close a connection that has not sent its hello after this long "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-buffered",
+        type=_count(4 * low_frame, 1 << 40),
+        default=None,
+        metavar="BYTES",
+        help="bytes every connection together may make the daemon hold (frames being "
+        "read, requests waiting for their session), at least four maximum frames "
+        f"(default: {defaults.max_buffered}, or four maximum frames if more)",
+    )
+    args = parser.parse_args(argv)
+    if args.max_buffered is None:
+        args.max_buffered = max(defaults.max_buffered, 4 * args.max_frame_size)
+    elif args.max_buffered < 4 * args.max_frame_size:
+        parser.error("--max-buffered must be at least 4 times --max-frame-size")
+    return args
 
 
 async def _run(config: Config) -> None:
     stop = anyio.Event()
     listeners = listen_fds()
     notifier = Notifier.from_environment()
+    log = structlog.get_logger("flightlogd")
+    daemon: Daemon | None = None
 
     async def watch_signals(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(*_DRAIN_SIGNALS, *_LOG_SIGNALS) as signals:
             task_status.started()
             async for signum in signals:
-                if stop.is_set():
-                    structlog.get_logger("flightlogd").warning(
-                        "forced_exit", signal=signal.Signals(signum).name
-                    )
+                name = signal.Signals(signum).name
+                if signum == signal.SIGHUP:
+                    log.info("signal_received", signal=name, action="none: logs go to stderr")
+                elif signum in _LOG_SIGNALS:
+                    status = daemon.status_line() if daemon is not None else "starting"
+                    log.info("signal_received", signal=name, action="status", status=status)
+                elif stop.is_set():
+                    log.warning("forced_exit", signal=name)
                     os._exit(2)
-                structlog.get_logger("flightlogd").info(
-                    "signal_received", signal=signal.Signals(signum).name
-                )
-                stop.set()
+                else:
+                    log.info("signal_received", signal=name, action="drain")
+                    _exit_after(config.shutdown_grace + SHUTDOWN_BOUND)
+                    stop.set()
 
     async with anyio.create_task_group() as tg:
         # The handlers are in place before the socket is bound: a SIGTERM that comes
         # as soon as the daemon is reachable drains it instead of killing it.
         await tg.start(watch_signals)
-        await serve(config, listeners=listeners, shutdown_trigger=stop.wait, notifier=notifier)
+        async with anyio.create_task_group() as serving:
+            daemon = await serving.start(
+                functools.partial(
+                    serve,
+                    config,
+                    listeners=listeners,
+                    shutdown_trigger=stop.wait,
+                    notifier=notifier,
+                )
+            )
         tg.cancel_scope.cancel()
+
+
+def _exit_after(seconds: float) -> None:
+    """Exit with status 2 after ``seconds``, whatever the drain still waits for (a
+    disk that hangs in fsync cannot be abandoned from the event loop)."""
+
+    def give_up() -> None:
+        structlog.get_logger("flightlogd").error("shutdown_timed_out", seconds=seconds)
+        os._exit(2)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -283,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_connections=args.max_connections,
         read_window=args.read_window,
         shutdown_grace=args.shutdown_grace,
+        send_timeout=args.send_timeout,
+        hello_timeout=args.hello_timeout,
+        max_buffered=args.max_buffered,
     )
     try:
         anyio.run(_run, config, backend="asyncio", backend_options={"use_uvloop": True})

@@ -54,9 +54,10 @@ from flightlog.protocol import (
 
 from ._batch import Batch, Reply, checkpoint_reply, error_reply, ready
 from ._channel import ThreadWrite
-from ._config import Config
+from ._config import MAX_NAME, Config
 from ._peers import Item, Peer, Registry, Release, Shutdown, Subscriber, payload_size
 from ._primitives import Disk, Mailbox
+from ._refusals import log_refusal
 from ._storage import SessionFile, StorageError
 
 __all__ = ["Item", "SessionActor"]
@@ -64,6 +65,13 @@ __all__ = ["Item", "SessionActor"]
 log = structlog.get_logger("flightlogd.session")
 
 _encode_json = msgspec.json.Encoder().encode
+
+#: Bytes of a batch written from the event loop at most; a larger one is written by
+#: a disk thread.
+_WRITE_ON_THE_LOOP = 1024 * 1024
+
+#: Bytes of loaded checkpoints a batch holds before it answers them.
+_BATCH_REPLY_BYTES = 16 * 1024 * 1024
 
 #: Items an actor takes from its mailbox at once.
 _BATCH_ITEMS = 4096
@@ -101,6 +109,7 @@ class SessionActor:
         self._registry = registry
         self._disk = disk
         self._idle_timeout = config.idle_timeout
+        self._max_line = config.max_line
         self._subscribers: set[Subscriber] = set()
         self._mailbox: Mailbox[Item] = Mailbox(config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
@@ -174,8 +183,11 @@ class SessionActor:
 
     async def _finish(self) -> None:
         self.closing = True
-        # What is left in the mailbox is dropped; later puts, and those waiting for
-        # room, fail with session_closed.
+        # What is left in the mailbox is dropped (its bytes handed back); later puts,
+        # and those waiting for room, fail with session_closed.
+        for peer, message in self._mailbox.items:
+            if peer is not None:
+                peer.release_bytes(payload_size(message))
         self._mailbox.close()
         if self.error is None:
             try:
@@ -196,7 +208,7 @@ class SessionActor:
 
     async def _process(self, items: list[Item]) -> bool:
         """Write one batch; returns True when the actor should stop."""
-        batch = Batch(self.file.last_seq + 1)
+        batch = Batch(self.file.last_seq + 1, self._max_line)
         stop = False
         index, end = 0, len(items)
         while index < end:
@@ -223,6 +235,11 @@ class SessionActor:
                 case _:
                     assert peer is not None
                     stop = await self._request(batch, peer, message) or stop
+                    if batch.reply_bytes > _BATCH_REPLY_BYTES and not stop:
+                        # Checkpoints loaded and not yet sent: answer them (waiting
+                        # for the client to read) before loading more.
+                        await self._complete(batch, False)
+                        batch = Batch(self.file.last_seq + 1, self._max_line)
         return await self._complete(batch, stop)
 
     async def _request(self, batch: Batch, peer: Peer, message: Message | StartRun) -> bool:
@@ -287,7 +304,7 @@ class SessionActor:
         data = _encode_json(
             RunStartData(
                 pid=request.pid,
-                client=request.client,
+                client=request.client[:MAX_NAME],
                 peer_pid=writer.pid,
                 uid=writer.uid,
                 gid=writer.gid,
@@ -346,6 +363,8 @@ class SessionActor:
             raise
         finally:
             self.busy = False
+        if record is not None:
+            batch.reply_bytes += len(record.data)
         return ready(checkpoint_reply(message.id, record))
 
     def _close_session(self, batch: Batch, message: CloseSession) -> Reply:
@@ -447,8 +466,9 @@ class SessionActor:
             raise self.error
 
     def _log_refusal(self, peer: Peer, what: str, error: FlightlogError) -> None:
-        self._log.warning(
-            "refused",
+        log_refusal(
+            peer,
+            self._log,
             request=what,
             code=error.code,
             reason=error.message,
@@ -478,7 +498,16 @@ class SessionActor:
             return
         offset = self.file.size
         try:
-            self.file.write(buf, count=count)
+            if len(buf) > _WRITE_ON_THE_LOOP:
+                # Megabytes: copied into the page cache by a disk thread, while the
+                # event loop serves everyone else.
+                self.busy = True
+                try:
+                    await self._disk.run(self.file.write, buf, count)
+                finally:
+                    self.busy = False
+            else:
+                self.file.write(buf, count=count)
         except StorageError as exc:
             self._fail(exc)
             return

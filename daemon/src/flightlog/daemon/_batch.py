@@ -10,8 +10,10 @@ import msgspec
 from flightlog.protocol import (
     CheckpointData,
     CheckpointLoaded,
+    ErrorCode,
     ErrorReply,
     FlightlogError,
+    LocalProtocolError,
     Message,
     Record,
     append_line,
@@ -36,21 +38,36 @@ class Batch:
     """What one batch gathers until it is written: its lines, the replies that wait
     for them, the payload bytes to hand back to each connection."""
 
-    __slots__ = ("buf", "checkpoints", "count", "first_seq", "needs_sync", "released", "replies")
+    __slots__ = (
+        "buf",
+        "checkpoints",
+        "count",
+        "first_seq",
+        "max_line",
+        "needs_sync",
+        "released",
+        "replies",
+        "reply_bytes",
+    )
 
-    def __init__(self, first_seq: int) -> None:
+    def __init__(self, first_seq: int, max_line: int) -> None:
+        self.max_line = max_line
         self.buf = bytearray()
         self.count = 0
         self.first_seq = first_seq
         self.replies: list[tuple[Peer, Reply]] = []
+        #: Bytes of the replies made already (checkpoints loaded), held until sent.
+        self.reply_bytes = 0
         self.needs_sync = False
         self.released: dict[int, tuple[Peer, int]] = {}
         # (seq, offset in buf, length) of the checkpoints, indexed once written.
         self.checkpoints: list[tuple[int, int, int]] = []
 
     def add(self, session_id: str, kind: str, time: str, data: bytes, run_id: str | None) -> int:
-        """Append a line; its seq."""
+        """Append a line; its seq.  Raises :class:`LocalProtocolError` (``bad_event``)
+        when the line would be longer than ``max_line``: no reader would read it."""
         seq = self.first_seq + self.count
+        start = len(self.buf)
         append_line(
             self.buf,
             Record(
@@ -62,6 +79,14 @@ class Batch:
                 data=msgspec.Raw(data),
             ),
         )
+        length = len(self.buf) - start
+        if length > self.max_line:
+            del self.buf[start:]
+            raise LocalProtocolError(
+                f"its {kind} line would be {length} bytes, more than the {self.max_line} "
+                "that readers of session files read",
+                code=ErrorCode.BAD_EVENT,
+            )
         self.count += 1
         return seq
 

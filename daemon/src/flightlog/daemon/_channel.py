@@ -17,6 +17,10 @@ the stream, so whatever the client sent before it went away still lands.
 A disk thread may write too (:class:`ThreadWrite`: a reply right after its fsync); a
 lock orders its write with the loop's, and nothing is written to a closed socket.
 
+A send waits for room in the queue at most ``send_timeout``: a client that takes
+nothing for that long is not read from or written to any more (:meth:`Channel._stall`),
+so nothing in the daemon waits on it without a bound.
+
 Cancellation (see :mod:`._primitives`): a cancelled :meth:`Channel.send` writes nothing
 of its message; a cancelled :meth:`Channel.wait_readable` loses no bytes.
 """
@@ -31,6 +35,7 @@ from typing import Any
 
 from flightlog.protocol import FrameDecoder
 
+from ._budget import ConnectionBudget
 from ._primitives import Poller
 
 __all__ = ["Channel", "ThreadWrite"]
@@ -47,6 +52,8 @@ class Channel:
         *,
         read_size: int,
         queue_bytes: int,
+        send_timeout: float,
+        budget: ConnectionBudget,
     ) -> None:
         sock.setblocking(False)
         self._sock = sock
@@ -55,6 +62,10 @@ class Channel:
         self._loop = asyncio.get_running_loop()
         self._decoder = decoder
         self._read_size = read_size
+        self._budget = budget
+        #: Bytes read into the decoder and charged to the budget, not yet settled.
+        self._in_decoder = 0
+        self._budget_timer: asyncio.TimerHandle | None = None
         self._reading = False
         self._held = False
         #: Whether the client sent more while its socket was held (the last hold).
@@ -69,6 +80,10 @@ class Channel:
         self.read_error: OSError | None = None
         self._queue = bytearray()
         self._queue_bytes = queue_bytes
+        self._send_timeout = send_timeout
+        #: A send waited ``send_timeout`` for room: the client reads nothing, so writing
+        #: ended (what was queued is dropped) and the read side was shut down.
+        self.stalled = False
         self._writing = False  # registered for writability
         self._room = asyncio.Event()  # set whenever the queue shrinks or ends
         self._send_lock = asyncio.Lock()
@@ -86,8 +101,41 @@ class Channel:
 
     def resume_reading(self) -> None:
         if not self._reading and not self._held and not self.read_ended and not self._closed:
+            if not self._budget.may_read():
+                self._wait_for_budget()
+                return
             self._reading = True
             self._poller.watch(self._fd, self._on_readable)
+
+    def _wait_for_budget(self) -> None:
+        """Not read until the daemon's memory budget has room; cut off if that takes
+        longer than ``send_timeout`` (whoever holds the budget then gets on)."""
+        self._budget.wait(self, self._budget_room)
+        if self._budget_timer is None:
+            self._budget_timer = self._loop.call_later(self._send_timeout, self._budget_expired)
+
+    def _budget_room(self) -> None:
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
+            self._budget_timer = None
+        self.resume_reading()
+
+    def _budget_expired(self) -> None:
+        self._budget_timer = None
+        self._budget.forget(self)
+        self._end_reading(
+            TimeoutError(
+                f"not read for {self._send_timeout:g} s: the daemon's memory budget is spent"
+            )
+        )
+
+    def settle(self) -> None:
+        """The connection took messages from the decoder: their bytes leave the budget
+        (handed to actors, they are charged again by the connection)."""
+        taken = self._in_decoder - self._decoder.buffered
+        if taken:
+            self._in_decoder -= taken
+            self._budget.discharge(taken)
 
     def _pause_reading(self) -> None:
         if self._reading:
@@ -127,8 +175,13 @@ class Channel:
         self._reads += 1
         self.bytes_read += len(data)
         self._decoder.feed(data)
+        self._in_decoder += len(data)
+        self._budget.charge(len(data))
         if self._decoder.buffered >= self._read_size:
             self._pause_reading()
+        elif not self._budget.may_read():
+            self._pause_reading()
+            self._wait_for_budget()
         self._wake()
 
     def _end_reading(self, error: OSError | None) -> None:
@@ -193,10 +246,28 @@ class Channel:
             self.write(data)
             return
         async with self._send_lock:
-            while not self.write_ended and not self._closed and not self.fits(len(data)):
-                self._room.clear()
-                await self._room.wait()
+            loop = self._loop
+            deadline = loop.time() + self._send_timeout
+            timer = loop.call_at(deadline, self._make_room)
+            try:
+                while not self.write_ended and not self._closed and not self.fits(len(data)):
+                    if loop.time() >= deadline:
+                        self._stall()
+                        return
+                    self._room.clear()
+                    await self._room.wait()
+            finally:
+                timer.cancel()
             self.write(data)
+
+    def _stall(self) -> None:
+        """The client took nothing for ``send_timeout``: give up writing to it, and
+        shut the read side, so what it sent already still lands and its later sends
+        fail instead of waiting for replies that cannot come."""
+        self.stalled = True
+        self.abandon_writing()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RD)
 
     def thread_write(self, data: bytes) -> ThreadWrite | None:
         """``data``, to be written from a disk thread (see :class:`ThreadWrite`); None
@@ -258,6 +329,11 @@ class Channel:
     def _make_room(self) -> None:
         self._room.set()
 
+    def abandon_writing(self) -> None:
+        """Drop what is queued and every later write; whoever waits to send returns."""
+        with self._write_lock:
+            self._end_writing()
+
     def _end_writing(self) -> None:
         self.write_ended = True
         self._queue.clear()
@@ -282,6 +358,11 @@ class Channel:
             self._queue.clear()
             with contextlib.suppress(OSError):
                 self._sock.close()
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
+        self._budget.forget(self)
+        self._budget.discharge(self._in_decoder)
+        self._in_decoder = 0
         self._make_room()
 
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from flightlog.protocol import DEFAULT_MAX_FRAME_SIZE, default_root, default_socket_path
+from flightlog.protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    LINE_ENVELOPE,
+    MAX_LINE_BYTES,
+    default_root,
+    default_socket_path,
+)
 
 from ._fairness import PerUidLimits
 
-__all__ = ["Config"]
+__all__ = ["LINE_ENVELOPE", "MAX_NAME", "Config"]
+
+#: Characters of a client's name kept (in the hello, in ``run_start``).
+MAX_NAME = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +49,17 @@ class Config:
     read_window: float = 0.0005
     #: Seconds shutdown waits for connections to finish before cancelling them.
     shutdown_grace: float = 10.0
+    #: Seconds a reply or push waits for room in a connection's queue of unsent bytes
+    #: before the daemon gives up on the client (it reads nothing): the connection's
+    #: writes are dropped and its read side shut, so no actor, open or shutdown waits
+    #: on it for longer.
+    send_timeout: float = 10.0
+    #: Seconds a new connection has to send its hello before it is closed.
+    hello_timeout: float = 10.0
+    #: Bytes that every connection together may make the daemon hold (frames being
+    #: read, requests waiting for their session); past it only connections holding
+    #: less than 1 MiB each are read.  At least four maximum frames.
+    max_buffered: int = 256 * 1024 * 1024
     #: Pending pushes a subscriber may have before it falls back to reading the file.
     subscriber_buffer: int = 1024
     #: Client connections served at once; more are refused with ``too_many``.  This and
@@ -51,3 +71,10 @@ class Config:
     #: What one uid other than the daemon's may take: connections, sessions written,
     #: bytes per second (``_fairness``).
     per_uid: PerUidLimits = field(default_factory=PerUidLimits)
+
+    @property
+    def max_line(self) -> int:
+        """The longest line the daemon writes, and the longest its tails read: what a
+        maximum frame's payload makes with its envelope, and never more than every
+        reader of the files reads (``MAX_LINE_BYTES``)."""
+        return min(self.max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES)

@@ -23,6 +23,7 @@ client has already sent.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import struct
@@ -31,11 +32,13 @@ from collections.abc import Callable
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup
 
 from flightlog.protocol import (
     CloseRun,
     CloseSession,
     ConnectionClosed,
+    ConnectionState,
     Create,
     FlightlogError,
     LoadCheckpoint,
@@ -52,15 +55,18 @@ from flightlog.protocol import (
     Subscribe,
     Sync,
     Unsubscribe,
+    check_payload,
 )
 
 from ._access import peer_groups
 from ._actor import SessionActor
+from ._budget import ConnectionBudget, MemoryBudget
 from ._channel import Channel, ThreadWrite
 from ._config import Config
 from ._fairness import UidShare
-from ._peers import Release, payload_size
+from ._peers import LARGE_PAYLOAD, Release, payload_size
 from ._primitives import Poller
+from ._refusals import log_dropped, log_refusal
 from ._sessions import Sessions
 from ._tail import Tails
 
@@ -73,6 +79,14 @@ _READ_SIZE = 256 * 1024
 _OUTBOX_BYTES = 8 * 1024 * 1024
 #: Read windows after a client's last request during which it is read at once.
 _QUIET_WINDOWS = 40
+#: Seconds an abandoned connection (shutdown) waits to hand its sessions back.
+_RELEASE_BOUND = 1.0
+#: The largest frame read before the hello (a hello is a few hundred bytes).
+_HELLO_FRAME_SIZE = 64 * 1024
+
+
+async def _check_off_the_loop(data: bytes, what: str) -> None:
+    await anyio.to_thread.run_sync(check_payload, data, what)
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -105,6 +119,7 @@ class Connection:
         server: tuple[int, str],
         status: Callable[[int, Connection], StatusReply],
         share: UidShare,
+        budget: MemoryBudget,
     ) -> None:
         self.number = number
         self.pid, self.uid, self.gid = peer_credentials(sock)
@@ -126,16 +141,30 @@ class Connection:
             server=name,
             written_elsewhere=lambda session_id: sessions.is_open(session_id, self),
             refused=self._log_refusal,
+            max_line=config.max_line,
+            check_inline=LARGE_PAYLOAD,
+            hello_frame_size=_HELLO_FRAME_SIZE,
         )
+        self._budget = ConnectionBudget(budget)
         self._channel = Channel(
-            sock, poller, self._server.decoder, read_size=_READ_SIZE, queue_bytes=_OUTBOX_BYTES
+            sock,
+            poller,
+            self._server.decoder,
+            read_size=_READ_SIZE,
+            queue_bytes=_OUTBOX_BYTES,
+            send_timeout=config.send_timeout,
+            budget=self._budget,
         )
         self._inflight = 0
         self._requests_seen = False  # in the frames handled since the last read
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
+        #: Creates and opens that wait for another connection (see _route).
+        self._waits: TaskGroup
         self._stopping = False
+        self._abandoned = False
+        self._cut_off = False
         self.log = log.bind(conn=number, pid=self.pid, uid=self.uid)
 
     # ------------------------------------------------------------ Peer protocol
@@ -143,7 +172,7 @@ class Connection:
     async def send(self, message: Message) -> None:
         """Send a reply; waits while the queue of unsent replies is full (in bytes).
         Dropped once the client cannot be written to: nobody is left to tell."""
-        await self._channel.send(self._server.encode(message))
+        await self._sent(self._server.encode(message))
 
     def refuse(self, record: RecordEvent, error: FlightlogError) -> None:
         self._server.refuse(record, error)
@@ -158,6 +187,7 @@ class Connection:
 
     def release_bytes(self, count: int) -> None:
         self._inflight -= count
+        self._budget.discharge(count)
         if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
 
@@ -174,19 +204,27 @@ class Connection:
     async def serve(self) -> None:
         """Serve until the client hangs up, breaks the protocol, or the daemon stops."""
         self.log.info("connection_opened")
+        late = asyncio.get_running_loop().call_later(self._config.hello_timeout, self._hello_late)
         try:
-            with self._read_scope:
-                await self._read_loop()
+            async with anyio.create_task_group() as self._waits:
+                with self._read_scope:
+                    await self._read_loop()
         finally:
+            late.cancel()
             self.closed = True
             try:
-                with anyio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True) as release:
+                    if self._abandoned:
+                        # The daemon stops: an actor that cannot take the release
+                        # (its disk hangs) is told to stop by shutdown instead.
+                        release.deadline = anyio.current_time() + _RELEASE_BOUND
                     await self._release_all()
                 # Let the replies queued go out, but not forever.
                 with anyio.move_on_after(5):
                     await self._channel.flush()
             finally:
                 self._channel.close()
+                log_dropped(self, self.log)
                 self.log.info("connection_closed")
 
     def stop(self) -> None:
@@ -201,6 +239,19 @@ class Connection:
             self._channel.shutdown_read()
         except OSError:
             self._read_scope.cancel()
+
+    def _hello_late(self) -> None:
+        if self._server.state is ConnectionState.AWAIT_HELLO:
+            self.log.warning("hello_timeout", seconds=self._config.hello_timeout)
+            self._read_scope.cancel()
+
+    def abandon(self) -> None:
+        """Give up on the client (shutdown, after the grace period): what is queued
+        for it is dropped, and every send to it, waiting or to come, returns at once,
+        so no actor waits for a client that does not read."""
+        self.stop()
+        self._abandoned = True
+        self._channel.abandon_writing()
 
     async def _read_loop(self) -> None:
         channel = self._channel
@@ -244,11 +295,14 @@ class Connection:
         server, actors = self._server, self.sessions
         for event in server.events:
             if type(event) is RecordEvent:
+                if len(event.data) > LARGE_PAYLOAD and not await self._checked(event):
+                    continue
                 # The hot path: a record the rules let through, into a mailbox with
                 # room (counted until written, as in _hand_to).
                 actor = actors[event.session_id]
                 if actor.offer(self, event):
                     self._inflight += len(event.data)
+                    self._budget.charge(len(event.data))
                     continue
                 try:
                     await self._hand_to(actor, event)
@@ -259,6 +313,7 @@ class Connection:
             # What the rules answered themselves (the welcome, refusals) goes first.
             await self._flush()
             if event is None:
+                self._channel.settle()
                 return True
             if isinstance(event, ConnectionClosed):
                 return False
@@ -278,32 +333,75 @@ class Connection:
             if not self.client and self._server.client:
                 self.client = self._server.client
                 self.log = self.log.bind(client=self.client)
-            await self._channel.send(data)
+            await self._sent(data)
+
+    async def _sent(self, data: bytes) -> None:
+        """Send bytes, waiting for room; a client that leaves them unread for
+        ``send_timeout`` seconds is cut off."""
+        channel = self._channel
+        await channel.send(data)
+        if channel.stalled and not self._cut_off:
+            self._cut_off = self._stopping = True
+            self.log.warning(
+                "client_not_reading",
+                seconds=self._config.send_timeout,
+                reason="a reply waited that long for the client to read: cut off",
+            )
+
+    async def _checked(self, record: RecordEvent) -> bool:
+        """Whether a record's large data is JSON a reader reads back, checked in a
+        worker thread (the event loop goes on meanwhile); if not, it is refused."""
+        try:
+            await _check_off_the_loop(record.data, "record data")
+        except FlightlogError as exc:
+            self.refuse(record, exc)
+            return False
+        return True
 
     def _log_refusal(self, exc: FlightlogError) -> None:
-        self.log.warning("refused", code=exc.code, reason=exc.message)
+        log_refusal(self, self.log, code=exc.code, reason=exc.message)
 
     async def _route(self, event: ServerEvent) -> None:
         match event:
             case StartRun(request=request):
                 await self._hand_to(self.sessions[request.session_id], event)
-            case SaveCheckpoint() | CloseRun() | Sync() | LoadCheckpoint():
+            case SaveCheckpoint():
+                if len(event.snapshot) > LARGE_PAYLOAD:
+                    await _check_off_the_loop(event.snapshot, "checkpoint snapshot")
+                await self._hand_to(self.sessions[event.session_id], event)
+            case CloseRun() | Sync() | LoadCheckpoint():
                 await self._hand_to(self.sessions[event.session_id], event)
             case CloseSession():
                 await self._hand_to(self.sessions.pop(event.session_id), event)
-            case Create():
+            case Create() | Open():
                 self._share.check_session()
-                actor = await self._registry.create(self, event.path, dict(event.meta))
-                await self._opened(event.id, actor)
-            case Open():
-                self._share.check_session()
-                await self._opened(event.id, await self._registry.open(self, event.path))
+                if self._registry.must_wait(self, event.path):
+                    # It waits for another connection: answered when done, while this
+                    # connection's other sessions go on.
+                    self._waits.start_soon(self._claim, event)
+                else:
+                    await self._claim(event)
             case Status():
                 await self.send(self._status(event.id, self))
             case Subscribe():
                 await self._tails.subscribe(self, event, self._registry.live)
             case Unsubscribe():
                 await self._tails.unsubscribe(self, event)
+
+    async def _claim(self, message: Create | Open) -> None:
+        """Create or open a session and answer with it."""
+        registry = self._registry
+        try:
+            if isinstance(message, Create):
+                actor = await registry.create(self, message.path, dict(message.meta))
+            else:
+                actor = await registry.open(self, message.path)
+        except FlightlogError as exc:
+            self._log_refusal(exc)
+            self._server.refuse(message, exc)
+            await self._flush()
+            return
+        await self._opened(message.id, actor)
 
     async def _opened(self, request_id: int, actor: SessionActor) -> None:
         self.sessions[actor.session_id] = actor
@@ -327,6 +425,7 @@ class Connection:
         # Counted until the actor has written it: what makes reading stop.
         size = payload_size(event)
         self._inflight += size
+        self._budget.charge(size)
         try:
             await actor.put(self, event)
         except BaseException:

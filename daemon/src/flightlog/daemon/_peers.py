@@ -11,11 +11,27 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
-from flightlog.protocol import FlightlogError, Message, RecordEvent, SaveCheckpoint, StartRun
+from flightlog.protocol import (
+    CloseRun,
+    FlightlogError,
+    Message,
+    RecordEvent,
+    SaveCheckpoint,
+    StartRun,
+)
 
 from ._channel import ThreadWrite
 
-__all__ = ["Item", "Peer", "Registry", "Release", "Shutdown", "Subscriber", "payload_size"]
+__all__ = [
+    "LARGE_PAYLOAD",
+    "Item",
+    "Peer",
+    "Registry",
+    "Release",
+    "Shutdown",
+    "Subscriber",
+    "payload_size",
+]
 
 Actor = TypeVar("Actor", contravariant=True)
 
@@ -92,10 +108,28 @@ class Shutdown(msgspec.Struct, frozen=True):
 Item = tuple["Peer | None", Message | StartRun | Release | Shutdown]
 
 
+#: Payloads (record data, checkpoint snapshots) longer than this are checked by the
+#: connection in a worker thread (the server connection checks only the shorter
+#: ones): checking megabytes on the event loop would stall every client.
+LARGE_PAYLOAD = 64 * 1024
+
+#: What a request handed to an actor is counted as, beyond its long fields.
+REQUEST_SIZE = 256
+
+
 def payload_size(message: object) -> int:
-    """Bytes of JSON payload a message carries: what a connection's buffer counts."""
+    """Bytes a message handed to an actor is counted as until it is written: what a
+    connection's buffer and the daemon's memory budget count.  A record counts its
+    JSON payload; a request its long fields and :data:`REQUEST_SIZE`; what the
+    daemon tells an actor itself (release, shutdown) nothing."""
     if isinstance(message, RecordEvent):
         return len(message.data)
     if isinstance(message, SaveCheckpoint):
-        return len(message.snapshot)
-    return 0
+        return REQUEST_SIZE + len(message.snapshot)
+    if isinstance(message, CloseRun):
+        return REQUEST_SIZE + len(message.error or "")
+    if isinstance(message, StartRun):
+        return REQUEST_SIZE + len(message.request.client)
+    if isinstance(message, (Release, Shutdown)):
+        return 0
+    return REQUEST_SIZE

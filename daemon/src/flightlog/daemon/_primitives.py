@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-__all__ = ["DISK_THREADS", "Disk", "Disks", "Mailbox", "Poller", "TimerFd"]
+__all__ = ["DISK_THREADS", "READER_THREADS", "Disk", "Disks", "Mailbox", "Poller", "TimerFd"]
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -139,6 +139,8 @@ def _wake(future: asyncio.Future[None]) -> None:
 #: one root may use at once.  A disk that hangs holds at most these; the sessions under
 #: every other root go on (a single pool would be exhausted by the hung disk's fsyncs).
 DISK_THREADS = 16
+#: Threads the tails of one root may read with at once, apart from the writers' ones.
+READER_THREADS = 4
 
 #: Seconds a thread with nothing to do waits for a job before it exits.
 IDLE_SECONDS = 10.0
@@ -249,15 +251,27 @@ def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
 
 
 class Disks:
-    """The :class:`Disk` of each data root, made on first use."""
+    """The :class:`Disk` of each data root, made on first use, and apart from it the
+    root's threads for tails' reads: a writer's fsync never waits behind a reader."""
 
     def __init__(self) -> None:
         self._disks: dict[str, Disk] = {}
+        self._readers: dict[str, Disk] = {}
 
     def __call__(self, root: str) -> Disk:
+        """The threads of the root's writers: create, open, write, fsync."""
         disk = self._disks.get(root)
         if disk is None:
             disk = self._disks[root] = Disk(root, anyio.CapacityLimiter(DISK_THREADS))
+        return disk
+
+    def reader(self, root: str) -> Disk:
+        """The threads of the root's tails, :data:`READER_THREADS` at most."""
+        disk = self._readers.get(root)
+        if disk is None:
+            disk = self._readers[root] = Disk(
+                f"{root} (tails)", anyio.CapacityLimiter(READER_THREADS)
+            )
         return disk
 
 

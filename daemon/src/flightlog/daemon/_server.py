@@ -30,20 +30,27 @@ from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, 
 from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
 
 from ._access import Access, Who
+from ._budget import MemoryBudget
 from ._config import Config
 from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
 from ._paths import Roots
-from ._primitives import DISK_THREADS, Disks, Poller
+from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
 from ._tail import Tails
 
-__all__ = ["AlreadyRunning", "Daemon", "serve"]
+__all__ = ["SHUTDOWN_BOUND", "AlreadyRunning", "Daemon", "serve"]
 
 log = structlog.get_logger("flightlogd")
 
 _STATUS_INTERVAL = 5.0
+
+#: Seconds the sessions get, once the connections are gone, to write, sync and close.
+FINAL_SYNC_BOUND = 10.0
+#: Seconds past ``--shutdown-grace`` after which the process exits whatever is left:
+#: the sessions' bound, and the connections' hand-back and the last log lines.
+SHUTDOWN_BOUND = FINAL_SYNC_BOUND + 5.0
 
 #: accept() errors that pass: out of descriptors or memory for now, or a peer that
 #: went away before it was accepted.
@@ -97,6 +104,8 @@ class Daemon:
         self.fairness = fairness
         self.socket_paths = socket_paths
         self.connections: set[Connection] = set()
+        #: What every connection together makes the daemon hold.
+        self.budget = MemoryBudget(config.max_buffered)
         self._numbers = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -162,6 +171,7 @@ class Daemon:
             server=(self.pid, f"flightlogd {self.version}"),
             status=self.status,
             share=share,
+            budget=self.budget,
         )
         self.connections.add(conn)
         self.fairness.join(share, conn)
@@ -225,6 +235,8 @@ class Daemon:
                 await self._idle.wait()
         if self.connections:
             log.warning("connections_cancelled", connections=len(self.connections))
+            for conn in list(self.connections):
+                conn.abandon()
         else:
             log.info("connections_closed")
         conns_tg.cancel_scope.cancel()
@@ -291,8 +303,16 @@ async def serve(
                         notifier.stopping("draining sessions")
                     await daemon._drain(conns_tg)
                 log.info("sessions_closing", sessions=len(sessions.by_path))
-                with anyio.CancelScope(shield=True), anyio.move_on_after(config.shutdown_grace):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_SYNC_BOUND):
                     await sessions.shutdown()
+                if sessions.by_path:
+                    # Their disks hang (or take longer than the bound): say which
+                    # sessions may miss what was written since their last sync.
+                    log.error(
+                        "sessions_not_synced",
+                        paths=sorted(sessions.by_path),
+                        seconds=FINAL_SYNC_BOUND,
+                    )
                 actors_tg.cancel_scope.cancel()
         log.info("stopped")
 
@@ -306,7 +326,7 @@ def _fit_descriptors(config: Config, roots: int) -> Config:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return config
-    room = soft - (64 + 3 * DISK_THREADS * roots)
+    room = soft - (64 + 3 * (DISK_THREADS + READER_THREADS) * roots)
     files = max(1, min(config.max_open_files, room // 2))
     connections = max(1, min(config.max_connections, room - files))
     if (files, connections) == (config.max_open_files, config.max_connections):

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from typing import Any, Protocol
 
 import anyio
+import msgspec
 import structlog
 from anyio.abc import TaskGroup
 
@@ -30,7 +31,7 @@ from flightlog.protocol import (
 
 from ._access import Access, Who
 from ._actor import SessionActor
-from ._config import Config
+from ._config import LINE_ENVELOPE, Config
 from ._paths import ResolvedPath, Roots
 from ._peers import Peer, Shutdown
 from ._primitives import DISK_THREADS, Disks
@@ -39,6 +40,12 @@ from ._storage import SessionFile
 __all__ = ["DISK_THREADS", "Sessions", "Watcher"]
 
 log = structlog.get_logger("flightlogd.sessions")
+
+_encode_json = msgspec.json.Encoder().encode
+
+#: Seconds an open waits for the session's previous writer to be done with it (its
+#: close written, synced and answered) before it is refused with ``session_busy``.
+PREVIOUS_WRITER_WAIT = 30.0
 
 
 class Watcher(Protocol):
@@ -109,6 +116,17 @@ class Sessions:
         ``session_exists`` or ``write_failed``.
         """
         resolved = self._writable(peer, path)
+        try:
+            size = len(_encode_json(meta))
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError, RecursionError):
+            size = 0  # not JSON at all: the file's own check refuses it, naming why
+        if size > self.config.max_line - LINE_ENVELOPE:
+            raise LocalProtocolError(
+                f"meta of {size} bytes (as JSON) is more than the "
+                f"{self.config.max_line - LINE_ENVELOPE} that fit in a line readers of "
+                "session files read",
+                code=ErrorCode.BAD_MESSAGE,
+            )
         async with self._claiming(resolved.path):
             if resolved.path in self.by_path:
                 raise _exists(resolved.path)
@@ -138,22 +156,23 @@ class Sessions:
         ``session_corrupt`` (the reader's error, naming the line).
         """
         resolved = self._writable(peer, path)
+        deadline = anyio.current_time() + PREVIOUS_WRITER_WAIT
         async with self._claiming(resolved.path):
             while (actor := self.by_path.get(resolved.path)) is not None:
-                if actor.closing:
-                    await actor.finished.wait()
-                    continue
                 writer = actor.writer
-                if writer is None:
-                    actor.claim(peer)
-                    self._log_claim(actor, peer)
-                    return actor
-                if not writer.closed:
-                    raise _busy(resolved.path, writer)
-                # The writer is gone; its actor is still writing what it sent.
-                with anyio.move_on_after(30):
-                    await actor.released.wait()
-                if not actor.released.is_set():
+                if not actor.closing:
+                    if writer is None:
+                        actor.claim(peer)
+                        self._log_claim(actor, peer)
+                        return actor
+                    if not writer.closed:
+                        raise _busy(resolved.path, writer)
+                # The writer closed the session or went away; its actor is still
+                # writing what it sent (its replies wait at most --send-timeout).
+                done = actor.finished if actor.closing else actor.released
+                with anyio.move_on_after(deadline - anyio.current_time()):
+                    await done.wait()
+                if not done.is_set():
                     raise _busy(resolved.path, writer)
             try:
                 file = await self._disks(resolved.root).run(SessionFile.open, self.roots, resolved)
@@ -176,6 +195,19 @@ class Sessions:
         resolved = self.access.resolve(peer, path)
         self.access.check_write(peer, resolved)
         return resolved
+
+    def must_wait(self, peer: Peer, path: str) -> bool:
+        """Whether a create or open of ``path`` would wait for another connection: for
+        the previous writer's actor to finish, or for another create or open of it."""
+        try:
+            resolved = self.access.resolve(peer, path)
+        except FlightlogError:
+            return False
+        actor = self.by_path.get(resolved.path)
+        return resolved.path in self._opening or (
+            actor is not None
+            and (actor.closing or (actor.writer is not None and actor.writer.closed))
+        )
 
     def _claiming(self, path: str) -> _PathClaim:
         return _PathClaim(self._opening, path)
@@ -285,12 +317,17 @@ class Sessions:
 
     async def shutdown(self) -> None:
         """Tell every actor to write, sync and close, and wait for them."""
-        actors = list(self.by_path.values())
-        for actor in actors:
-            with contextlib.suppress(FlightlogError):
-                await actor.put(None, Shutdown())
-        for actor in actors:
-            await actor.finished.wait()
+        async with anyio.create_task_group() as task_group:
+            for actor in list(self.by_path.values()):
+                # Each on its own: one actor stuck on its disk, its mailbox full, must
+                # not keep the others from being told.
+                task_group.start_soon(_shut_down, actor)
+
+
+async def _shut_down(actor: SessionActor) -> None:
+    with contextlib.suppress(FlightlogError):
+        await actor.put(None, Shutdown())
+    await actor.finished.wait()
 
 
 class _PathClaim:

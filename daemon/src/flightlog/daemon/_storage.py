@@ -153,15 +153,23 @@ class SessionFile:
                 f"meta cannot be written as JSON a reader accepts: {exc.reason}",
                 code=ErrorCode.BAD_MESSAGE,
             ) from None
+        # What a reader will find: JSON writes every key as a string, so two keys that
+        # write alike (1 and "1") would make a duplicate key; the reply echoes this.
+        written = msgspec.json.decode(start)["meta"]
+        if _entries(written) != _entries(meta):
+            raise LocalProtocolError(
+                'meta has keys that JSON writes alike (such as 1 and "1")',
+                code=ErrorCode.BAD_MESSAGE,
+            )
         session = cls(
-            roots=roots, resolved=resolved, session_id=session_id, meta=meta, created_line=line
+            roots=roots, resolved=resolved, session_id=session_id, meta=written, created_line=line
         )
 
         def fill(fd: int) -> None:
             session.fd = fd
             session.ident = _ident(fd)
             session.write(line, count=1)
-            session.sync()
+            session._fsync(fd)  # it has no name yet: linked once synced
 
         try:
             fd = roots.create_file(resolved, fill)
@@ -241,13 +249,14 @@ class SessionFile:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, data: bytes | bytearray, *, count: int) -> None:
+    def write(self, data: bytes | bytearray, count: int) -> None:
         """Append ``data`` (``count`` complete lines) with as few ``write`` calls as the
         kernel allows.  Raises :class:`StorageError`; a failure is final, and the
         lines before the failure point may be on disk with a torn last line, which
         readers ignore and the next open truncates.
         """
         fd = self.ensure_open()
+        self._check_size(fd, "write")
         view = memoryview(data)
         written = 0
         try:
@@ -276,6 +285,11 @@ class SessionFile:
         if not self.dirty:
             return
         fd = self.ensure_open()
+        # What is synced is acknowledged: it must be the file at the session's path.
+        self._check_in_place(fd, "fsync")
+        self._fsync(fd)
+
+    def _fsync(self, fd: int) -> None:
         try:
             _os_fsync(fd)
         except OSError as exc:
@@ -288,10 +302,45 @@ class SessionFile:
         if ref is None:
             return None
         fd = self.ensure_open()
+        self._check_in_place(fd, "reading a checkpoint")
         line = os.pread(fd, ref.length, ref.offset)
-        record = msgspec.json.decode(line, type=Record)
-        assert record.seq == ref.seq, "checkpoint index out of step with the file"
+        try:
+            record = msgspec.json.decode(line, type=Record)
+        except msgspec.DecodeError:
+            record = None
+        if record is None or record.seq != ref.seq:
+            raise StorageError(
+                self.path, "reading a checkpoint", "the file changed outside flightlogd"
+            )
         return record
+
+    def _check_size(self, fd: int, what: str) -> None:
+        """Raise :class:`StorageError` unless the file holds exactly what was written
+        to it: truncated, or appended to by someone else, it is not the session's."""
+        try:
+            size = os.fstat(fd).st_size
+        except OSError as exc:
+            raise StorageError(self.path, what, exc) from None
+        if size != self.size:
+            raise StorageError(
+                self.path,
+                what,
+                f"the file is {size} bytes long where flightlogd wrote {self.size}: "
+                "it was truncated or written outside flightlogd",
+            )
+
+    def _check_in_place(self, fd: int, what: str) -> None:
+        """:meth:`_check_size`, and the file is still the one at the session's path (not
+        renamed over, moved or removed)."""
+        self._check_size(fd, what)
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self.ident:
+            raise StorageError(
+                self.path, what, "the file at the session's path was replaced or removed"
+            )
 
     def note_checkpoint(self, seq: int, offset: int, length: int) -> None:
         self.checkpoint = CheckpointRef(seq, offset, length)
@@ -336,26 +385,40 @@ class SessionFile:
                 os.close(fd)
 
 
-def read_on(fd: int, reader: LineReader, *, to_the_end: bool) -> Iterator[Record]:
+def read_on(
+    fd: int, reader: LineReader, *, to_the_end: bool, limit: int | None = None
+) -> Iterator[Record]:
     """Feed ``reader`` the file at ``fd`` from its ``position`` on and yield its records
     (blocking).  At the end of the file, with ``to_the_end`` the input is over (an
     unfinished tail is set aside); without, the reader waits there for more, to be
-    read on later.  Raises the reader's :class:`FileFormatError` and :class:`OSError`.
+    read on later.  With a ``limit``, it stops once it has read that many bytes (to be
+    read on later).  Raises the reader's :class:`FileFormatError` and :class:`OSError`.
     """
+    read = 0
     while True:
         item = reader.next()
         if isinstance(item, Record):
             yield item
             continue
-        if item is ReadState.END_OF_FILE:
+        if item is ReadState.END_OF_FILE or (limit is not None and read >= limit):
             return
         data = os.pread(fd, _READ_BYTES, reader.position)
+        read += len(data)
         if data:
             reader.feed(data)
         elif to_the_end:
             reader.feed_eof()
         else:
             return
+
+
+def _entries(value: object) -> int:
+    """The keys of every object in ``value``, nested ones too."""
+    if isinstance(value, dict):
+        return len(value) + sum(_entries(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_entries(item) for item in value)
+    return 0
 
 
 def _lock(fd: int, path: str) -> None:

@@ -48,12 +48,14 @@ __all__ = ["TailPeer", "Tails"]
 log = structlog.get_logger("flightlogd.tail")
 
 _BATCH_BYTES = 256 * 1024
-#: Bytes of live records a subscriber buffers before it falls back to the file.
+#: Bytes of the file one step of a catch-up reads at most, lines or not: a file of
+#: holes or of no newlines holds a disk thread for one step at a time.
+_STEP_BYTES = 4 * 1024 * 1024
+#: Bytes of live records a subscriber buffers before it falls back to the file (with
+#: room for two of the longest lines beyond it).
 _LIVE_BYTES = 4 * 1024 * 1024
 #: Bytes of live records all the subscriptions of one connection buffer at most.
 _CONNECTION_LIVE_BYTES = 16 * 1024 * 1024
-#: What a line adds to the payload of the largest frame: its envelope.
-_LINE_OVERHEAD = 64 * 1024
 
 
 class _Head(msgspec.Struct):
@@ -123,7 +125,9 @@ class Subscription:
         self.scope = anyio.CancelScope()
         self.actor: SessionActor | None = None
         self._buffer_items = config.subscriber_buffer
-        self._max_line = config.max_frame_size + _LINE_OVERHEAD
+        self._max_line = config.max_line
+        self._live_limit = _LIVE_BYTES + 2 * config.max_line
+        self._shared_limit = _CONNECTION_LIVE_BYTES + 2 * config.max_line
         self._roots = roots
         self._disks = disks
         self._on_end = on_end
@@ -142,10 +146,15 @@ class Subscription:
     ) -> None:
         if self._readable is not None and not self._readable(path):
             return
-        if (
+        # A subscriber with nothing buffered keeps up: it takes a chunk of any size (the
+        # actor's one copy, shared by every subscriber, costs nothing more); and each
+        # buffer has room for two of the longest lines beyond its own size, so that a
+        # record as large as a frame, the next one written before the subscriber has
+        # sent the first, is not falling behind either.
+        if self.live and (
             len(self.live) >= self._buffer_items
-            or self.live_bytes + len(chunk) > _LIVE_BYTES
-            or self.shared.live_bytes + len(chunk) > _CONNECTION_LIVE_BYTES
+            or self.live_bytes + len(chunk) > self._live_limit
+            or self.shared.live_bytes + len(chunk) > self._shared_limit
         ):
             # Fallen behind: forget the buffer, the file has it all.
             self._clear_live()
@@ -236,17 +245,18 @@ class Subscription:
     async def _catch_up(self) -> None:
         assert self.resolved is not None
         reader = _FileTail(self._roots, self.resolved, self.offset, self.next_seq, self._max_line)
-        disk = self._disks(self.resolved.root)
+        disk = self._disks.reader(self.resolved.root)
         while True:
             # One batch read and sent at a time per connection: a client that tails many
             # sessions and reads slowly holds one batch in the daemon, not one each.
             async with self.shared.reading:
                 lines = await disk.run(reader.read_batch)
-                if not lines:
-                    break
                 self.next_seq = reader.next_seq
                 self.offset = reader.offset
-                await self._send([line for line in lines if self._wanted(line)], None)
+                if lines:
+                    await self._send([line for line in lines if self._wanted(line)], None)
+                elif reader.at_end:
+                    break
 
     async def _send_live(self) -> None:
         while self.live and not self.behind:
@@ -307,6 +317,8 @@ class _FileTail:
         self.max_line = max_line
         self._reader: LineReader | None = None
         self._ident: tuple[int, int] | None = None
+        #: The last :meth:`read_batch` reached the end of the file.
+        self.at_end = False
 
     def _open(self) -> int:
         try:
@@ -332,10 +344,12 @@ class _FileTail:
         the file.  Raises :class:`FileFormatError` at a broken line."""
         lines: list[bytes] = []
         size = 0
+        self.at_end = False
         fd = self._open()
         try:
             reader = self._reader or self._start(fd)
-            for record in read_on(fd, reader, to_the_end=False):
+            start = reader.position
+            for record in read_on(fd, reader, to_the_end=False, limit=_STEP_BYTES):
                 self.offset = reader.offset
                 if record.seq >= self.next_seq:
                     self.next_seq = record.seq + 1
@@ -344,7 +358,10 @@ class _FileTail:
                     if size >= _BATCH_BYTES:
                         break
             else:
-                if reader.session_id is None:
+                # Stopped at the end of the file, or after a step's worth of bytes
+                # (a file of no newlines, or of holes, is read step by step).
+                self.at_end = reader.position - start < _STEP_BYTES
+                if self.at_end and reader.session_id is None:
                     # No first line, nor anything to wait for: flightlogd never
                     # leaves a session file without its first line.
                     reader.feed_eof()

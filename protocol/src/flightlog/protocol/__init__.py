@@ -16,6 +16,8 @@ from ._json import *  # noqa: F403
 from ._json import __all__ as _json_all
 from ._lines import *  # noqa: F403
 from ._lines import __all__ as _lines_all
+from ._numbers import *  # noqa: F403
+from ._numbers import __all__ as _numbers_all
 from ._reader import *  # noqa: F403
 from ._reader import __all__ as _reader_all
 from ._records import *  # noqa: F403
@@ -35,6 +37,7 @@ __all__ = [
     *_framing_all,
     *_json_all,
     *_lines_all,
+    *_numbers_all,
     *_reader_all,
     *_records_all,
     *_server_all,

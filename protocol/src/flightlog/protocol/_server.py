@@ -22,7 +22,11 @@ The connection applies every rule that needs no storage:
 * each session's :class:`~._state.SessionMachine`: one open run, the sticky failure;
 * a record names an agent fact type, an RFC 3339 UTC time and data that is one JSON
   object, and a checkpoint's snapshot is JSON, both as :func:`~._json.check_json`
-  wants them (on one line, UTF-8, nested at most :data:`~._json.MAX_NESTING` deep);
+  wants them (on one line, UTF-8, nested at most :data:`~._json.MAX_NESTING` deep)
+  with numbers a reader reads back (:func:`~._numbers.check_numbers`); with a
+  ``max_line`` (the longest line the owner writes), a record's data leaves
+  :data:`LINE_ENVELOPE` of it for the rest of its line, and a run's error fits in its
+  ``run_close`` line;
 * at most :data:`MAX_SUBSCRIPTIONS` subscriptions, and an unsubscribe names one of them.
 
 A message that breaks a rule never reaches the owner: its refusal is queued here (an
@@ -40,7 +44,10 @@ An owner that writes its socket as it goes (flightlogd) may read straight into
 :attr:`~ServerConnection.events` (the events :meth:`next_event` returns, without a call
 per record) until it gives None, send what :meth:`~ServerConnection.encode` returns
 instead of queueing with :meth:`send`, and end the connection itself with
-:meth:`~ServerConnection.close`.
+:meth:`~ServerConnection.close`.  Such an owner may also take the JSON checks of
+payloads longer than ``check_inline`` bytes off its event loop: those come out
+unchecked, and the owner applies :func:`check_payload` to them (in a worker thread)
+and refuses with :meth:`refuse` what fails it.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import msgspec
 from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
 from ._framing import FrameDecoder, FrameEncoder, server_decoder
 from ._json import check_json
+from ._numbers import check_numbers
 from ._records import AGENT_FACT_TYPES, is_session_id, is_time, new_id
 from ._state import (
     ConnectionState,
@@ -89,11 +97,13 @@ from ._wire import (
 
 __all__ = [
     "BAD_FRAMES_IN_A_ROW",
+    "LINE_ENVELOPE",
     "MAX_SUBSCRIPTIONS",
     "ConnectionClosed",
     "ServerConnection",
     "ServerEvent",
     "StartRun",
+    "check_payload",
 ]
 
 #: Subscriptions one connection may hold at once.
@@ -101,6 +111,13 @@ MAX_SUBSCRIPTIONS: Final = 1024
 #: Frames in a row that are no message, after which the connection hangs up: a peer
 #: that sends only garbage does not speak the protocol.
 BAD_FRAMES_IN_A_ROW: Final = 8
+
+#: What a line may add to a record's data: its envelope.
+LINE_ENVELOPE: Final = 64 * 1024
+#: A run_close line beside its error, session id, run id and time (its keys, type,
+#: version and seq), with room to spare.
+_RUN_CLOSE_LINE: Final = 256
+_encode_json = msgspec.json.Encoder().encode
 
 # Plain globals for the path of every record: reading a member through its Enum class
 # costs a lookup in the metaclass.
@@ -152,7 +169,9 @@ class ServerConnection:
     ``versions`` are the protocol versions spoken; ``written_elsewhere`` tells whether
     another connection writes a session (by id), to refuse its writes as ``not_writer``;
     ``refused`` hears of every refusal the connection makes itself (a record's, once
-    per run), for the owner's log.
+    per run), for the owner's log; ``max_line`` bounds the lines written; payloads
+    longer than ``check_inline`` are left for the owner to check (see the module
+    docstring); ``hello_frame_size`` bounds the frames read before the hello.
     """
 
     def __init__(
@@ -164,8 +183,16 @@ class ServerConnection:
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
         written_elsewhere: Callable[[str], bool] | None = None,
         refused: Callable[[FlightlogError], None] | None = None,
+        max_line: int | None = None,
+        check_inline: int | None = None,
+        hello_frame_size: int | None = None,
     ) -> None:
         self.max_frame_size = max_frame_size
+        self.max_line = max_line
+        #: The longest record data: the payload of the largest frame when no line
+        #: bound is given.
+        self.max_data = max_frame_size if max_line is None else max_line - LINE_ENVELOPE
+        self.check_inline = max_frame_size if check_inline is None else check_inline
         self.pid = pid
         self.server = server
         self.versions = versions
@@ -175,7 +202,9 @@ class ServerConnection:
         self.client_pid = 0
         self._written_elsewhere = written_elsewhere
         self._refused = refused
-        self._decoder = server_decoder(max_frame_size)
+        # Until the hello, frames may be held smaller: a client that has not said who
+        # it is cannot make the server hold a large one.
+        self._decoder = server_decoder(min(max_frame_size, hello_frame_size or max_frame_size))
         self._encoder = FrameEncoder()
         self._outbox = bytearray()
         self._sessions: dict[str, SessionMachine[FlightlogError]] = {}
@@ -219,6 +248,7 @@ class ServerConnection:
         # One generator for the connection's life: the record path resumes it with its
         # names at hand instead of making a call that looks them up again.
         next_message, sessions, facts = self._decoder.next_message, self._sessions, AGENT_FACT_TYPES
+        max_data, inline = self.max_data, self.check_inline
         while True:
             if self.state is _CLOSED:
                 yield None if self._closed_reported else self._hang_up()
@@ -245,12 +275,14 @@ class ServerConnection:
                     and message.event_type in facts
                     and is_time(message.time)
                     and message.data[:1] == b"{"
+                    and len(message.data) <= max_data
                 ):
-                    try:
-                        check_json(message.data, "record data")
-                    except LocalProtocolError as exc:
-                        self._refuse_record(session, message, exc)
-                        continue
+                    if len(message.data) <= inline:
+                        try:
+                            check_payload(message.data, "record data")
+                        except LocalProtocolError as exc:
+                            self._refuse_record(session, message, exc)
+                            continue
                     yield message
                     continue
                 event: ServerEvent | None = self._record(message)
@@ -301,11 +333,19 @@ class ServerConnection:
                     code=ErrorCode.BAD_EVENT,
                 )
             _check_time(message.time)
-            if message.data[:1] != b"{":
+            data = message.data
+            if data[:1] != b"{":
                 raise LocalProtocolError(
                     "record data must be one JSON object on one line", code=ErrorCode.BAD_EVENT
                 )
-            check_json(message.data, "record data")
+            if len(data) > self.max_data:
+                raise LocalProtocolError(
+                    f"record data of {len(data)} bytes is more than the {self.max_data} "
+                    "that fit in a line readers of session files read",
+                    code=ErrorCode.BAD_EVENT,
+                )
+            if len(data) <= self.check_inline:
+                check_payload(data, "record data")
         except FlightlogError as exc:
             self._refuse_record(session, message, exc)
             return None
@@ -341,6 +381,7 @@ class ServerConnection:
         match message:
             case Hello(id=request_id, client=client, pid=pid):
                 self.client, self.client_pid = client[:200], pid
+                self._decoder.max_frame_size = self.max_frame_size
                 self._queue(
                     Welcome(
                         id=request_id,
@@ -362,12 +403,15 @@ class ServerConnection:
             case SaveCheckpoint(session_id=session_id, run_id=run_id, time=time):
                 self._written(session_id).check(SessionOp.SAVE_CHECKPOINT, run_id)
                 _check_time(time)
-                check_json(message.snapshot, "checkpoint snapshot")
+                if len(message.snapshot) <= self.check_inline:
+                    check_payload(message.snapshot, "checkpoint snapshot")
                 return message
-            case CloseRun(session_id=session_id, run_id=run_id, time=time):
+            case CloseRun(session_id=session_id, run_id=run_id, time=time, error=error):
                 session = self._written(session_id)
                 session.check(SessionOp.CLOSE_RUN, run_id)
                 _check_time(time)
+                if error is not None and self.max_line is not None:
+                    self._check_run_close(message, error, self.max_line)
                 session.close_run(run_id)
                 return message
             case Sync(session_id=session_id):
@@ -400,6 +444,21 @@ class ServerConnection:
         raise LocalProtocolError(  # pragma: no cover - the connection rules admit no other
             f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE
         )
+
+    def _check_run_close(self, message: CloseRun, error: str, max_line: int) -> None:
+        # A run's error is escaped into its run_close line, which must stay one that
+        # readers read; refused with the run still open.  A character takes six bytes
+        # at most (``\u0001``).
+        envelope = _RUN_CLOSE_LINE + len(message.session_id) + len(message.run_id)
+        envelope += len(message.time)
+        if 6 * len(error) + envelope > max_line:
+            size = len(_encode_json(error)) + envelope
+            if size > max_line:
+                raise LocalProtocolError(
+                    f"the run's error would make a run_close line of {size} bytes, more "
+                    f"than the {max_line} that readers of session files read",
+                    code=ErrorCode.BAD_EVENT,
+                )
 
     def _written(self, session_id: str) -> SessionMachine[FlightlogError]:
         session = self._sessions.get(session_id)
@@ -518,6 +577,13 @@ class ServerConnection:
 
     def _queue(self, message: Message) -> None:
         self._encoder.encode_into(message, self._outbox)
+
+
+def check_payload(data: bytes, what: str) -> None:
+    """Raises :class:`LocalProtocolError` (``bad_event``) unless ``data`` is JSON a
+    reader reads back: :func:`~._json.check_json`, then :func:`~._numbers.check_numbers`."""
+    check_json(data, what)
+    check_numbers(data, what)
 
 
 def _chosen_run_id(run_id: str | None) -> str:

@@ -40,7 +40,7 @@ from ._commands import (
 from ._demo import cmd_demo
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
-from ._render import Style
+from ._render import Style, TerminalText
 from ._tail_all import after_value, tail_all_after
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
@@ -306,6 +306,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     style = Style.for_stream(sys.stdout, args.color)
     handler: Callable[[argparse.Namespace, Style], int] = args.handler
+    stdout = sys.stdout
+    if stdout.isatty() and not getattr(args, "json", False):
+        # Records may hold escape sequences; a terminal must not run them.
+        sys.stdout = TerminalText(stdout, colours=style.enabled)
     try:
         return handler(args, style)
     except CommandError as exc:
@@ -334,6 +338,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except FlightlogError as exc:
         _err(f"flightlog: {exc}")
         return EXIT_REFUSED
+    finally:
+        sys.stdout = stdout
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

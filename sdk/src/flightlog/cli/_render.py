@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
@@ -88,6 +89,45 @@ class Style:
 
     def cyan(self, text: str) -> str:
         return self.paint(text, "cyan")
+
+
+# ------------------------------------------------------------------ terminal safety
+
+#: What reaches a terminal only as a visible escape: every C0 control character but tab
+#: and newline, DEL and the C1 controls.  With colours on, an ESC passes only at the
+#: start of a colour sequence (SGR, ``ESC [ digits m``), as ``Style`` writes them and
+#: ``less -R`` shows them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_BUT_COLOURS = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    text = match.group()
+    if len(text) > 1:
+        return text  # a colour sequence
+    return f"\\x{ord(text):02x}"
+
+
+def neutralize(text: str, *, colours: bool = False) -> str:
+    """``text`` with every control character that could drive a terminal (cursor moves,
+    title changes, BEL, erasing) written as a visible ``\\xNN`` escape; with
+    ``colours``, colour sequences pass."""
+    return (_CONTROL_BUT_COLOURS if colours else _CONTROL).sub(_visible, text)
+
+
+class TerminalText:
+    """A text stream to a terminal that neutralizes what records bring in
+    (:func:`neutralize`), as journalctl and less do.  ``--json`` output bypasses it."""
+
+    def __init__(self, stream: TextIO, *, colours: bool) -> None:
+        self._stream = stream
+        self._colours = colours
+
+    def write(self, text: str) -> int:
+        return self._stream.write(neutralize(text, colours=self._colours))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 # ------------------------------------------------------------------------ small pieces

@@ -1,0 +1,130 @@
+"""What clients make the daemon hold is bounded per connection and for the whole daemon
+(issue 16, 2): frames before the hello are small, a connection without a hello is closed,
+and partial frames on many connections stop being read once the global budget is spent,
+while a client of small requests goes on.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+from pathlib import Path
+
+from daemon_support import begin, create, fact, proc_status_kb, synced_seq, wait_for_log
+
+from flightlog.daemon._budget import FLOOR
+from flightlog.protocol import (
+    Ack,
+    CheckpointLoaded,
+    ErrorReply,
+    LoadCheckpoint,
+    SaveCheckpoint,
+    encode_frame,
+    now,
+)
+from support import DaemonProcess, RawClient, wait_for
+
+from .harness import InProcessDaemon
+
+#: A read's worth: what a connection may read past the floor before it is paused.
+READ_SIZE = 256 * 1024
+
+
+def _send_until_stuck(sock: socket.socket, data: bytes, patience: float = 1.0) -> int:
+    """Send ``data`` without blocking until it is all sent or the daemon has read
+    nothing for ``patience`` seconds; the bytes sent."""
+    sock.setblocking(False)
+    sent = 0
+    while sent < len(data):
+        try:
+            sent += sock.send(data[sent : sent + 65536])
+        except BlockingIOError:
+            if not select.select([], [sock], [], patience)[1]:
+                break
+    return sent
+
+
+def test_a_connection_without_a_hello_is_closed_and_its_first_frame_is_small(
+    short_tmp: Path,
+) -> None:
+    with InProcessDaemon(short_tmp, hello_timeout=0.5) as daemon:
+        # Half a frame header and nothing more: closed once the hello is late.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.connect(daemon.socket)
+            silent.sendall(b"\x00\x00")
+            silent.settimeout(10)
+            assert silent.recv(1024) == b""
+        wait_for_log(daemon, event="hello_timeout")
+        # A first frame of 1 MiB is refused from its header, before it is read.
+        with RawClient(daemon.socket, hello=False) as big:
+            big.send_bytes(struct.pack(">I", 1 << 20) + b"\x00" * 1024)
+            refused = big.receive()
+            assert isinstance(refused, ErrorReply) and refused.code == "frame_too_large"
+            assert big.closed_by_daemon()
+        assert daemon.daemon is not None
+        wait_for(lambda: daemon.daemon is not None and daemon.daemon.budget.used == 0)
+
+
+def test_partial_frames_on_many_connections_stop_at_the_global_budget(short_tmp: Path) -> None:
+    frame, cap, holders = 4 << 20, 16 << 20, 10
+    with InProcessDaemon(
+        short_tmp, max_frame_size=frame, max_buffered=cap, send_timeout=3.0
+    ) as daemon:
+        assert daemon.daemon is not None
+        budget = daemon.daemon.budget
+        with RawClient(daemon.socket, client="bystander") as bystander:
+            opened = create(bystander, "bystander.jsonl")
+            run = begin(bystander, opened.session_id)
+            clients = [RawClient(daemon.socket, client=f"holder {n}") for n in range(holders)]
+            try:
+                # Each sends all of a maximum frame but its last byte.
+                partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
+                sent = [_send_until_stuck(client.sock, partial) for client in clients]
+                assert min(sent) < len(partial), sent  # someone was held back
+                # The bystander's small requests go on meanwhile.
+                for n in range(20):
+                    bystander.send(fact(opened.session_id, run.run_id, n))
+                assert synced_seq(bystander, opened.session_id) == 22
+                assert budget.peak <= cap + holders * (FLOOR + READ_SIZE), budget.peak
+                # Held for --send-timeout, the held back connections are cut off.
+                wait_for_log(daemon, event="connection_error")
+            finally:
+                for client in clients:
+                    client.close()
+        # Every byte charged was handed back.
+        wait_for(lambda: budget.used == 0, timeout=20)
+
+
+def test_pipelined_checkpoint_loads_are_answered_a_few_megabytes_at_a_time(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp).start()
+    snapshot = b'{"blob":"' + b"x" * (4 << 20) + b'"}'
+    with RawClient(daemon.socket) as client:
+        opened = create(client, "loads.jsonl")
+        run = begin(client, opened.session_id)
+        saved = client.request(
+            SaveCheckpoint(
+                id=client.next_id(),
+                session_id=opened.session_id,
+                run_id=run.run_id,
+                time=now(),
+                snapshot=snapshot,
+            )
+        )
+        assert isinstance(saved, Ack), saved
+        before_kb = proc_status_kb(daemon.pid, "VmHWM")
+        loads = [
+            LoadCheckpoint(id=client.next_id(), session_id=opened.session_id) for _ in range(100)
+        ]
+        client.send_bytes(b"".join(encode_frame(load) for load in loads))
+        for load in loads:
+            loaded = client.receive(timeout=60)
+            assert isinstance(loaded, CheckpointLoaded) and loaded.id == load.id, loaded
+            assert loaded.snapshot == snapshot
+    # Before, the session held every one of the 100 replies (400 MiB) until the last
+    # was loaded.
+    growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+    assert growth_kb < 96 * 1024, growth_kb
+    daemon.stop()

@@ -68,23 +68,28 @@ class Reply:
     text: str
 
 
-def test_a_value_that_cannot_be_encoded_is_kept_in_run_close(daemon: DaemonProcess) -> None:
+def test_a_value_that_cannot_be_encoded_is_sticky_in_run_close(daemon: DaemonProcess) -> None:
     with connect(daemon.socket) as client:
         session = client.session("codec.jsonl")
-        with session.begin_run() as run, socket.socket() as handle:
+        run = session.begin_run()
+        with socket.socket() as handle:
             run.record(events.MessageEnd(message=Reply(text="kept")))
-            with pytest.raises(RecordingError):
+            with pytest.raises(RecordingError) as caught:
                 run.record(events.MessageEnd(message={"handle": handle}))
+        with pytest.raises(RecordingError) as later:
             run.record(events.AgentEnd())
+        assert later.value is caught.value
+        with pytest.raises(RecordingError):
+            run.close()
         session.close()
     records = list(read(daemon.root / "codec.jsonl"))
-    assert [r.type for r in records][2:] == ["message_end", "agent_end", "run_close"]
+    assert [r.type for r in records][2:] == ["message_end", "run_close"]
     assert records[2].decode_data()["message"] == {
         "$class": f"{__name__}.Reply",
         "text": "kept",
     }
     error = records[-1].decode_data()["error"]
-    assert error.startswith("codec_error: cannot record MessageEnd: its message holds")
+    assert error.startswith("cannot record MessageEnd: its message holds")
     assert "socket" in error
 
 

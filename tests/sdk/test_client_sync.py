@@ -259,22 +259,28 @@ def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
     client, session = start(transport)
     run = session.begin_run()
     before = len(transport.sent)
-    with pytest.raises(RecordingError) as caught:
-        run.record(AgentStart(messages=[object()]))
-    assert caught.value.code == ErrorCode.CODEC_ERROR
     with pytest.raises(RecordingError) as not_an_event:
         run.record({"type": "agent_start"})  # type: ignore[arg-type]
     assert not_an_event.value.code == ErrorCode.BAD_EVENT
-    assert len(transport.sent) == before
-    # The run goes on, and keeps the first value it could not encode for run_close.
     run.record(AgentStart(messages=[Unregistered(1)]))
     assert len(transport.sent) == before + 1
+    with pytest.raises(RecordingError) as caught:
+        run.record(AgentStart(messages=[object()]))
+    assert caught.value.code == ErrorCode.CODEC_ERROR
+    # The run's error is sticky: later records raise it and send nothing.
+    with pytest.raises(RecordingError) as later:
+        run.record(AgentEnd())
+    assert later.value is caught.value
+    assert len(transport.sent) == before + 1
     assert run.error is caught.value
-    run.close()
+    # run_close is written with it, then it is raised: the run does not close quietly.
+    with pytest.raises(RecordingError) as closing:
+        run.close()
+    assert closing.value is caught.value
     close = transport.sent[-1]
     assert isinstance(close, CloseRun)
     assert close.error is not None
-    assert close.error.startswith("codec_error: cannot record AgentStart")
+    assert close.error.startswith("cannot record AgentStart")
     client.close()
 
 

@@ -265,6 +265,93 @@ def test_close_right_after_a_refused_record_raises_it(daemon: DaemonProcess) -> 
     assert [r.type for r in read(session.path)][-2:] == ["agent_start", "run_close"]
 
 
+def test_an_event_the_codec_refuses_is_sticky_on_its_run(daemon: DaemonProcess) -> None:
+    with connect(daemon.socket) as client:
+        session = client.create("unencodable.jsonl")
+        run = session.begin_run()
+        run.record(AgentStart())
+        with pytest.raises(RecordingError) as caught:
+            run.record(AgentStart(messages=[object()]))
+        assert caught.value.code == "codec_error"
+        with pytest.raises(RecordingError) as later:
+            run.record(AgentEnd())
+        assert later.value is caught.value
+        assert client.dropped == {}
+        with pytest.raises(RecordingError) as on_close:
+            run.close()
+        assert on_close.value is caught.value
+        # Another run of the session records again.
+        with session.begin_run() as second:
+            second.record(AgentStart())
+        session.close()
+    records = list(read(session.path))
+    assert [r.type for r in records].count("agent_end") == 0
+    run_closes = [r.decode_data() for r in records if r.type == "run_close"]
+    assert run_closes == [{"error": caught.value.message}, {"error": None}]
+    assert caught.value.message.startswith("cannot record AgentStart")
+
+
+@pytest.mark.anyio
+async def test_an_event_the_codec_refuses_is_sticky_on_its_async_run(
+    daemon: DaemonProcess,
+) -> None:
+    async with await aconnect(daemon.socket) as client:
+        session = await client.create("unencodable-async.jsonl")
+        run = await session.begin_run()
+        await run.record(AgentStart())
+        with pytest.raises(RecordingError) as caught:
+            await run.record_many([AgentEnd(), AgentStart(messages=[object()])])
+        assert caught.value.code == "codec_error"
+        with pytest.raises(RecordingError) as later:
+            await run.record(AgentEnd())
+        assert later.value is caught.value
+        with pytest.raises(RecordingError) as on_close:
+            await run.aclose()
+        assert on_close.value is caught.value
+        await session.aclose()
+    records = list(read(session.path))
+    assert [r.type for r in records][-3:] == ["agent_start", "agent_end", "run_close"]
+    assert records[-1].decode_data() == {"error": caught.value.message}
+
+
+def test_best_effort_drops_an_event_the_codec_refuses(
+    daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    with connect(daemon.socket, best_effort=True) as client:
+        session = client.create("unencodable-best-effort.jsonl")
+        with session.begin_run() as run:
+            run.record(AgentStart())
+            run.record(AgentStart(messages=[object()]))
+            run.record(AgentStart(messages=[object()]))
+            run.record(AgentEnd())
+        assert run.dropped == 2
+        assert client.dropped == {"codec_error": 2}
+        session.close()
+    assert len([r for r in caplog.records if "dropped an event" in r.getMessage()]) == 1
+    records = list(read(session.path))
+    assert [r.type for r in records][-3:] == ["agent_start", "agent_end", "run_close"]
+    error = records[-1].decode_data()["error"]
+    assert error.startswith("2 events not recorded, the first for codec_error: cannot record")
+
+
+@pytest.mark.anyio
+async def test_best_effort_drops_an_event_the_codec_refuses_async(
+    daemon: DaemonProcess,
+) -> None:
+    async with await aconnect(daemon.socket, best_effort=True) as client:
+        session = await client.create("unencodable-best-effort-async.jsonl")
+        async with await session.begin_run() as run:
+            await run.record_many([AgentStart(), AgentStart(messages=[object()])])
+            await run.record(AgentEnd())
+        assert run.dropped == 1
+        assert client.dropped == {"codec_error": 1}
+        await session.aclose()
+    records = list(read(session.path))
+    assert [r.type for r in records][-3:] == ["agent_start", "agent_end", "run_close"]
+    error = records[-1].decode_data()["error"]
+    assert error.startswith("1 events not recorded, the first for codec_error: cannot record")
+
+
 def test_an_exception_in_the_run_block_is_written_in_run_close(daemon: DaemonProcess) -> None:
     with connect(daemon.socket) as client:
         session = client.create("crash.jsonl")

@@ -17,7 +17,8 @@ it receives; it never touches a socket.  The sync and async clients only move by
   for requests that were given up (a cancelled wait) are dropped.
 * :meth:`ClientConnection.record` returns the frame of one ``record`` (no reply), or
   None for an event the codec never writes.  Codec errors, an oversized frame and a
-  sticky error are raised from it, before anything is sent.
+  sticky error are raised from it, before anything is sent; a strict client makes a
+  codec error the run's sticky error (:meth:`~ClientConnection.refuse_run`).
 * Pushes are kept: :class:`RecordFailed` becomes a sticky :class:`RecordingError`:
   the run's, which every later write of that run raises, or the session's failure
   (``write_failed``, or no run named), which every later write of the session raises;
@@ -375,6 +376,12 @@ class ClientConnection:
             session.fail(error)
         else:
             session.run_failed(run_id, error)
+
+    def refuse_run(self, session_id: str, run_id: str, error: RecordingError) -> None:
+        """An event of the run was refused here (the codec could not encode it): the
+        run's error is sticky, as one the daemon pushed: every later write of the run
+        raises it, and ``run_close`` carries it."""
+        self._stick(session_id, run_id, error)
 
     # ------------------------------------------------------------------ requests
 

@@ -664,8 +664,9 @@ class Run(_Resource):
     def error(self) -> RecordingError | None:
         """The run's sticky error, or None.
 
-        The error the daemon pushed for this run (or its session), else the first value
-        the codec could not encode (its event was not recorded).  ``run_close`` keeps it.
+        The error the daemon pushed for this run (or its session), or the first event
+        the codec could not encode (strict), else the first checkpoint it could not
+        encode.  ``run_close`` keeps it.
         """
         return self._conn.sticky_error(self.session_id, self.run_id) or self._unencodable
 
@@ -674,8 +675,10 @@ class Run(_Resource):
 
         The event is encoded here, so a codec error is raised here
         (:class:`RecordingError`, code ``codec_error``: the event is not recorded, and
-        the first such error stays in :attr:`error` and in ``run_close``); events that
-        are never written (token deltas, stream chunks, progress) are skipped.
+        the error becomes the run's sticky :attr:`error`, raised by every later write of
+        the run and written into ``run_close``, so the file shows that an event is
+        missing; best effort drops the event instead, and goes on); events that are
+        never written (token deltas, stream chunks, progress) are skipped.
         ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
         Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run or an event larger than the
@@ -701,12 +704,7 @@ class Run(_Resource):
             if client.best_effort:
                 self._drop(exc, 1)
                 return
-            if (
-                isinstance(exc, RecordingError)
-                and exc.code == ErrorCode.CODEC_ERROR
-                and self._unencodable is None
-            ):
-                self._unencodable = exc
+            self._refused(exc)
             raise
         if data is not None:
             try:
@@ -715,6 +713,11 @@ class Run(_Resource):
                 # Sent or kept: a reconnect sends it again, a give-up counts it lost.
                 if not client.best_effort:
                     raise
+
+    def _refused(self, exc: FlightlogError) -> None:
+        """Strict: an event the codec refused makes the run's error sticky."""
+        if isinstance(exc, RecordingError) and exc.code == ErrorCode.CODEC_ERROR:
+            self._conn.refuse_run(self.session_id, self.run_id, exc)
 
     def _drop(self, exc: FlightlogError, count: int) -> None:
         """Best effort: ``count`` events are not recorded; counted, kept for run_close."""
@@ -726,8 +729,8 @@ class Run(_Resource):
     def record_many(self, events: Iterable[Event]) -> None:
         """Record ``events`` in order, as :meth:`record` does each, with one send.
 
-        An event the codec cannot encode raises after the events before it were sent;
-        the ones after it are not recorded.
+        An event the codec cannot encode raises after the events before it were sent
+        (sticky, as from :meth:`record`); the ones after it are not recorded.
         """
         client = self._client
         if monotonic_ns() >= client._poll_due:
@@ -746,12 +749,7 @@ class Run(_Resource):
             if client.best_effort:
                 self._drop(exc, len(events) - done)
             else:
-                if (
-                    isinstance(exc, RecordingError)
-                    and exc.code == ErrorCode.CODEC_ERROR
-                    and self._unencodable is None
-                ):
-                    self._unencodable = exc
+                self._refused(exc)
                 raise
         finally:
             if frames:

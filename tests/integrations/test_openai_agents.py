@@ -389,5 +389,5 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
     out, err = agent.communicate(timeout=60)
     assert agent.returncode == 0, err.decode()
     assert out.decode().startswith("output done ")
-    assert "connection_lost" in out.decode()
+    assert "daemon_unreachable" in out.decode()
     assert err.decode().count("flightlog could not record") == 1

@@ -1,10 +1,12 @@
-"""The best-effort recorder under the failures an integration meets: a busy session and a
-full disk (a real file-size limit on a real daemon); the agent's run is never touched."""
+"""The best-effort recorder under the failures an integration meets: a busy session, a
+full disk (a real file-size limit on a real daemon) and a value the codec refuses; the
+agent's run is never touched."""
 
 from __future__ import annotations
 
 import logging
 import resource
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from pydantic_ai.models.test import TestModel
 
 from flightlog.integrations import Recorder
 from flightlog.integrations.pydantic_ai import Flightlog
+from flightlog.protocol import AgentEnd, AgentStart, MessageEnd
 from flightlog.sdk import connect
 from support import DaemonProcess
 
@@ -75,3 +78,25 @@ async def test_a_full_disk_is_counted_and_the_next_session_records(short_tmp: Pa
         assert daemon.alive()
     finally:
         daemon.stop()
+
+
+def test_a_value_the_codec_refuses_is_dropped_counted_and_named_in_run_close(
+    daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder(socket=daemon.socket)
+    run = recorder.begin("codec.jsonl")
+    with caplog.at_level(logging.WARNING, logger="flightlog.integrations"), socket.socket() as s:
+        run.record(AgentStart())
+        run.record(MessageEnd(message={"handle": s}))
+        run.record(MessageEnd(message={"handle": s}))
+        run.record(AgentEnd())
+    run.close()
+    recorder.close()
+    assert recorder.stats.by_code == {"codec_error": 2}
+    assert recorder.stats.problems == 2
+    assert [r.name for r in caplog.records].count("flightlog.integrations") == 1
+    recs = records(daemon.root / "codec.jsonl")
+    # The run went on: the events after the refused ones are written.
+    assert [r["type"] for r in recs][2:] == ["agent_start", "agent_end", "run_close"]
+    error = recs[-1]["data"]["error"]
+    assert error.startswith("2 events not recorded, the first for codec_error: cannot record")

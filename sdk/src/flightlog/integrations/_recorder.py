@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 An integration lives inside someone else's loop: an exception raised from its hook would
-abort the agent's own run.  So every call into flightlog goes through this layer, which
-catches everything, and the agent's run finishes with the same result as without
-flightlog.  A problem (no daemon, a daemon that died, a full disk, ``session_busy``, a
-value the codec cannot encode) is:
+abort the agent's own run.  So every call into flightlog goes through this layer, on
+a client in best-effort mode (``record()`` never raises; an event it cannot record is
+dropped, counted and named in ``run_close``), and the agent's run finishes with the
+same result as without flightlog.  A problem (no daemon, a daemon that died, a full
+disk, ``session_busy``, a value the codec cannot encode) is:
 
 * logged once per kind (its error code) on the ``flightlog.integrations`` logger, not once
   per event;
@@ -14,8 +15,11 @@ value the codec cannot encode) is:
 * written into the run's ``run_close`` when the file is still reachable (a sticky error
   the daemon pushed is written there by the SDK itself).
 
-A run whose recording failed stops sending (its later events would only fail the same
-way); the next run tries again, reconnecting when the connection was lost.
+The client rides through a daemon restart for :data:`RECONNECT_GRACE` seconds only (an
+agent must never wait long for its recorder); past it, events are dropped and the client
+tries to reconnect once a second, so a run goes on recording once the daemon is back.
+Without a daemon at the start nothing waits: the run records nothing, and the next run
+tries again.
 
 The recorder holds each session it opened until :meth:`Recorder.close` (or the interpreter's
 exit, for the shared :func:`default_recorder`), or until more than ``max_sessions`` are
@@ -39,6 +43,7 @@ from flightlog.protocol import ErrorCode, Event, FlightlogError
 from flightlog.sdk import Client, Run, Session, connect
 
 __all__ = [
+    "RECONNECT_GRACE",
     "Continuation",
     "Hooks",
     "RecordedRun",
@@ -49,14 +54,20 @@ __all__ = [
 
 logger: Final = logging.getLogger("flightlog.integrations")
 
+#: Seconds a recorder's client waits for a restarted daemon before it drops events.
+RECONNECT_GRACE: Final = 1.0
+
+#: The failures its client gets over by itself (it reconnects).
+_RECONNECTS: Final = frozenset({ErrorCode.CONNECTION_LOST, ErrorCode.DAEMON_UNREACHABLE})
+
 
 @dataclass
 class RecorderStats:
     """What went wrong while recording, for the host to read.
 
-    ``problems`` counts every problem; ``by_code`` per error code (``daemon_not_running``,
-    ``connection_lost``, ``session_busy``, ``write_failed``, ``codec_error`` …);
-    ``last_problem`` is the latest one's text.
+    ``problems`` counts every problem (an event dropped is one); ``by_code`` per error code
+    (``daemon_not_running``, ``daemon_unreachable``, ``session_busy``, ``write_failed``,
+    ``codec_error`` …); ``last_problem`` is the latest one's text.
     """
 
     problems: int = 0
@@ -79,7 +90,8 @@ class Recorder:
     """Records runs into session files through flightlogd, and never raises.
 
     ``socket`` is the daemon's socket (default: ``$FLIGHTLOG_SOCKET``, else the default
-    socket); ``client_name`` is written in every ``run_start``.
+    socket); ``client_name`` is written in every ``run_start``; ``reconnect_grace`` is
+    how long its client waits for a restarted daemon (see the module docstring).
     """
 
     def __init__(
@@ -88,23 +100,46 @@ class Recorder:
         socket: str | None = None,
         client_name: str | None = None,
         max_sessions: int = 32,
+        reconnect_grace: float = RECONNECT_GRACE,
     ) -> None:
         self.socket = socket
         self.client_name = client_name
         self.max_sessions = max_sessions
+        self.reconnect_grace = reconnect_grace
         self.stats = RecorderStats()
         self._lock = threading.Lock()
         self._client: Client | None = None
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._logged: set[str] = set()
+        #: The client whose drops are counted, and its ``dropped`` counted so far.
+        self._counted_client: Client | None = None
+        self._counted: dict[str, int] = {}
 
     def problem(self, exc: BaseException, where: str) -> str:
         """Count ``exc``, log it the first time its kind is met; returns its text."""
         text = _text_of(exc)
-        code = _code_of(exc)
+        self._count(_code_of(exc), text, where, 1)
+        return text
+
+    def dropped(self, client: Client, where: str) -> None:
+        """Count the events ``client`` dropped since last counted, per code."""
         with self._lock:
-            self.stats.problems += 1
-            self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
+            if client is not self._counted_client:
+                self._counted_client, self._counted = client, {}
+            counted = self._counted
+            fresh = {
+                code: count - counted.get(code, 0)
+                for code, count in list(client.dropped.items())
+                if count > counted.get(code, 0)
+            }
+            counted.update((code, counted.get(code, 0) + n) for code, n in fresh.items())
+        for code, count in fresh.items():
+            self._count(code, f"{code}: {count} events not recorded", where, count)
+
+    def _count(self, code: str, text: str, where: str, count: int) -> None:
+        with self._lock:
+            self.stats.problems += count
+            self.stats.by_code[code] = self.stats.by_code.get(code, 0) + count
             self.stats.last_problem = text
             first = code not in self._logged
             self._logged.add(code)
@@ -115,7 +150,6 @@ class Recorder:
                 where,
                 text,
             )
-        return text
 
     def begin(self, path: str, *, meta: Mapping[str, Any] | None = None) -> RecordedRun:
         """Start a run in the session at ``path`` (created with ``meta`` when new).
@@ -155,28 +189,33 @@ class Recorder:
     def _connected(self) -> Client:
         with self._lock:
             client = self._client
-        if client is not None and not client.closed and client.failure is None:
+        if client is not None and _usable(client):
             return client
         self._drop_client()
-        # Its own problem handling stops a run at the first failure and opens the next
-        # on a new connection: the client does not also wait out a reconnect grace.
-        client = connect(self.socket, client_name=self.client_name, reconnect_grace=0)
+        client = connect(
+            self.socket,
+            client_name=self.client_name,
+            reconnect_grace=self.reconnect_grace,
+            best_effort=True,
+        )
         with self._lock:
             self._client = client
         return client
 
     def _forget(self, path: str, exc: BaseException) -> None:
-        # A session that refused or failed is opened anew next time; a lost connection
-        # takes every session with it.
+        # A session that failed is opened anew next time; one the client reopens by
+        # itself after a reconnect is kept; a client that cannot go on takes every
+        # session with it.
         if isinstance(exc, FlightlogError) and exc.code in (
             ErrorCode.SESSION_BUSY,
             ErrorCode.PATH_REFUSED,
+            *_RECONNECTS,
         ):
             return
         with self._lock:
             self._sessions.pop(path, None)
         client = self._client
-        if client is None or client.closed or client.failure is not None:
+        if client is None or not _usable(client):
             self._drop_client()
 
     def _drop_client(self) -> None:
@@ -202,6 +241,12 @@ class Recorder:
         self._drop_client()
 
 
+def _usable(client: Client) -> bool:
+    """Whether ``client`` goes on: sound, or reconnecting by itself."""
+    failure = client.failure
+    return not client.closed and (failure is None or failure.code in _RECONNECTS)
+
+
 class RecordedRun:
     """One run being recorded, or not (``recording`` is False): every method is safe."""
 
@@ -221,35 +266,28 @@ class RecordedRun:
         return self.run.run_id if self.run is not None else None
 
     def record(self, *events: Event) -> None:
-        """Record ``events`` (with one send); a problem is counted and kept for ``run_close``."""
+        """Record ``events`` (with one send); what is dropped is counted, and the run's
+        ``run_close`` names it."""
         run = self.run
         if run is None:
             return
+        dropped = run.dropped
         try:
             if len(events) == 1:
                 run.record(events[0])
             else:
                 run.record_many(events)
         except Exception as exc:
-            kinds = ", ".join(event.record_type for event in events)
-            text = self.recorder.problem(exc, f"{kinds} in {self.path}")
+            # Best effort raises nothing of flightlog's own: what is left is a bug.
+            text = self.recorder.problem(exc, self._about(events))
             with self._lock:
                 self._error = self._error or text
-            if not (isinstance(exc, FlightlogError) and exc.code == ErrorCode.CODEC_ERROR):
-                # The run failed (the daemon pushed an error, the connection broke, a
-                # frame too large): its later events would fail the same way.
-                self._stop(exc)
-
-    def _stop(self, exc: BaseException) -> None:
-        run, self.run = self.run, None
-        if run is None:
             return
-        try:
-            run.close(error=self._error)
-        except Exception as close_exc:
-            if _code_of(close_exc) != _code_of(exc):
-                self.recorder.problem(close_exc, f"closing a run in {self.path}")
-        self.recorder._forget(self.path, exc)
+        if run.dropped != dropped:
+            self.recorder.dropped(run.session.client, self._about(events))
+
+    def _about(self, events: Sequence[Event]) -> str:
+        return f"{', '.join(event.record_type for event in events)} in {self.path}"
 
     def close(self, error: str | None = None) -> None:
         """Write ``run_close`` with ``error`` and any recording problem; never raises."""

@@ -100,3 +100,23 @@ def test_a_value_the_codec_refuses_is_dropped_counted_and_named_in_run_close(
     assert [r["type"] for r in recs][2:] == ["agent_start", "agent_end", "run_close"]
     error = recs[-1]["data"]["error"]
     assert error.startswith("2 events not recorded, the first for codec_error: cannot record")
+
+
+def test_a_run_rides_through_a_daemon_restart_and_counts_nothing(
+    daemon: DaemonProcess,
+) -> None:
+    # A grace longer than the default, so that a slow restart on a loaded machine fits.
+    recorder = Recorder(socket=daemon.socket, reconnect_grace=30)
+    run = recorder.begin("restart.jsonl")
+    run.record(AgentStart())
+    daemon.kill()
+    daemon.start()
+    run.record(MessageEnd(message={"text": "after"}))
+    run.record(AgentEnd())
+    run.close()
+    recorder.close()
+    assert recorder.stats.problems == 0
+    types = [r["type"] for r in records(daemon.root / "restart.jsonl")]
+    assert types.count("agent_start") == types.count("agent_end") == 1
+    assert types[-3:] == ["message_end", "agent_end", "run_close"]
+    assert "run_resume" in types

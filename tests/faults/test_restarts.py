@@ -276,13 +276,19 @@ def test_a_client_killed_holding_unacknowledged_records_leaves_a_sound_prefix(
                 except DaemonError as exc:
                     assert exc.code == "session_busy" and time.monotonic() < deadline
                     time.sleep(0.01)
-            assert len(session.interrupted_runs) == 1
+            # The agent closes a run and begins the next every 200 events: the kill cuts
+            # one run, or none when it falls between a close and the next begin.
+            interrupted = session.interrupted_runs
+            assert len(interrupted) <= 1
             with session, session.begin_run() as run:
                 run.record(TurnStart(turn_index=0))
     finally:
         daemon.stop()
     assert_every_file_sound(daemon.root, tail_allowed=False)
     lines = read_lines(path)
+    started = [line["run_id"] for line in lines if line["type"] == "run_start"]
+    closed = {line["run_id"] for line in lines if line["type"] == "run_close"}
+    assert interrupted == [run_id for run_id in started if run_id not in closed]
     events = [line["data"]["arguments"]["i"] for line in lines if line["type"] == "tool_exec_start"]
     assert events == list(range(len(events))) and events
     assert lines[-2]["type"] == "turn_start"

@@ -152,6 +152,26 @@ def script(writer: Peer, other: Peer) -> list[list[tuple[str, str | None]]]:
     ask(writer, CloseSession(id=19, session_id=sid))
     ask(writer, CloseSession(id=20, session_id=sid))
     ask(other, Open(id=5, path="s.jsonl"))
+    # A run cut by its writer's going, resumed by the next writer.
+    [opened] = ask(writer, Create(id=21, path="r.jsonl"))
+    sid = opened.session_id
+    [started] = ask(writer, BeginRun(id=22, session_id=sid, time=now(), run_id="c" * 32))
+    run_id = started.run_id
+    for _ in range(3):
+        writer.send(record())
+    ask(writer, SaveCheckpoint(id=23, session_id=sid, run_id=run_id, time=now(), snapshot=b"1"))
+    ask(writer, CloseSession(id=24, session_id=sid))
+    [reopened] = ask(other, Open(id=6, path="r.jsonl"))
+    out.append([("last_run", reopened.last_run), ("items", str(reopened.last_run_items))])
+    ask(other, BeginRun(id=7, session_id=sid, time=now(), run_id=run_id))
+    ask(other, BeginRun(id=8, session_id=sid, time=now(), resume="d" * 32))
+    [resumed] = ask(other, BeginRun(id=9, session_id=sid, time=now(), resume=run_id))
+    out.append([("resumed", resumed.run_id), ("seq", str(resumed.seq))])
+    ask(other, BeginRun(id=10, session_id=sid, time=now(), resume=run_id))
+    ask(other, CloseRun(id=11, session_id=sid, run_id=run_id, time=now()))
+    [closed] = ask(other, CloseSession(id=12, session_id=sid))
+    [again] = ask(writer, Open(id=25, path="r.jsonl"))
+    out.append([("last_run", again.last_run), ("seq", str(closed.seq))])
     return out
 
 
@@ -170,4 +190,11 @@ def test_the_memory_daemon_answers_as_flightlogd_does(daemon: DaemonProcess) -> 
     assert real[12] == [("RecordFailed", "not_writer"), ("ErrorReply", "not_writer")]
     assert real[19:24:2] == [[("RecordFailed", "bad_event"), ("Ack", None)]] * 3
     assert real[26] == [("Subscribed", None), ("TailBatch", None), ("TailEnd", None)]
-    assert real[-1] == [("SessionOpened", None)]
+    assert real[-16] == [("SessionOpened", None)]
+    # Three records and a checkpoint in the cut run; a refused begin_run opens nothing.
+    assert real[-10] == [("last_run", "c" * 32), ("items", "4")]
+    assert real[-9] == [("ErrorReply", "bad_message")]  # the run id is not fresh
+    assert real[-8] == [("ErrorReply", "run_not_open")]
+    assert real[-6] == [("resumed", "c" * 32), ("seq", "7")]
+    assert real[-5] == [("ErrorReply", "run_open")]
+    assert real[-1] == [("last_run", None), ("seq", "8")]

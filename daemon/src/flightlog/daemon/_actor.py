@@ -281,6 +281,8 @@ class SessionActor:
                 exc = FlightlogError(
                     f"{name} failed inside flightlogd; see its log", code=ErrorCode.INTERNAL
                 )
+            if isinstance(message, StartRun):
+                peer.run_not_opened(message)
             reply = ready(error_reply(request_id, exc, self.session_id))
         batch.replies.append((peer, reply))
         return isinstance(message, CloseSession) and self.closing
@@ -444,7 +446,7 @@ class SessionActor:
         refusal = self.error if peer is self.writer else _not_writer()
         if refusal is not None:
             self._log_refusal(peer, "RecordEvent", refusal)
-        append = self._lines.append
+        append, run_id = self._lines.append, self.run_id
         first, size, end = seq, 0, len(batch)
         while index < end:
             item_peer, message = batch[index]
@@ -456,7 +458,11 @@ class SessionActor:
             if refusal is not None:
                 peer.refuse(message, refusal)
                 continue
-            append(buf, seq, message.event_type, message.time, message.run_id, data)
+            if message.run_id != run_id:
+                # Sent behind a begin_run this session refused.
+                peer.refuse(message, _run_not_open(message.run_id))
+                continue
+            append(buf, seq, message.event_type, message.time, run_id, data)
             seq += 1
         return index, seq - first, size
 
@@ -562,6 +568,12 @@ class SessionActor:
             self.writer.fail(self.session_id, error)
         # Even when no connection holds the rules now: a next writer finds them failed.
         self.rules.fail(error)
+
+
+def _run_not_open(run_id: str) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"run {run_id[:32]} is not open in this session", code=ErrorCode.RUN_NOT_OPEN
+    )
 
 
 def _not_writer() -> LocalProtocolError:

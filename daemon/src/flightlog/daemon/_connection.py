@@ -178,6 +178,9 @@ class Connection:
         self._server.refuse(record, error)
         self._push_queued()
 
+    def run_not_opened(self, start: StartRun) -> None:
+        self._server.run_not_opened(start)
+
     def fail(self, session_id: str, error: FlightlogError) -> None:
         self._server.fail(session_id, error)
         self._push_queued()

@@ -53,6 +53,10 @@ class Peer(Protocol):
         """``record`` was not written: its refusal goes to the client (once per run)."""
         ...
 
+    def run_not_opened(self, start: StartRun) -> None:
+        """The session refused ``start`` (its reply says so): the run is not open."""
+        ...
+
     def fail(self, session_id: str, error: FlightlogError) -> None:
         """The session's file failed: its rules refuse every later write with
         ``error``, and the client hears of it (once)."""

@@ -526,15 +526,20 @@ class ServerConnection:
                 session = self._sessions.get(session_id)
                 if session is None or session.run_failed(run_id, error):
                     self._push_refusal(session_id, run_id, error)
-            case StartRun(request=request, run_id=run_id):
-                session = self._sessions.get(request.session_id)
-                if session is not None and session.run_id == run_id:
-                    session.release()
+            case StartRun(request=request):
+                self.run_not_opened(event)
                 self._queue(_error_reply(request, error))
             case ConnectionClosed():
                 pass
             case _:
                 self._queue(_error_reply(event, error))
+
+    def run_not_opened(self, start: StartRun) -> None:
+        """The owner refused ``start`` and answers it itself: its run is not open, so
+        the writer may begin another, and records naming it are refused."""
+        session = self._sessions.get(start.request.session_id)
+        if session is not None and session.run_id == start.run_id:
+            session.release()
 
     def fail(self, session_id: str, error: FlightlogError) -> None:
         """A write or sync of the session failed: it takes no more writes.

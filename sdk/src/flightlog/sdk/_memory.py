@@ -19,7 +19,10 @@ import msgspec
 from flightlog.protocol import (
     CHECKPOINT,
     DEFAULT_MAX_FRAME_SIZE,
+    LINE_ENVELOPE,
+    MAX_LINE_BYTES,
     RUN_CLOSE,
+    RUN_RESUME,
     RUN_START,
     SESSION_START,
     SUPPORTED_VERSIONS,
@@ -37,6 +40,7 @@ from flightlog.protocol import (
     Record,
     RecordEvent,
     RunCloseData,
+    RunResumeData,
     RunStartData,
     RunStarted,
     SaveCheckpoint,
@@ -77,6 +81,11 @@ class MemorySession:
         self.rules: SessionMachine[FlightlogError] = SessionMachine()
         self.writer: MemoryConnection | None = None
         self.open_run: str | None = None
+        #: Agent facts and checkpoints of the open run: what a resumed run starts from.
+        self.run_items = 0
+        #: The last run, when it has no run_close (a writer may resume it), and its items.
+        self.last_run: str | None = None
+        self.last_run_items = 0
         #: Runs left without run_close (a writer gone, or the session closed).
         self.interrupted_runs: list[str] = []
         #: Set by :meth:`MemoryDaemon.break_disk`: every later write fails with it.
@@ -105,12 +114,15 @@ class MemorySession:
         )
         self.lines.append(encode_line(record)[:-1])
         self._kinds.append((type, run_id))
+        if type in (RUN_START, RUN_RESUME):
+            self.open_run, self.last_run = run_id, None
+            self.run_items = 0
+        elif type == RUN_CLOSE:
+            self.open_run = self.last_run = None
+        elif run_id is not None:
+            self.run_items += 1
         if type == CHECKPOINT:
             self._checkpoint = record
-        elif type == RUN_START:
-            self.open_run = run_id
-        elif type == RUN_CLOSE:
-            self.open_run = None
         return record
 
     def release(self) -> None:
@@ -118,6 +130,7 @@ class MemorySession:
         self.writer = None
         if self.open_run is not None:
             self.interrupted_runs.append(self.open_run)
+            self.last_run, self.last_run_items = self.open_run, self.run_items
             self.open_run = None
 
     def records(self) -> list[Record]:
@@ -189,6 +202,7 @@ class MemoryConnection:
             server=daemon.name,
             versions=daemon.versions,
             written_elsewhere=daemon.written_elsewhere,
+            max_line=min(daemon.max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES),
         )
 
     def receive_data(self, data: bytes) -> None:
@@ -279,7 +293,30 @@ class MemoryDaemon:
             case Open(id=request_id, path=path):
                 session = self._open(path)
                 self._opened(conn, request_id, session)
+            case StartRun(request=request, run_id=run_id) if request.resume is not None:
+                session = self._by_id(request.session_id)
+                if run_id != session.last_run:
+                    raise LocalProtocolError(
+                        f"run {run_id[:32]} is not the session's last run left without run_close",
+                        code=ErrorCode.RUN_NOT_OPEN,
+                    )
+                items = session.last_run_items
+                data = _encode_json(
+                    RunResumeData(pid=request.pid, client=request.client, items=items)
+                )
+                record = self._write(
+                    conn, request.session_id, RUN_RESUME, request.time, data, run_id
+                )
+                session.run_items = items
+                if run_id in session.interrupted_runs:
+                    session.interrupted_runs.remove(run_id)
+                server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
             case StartRun(request=request, run_id=run_id):
+                if run_id in self._by_id(request.session_id).interrupted_runs:
+                    raise LocalProtocolError(
+                        f"run id {run_id} is not fresh: the file has a run with it",
+                        code=ErrorCode.BAD_MESSAGE,
+                    )
                 # Its peers live in this very process: these are what the kernel
                 # would say of them.
                 data = _encode_json(
@@ -361,6 +398,8 @@ class MemoryDaemon:
             last_seq=session.last_seq,
             meta=session.meta,
             interrupted_runs=list(session.interrupted_runs),
+            last_run=session.last_run,
+            last_run_items=session.last_run_items,
         )
         conn.server.opened(reply, session.rules)
 

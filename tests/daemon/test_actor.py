@@ -204,7 +204,7 @@ async def test_a_checkpoint_is_acknowledged_once_synced(
     run_id = await _begin(actor, writer)
     synced = len(fsyncs.threads)
     for n in range(3):
-        await actor.put(writer, _record(actor, run_id, n))
+        await actor.put(writer, [_record(actor, run_id, n)])
     await actor.put(writer, _checkpoint(actor, run_id, 2))
     ack = await writer.reply()
     assert ack == Ack(id=2, seq=6)  # session_start, run_start, 3 records, the checkpoint
@@ -236,7 +236,7 @@ async def test_the_reply_leaves_from_the_disk_thread(
             writer = _Writer(channel)
             actor = await daemon.sessions.create(writer, "b.jsonl", {})
             run_id = await _begin(actor, writer)
-            await actor.put(writer, _record(actor, run_id, 1))
+            await actor.put(writer, [_record(actor, run_id, 1)])
             await actor.put(writer, _checkpoint(actor, run_id, 7))
             await actor.put(writer, Sync(id=8, session_id=actor.session_id))
             replies = await anyio.to_thread.run_sync(_receive, theirs, 2)
@@ -331,7 +331,7 @@ async def test_the_registry_counts_every_line_of_the_file_and_forgets_the_sessio
     actor = await daemon.sessions.create(writer, "d.jsonl", {})
     run_id = await _begin(actor, writer)
     for n in range(5):
-        await actor.put(writer, _record(actor, run_id, n))
+        await actor.put(writer, [_record(actor, run_id, n)])
     await actor.put(writer, Sync(id=9, session_id=actor.session_id))
     assert await writer.reply() == Ack(id=9, seq=7)
     data = (daemon.root / "d.jsonl").read_bytes()
@@ -402,7 +402,7 @@ async def test_close_session_is_acknowledged_once_the_file_is_closed(daemon: _Da
     writer = _Witness(path)
     actor = await daemon.sessions.create(writer, "closing.jsonl", {})
     run_id = await _begin(actor, writer)
-    await actor.put(writer, _record(actor, run_id, 1))
+    await actor.put(writer, [_record(actor, run_id, 1)])
     assert _descriptors_of(path)  # the actor holds the file open while it writes it
     await actor.put(writer, CloseSession(id=5, session_id=actor.session_id))
     assert await writer.reply() == Ack(id=5, seq=3)
@@ -417,7 +417,7 @@ async def test_close_session_is_acknowledged_once_the_file_is_closed(daemon: _Da
 async def _written(
     actor: SessionActor, writer: _Writer, record: RecordEvent, *, request_id: int
 ) -> None:
-    await actor.put(writer, record)
+    await actor.put(writer, [record])
     await actor.put(writer, Sync(id=request_id, session_id=actor.session_id))
     assert isinstance(await writer.reply(), Ack)
 

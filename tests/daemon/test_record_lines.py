@@ -163,11 +163,17 @@ async def test_lines_are_byte_for_byte_what_msgspec_writes_for_the_record(
         )
         for i, kind in enumerate(sorted(AGENT_FACT_TYPES) * 3)
     ]
-    batch: list[Item] = [(writer, event) for event in events]
-    # Several batches, so that seq carries over and stretches start at any record.
+    # Items of one to five records, as a connection hands them.
+    batch: list[Item] = []
+    start = 0
+    while start < len(events):
+        size = 1 + len(batch) % 5
+        batch.append((writer, events[start : start + size]))
+        start += size
+    # Several batches, so that seq carries over and stretches start at any item.
     assert not await actor._process(batch[:1])
-    assert not await actor._process(batch[1:40])
-    assert not await actor._process(batch[40:])
+    assert not await actor._process(batch[1:7])
+    assert not await actor._process(batch[7:])
     expected = bytearray()
     for seq, event in enumerate(events, start=2):
         # msgspec's own encoding of the Record: the oracle the LineEncoder must match.
@@ -224,11 +230,10 @@ async def test_a_bad_record_amid_good_ones_is_refused_alone(
     passed = writer.events(ok, bad, bad, ok, ok)
     assert passed == [ok, ok, ok]
     batch: list[Item] = [
-        (writer, ok),
-        (writer, ok),
-        (other, ok),  # not the writer: refused by the actor
-        (other, ok),
-        (writer, ok),
+        (writer, [ok, ok]),
+        (other, [ok]),  # not the writer: refused by the actor
+        (other, [ok]),
+        (writer, [ok]),
     ]
     assert not await actor._process(batch)
     lines = _lines(actor.path)[1:]
@@ -259,7 +264,7 @@ async def test_records_queued_behind_a_failure_are_refused_with_it_once_per_run(
     # Both passed the rules before the write failed.
     assert writer.events(event, event) == [event, event]
     actor.error = FlightlogError("the disk failed", code=ErrorCode.WRITE_FAILED)
-    assert not await actor._process([(writer, event), (writer, event)])
+    assert not await actor._process([(writer, [event]), (writer, [event])])
     assert len(_lines(actor.path)) == 1
     [pushed] = writer.pushed
     assert isinstance(pushed, RecordFailed) and pushed.message == "the disk failed"

@@ -16,7 +16,8 @@ what was queued behind it, fails the session's rules through the writer (which
 refuses every later write) and returns the error on close.
 
 The mailbox carries :data:`Item` tuples in the order the writer's connection sent
-them, so a reply never overtakes the records sent before its request.  The actor
+them, so a reply never overtakes the records sent before its request; records come
+as :data:`~._peers.Records`, those of one session the connection took in a row.  The actor
 reaches connections, tails and its registry through the Protocols of :mod:`._peers`.
 """
 
@@ -41,7 +42,6 @@ from flightlog.protocol import (
     LoadCheckpoint,
     LocalProtocolError,
     Message,
-    RecordEvent,
     RunCloseData,
     RunResumeData,
     RunStartData,
@@ -55,7 +55,7 @@ from flightlog.protocol import (
 from ._batch import Batch, Reply, checkpoint_reply, error_reply, ready
 from ._channel import ThreadWrite
 from ._config import MAX_NAME, Config
-from ._peers import Item, Peer, Registry, Release, Shutdown, Subscriber, payload_size
+from ._peers import Item, Peer, Records, Registry, Release, Shutdown, Subscriber, payload_size
 from ._primitives import Disk, Mailbox
 from ._refusals import log_refusal
 from ._storage import SessionFile, StorageError
@@ -131,7 +131,7 @@ class SessionActor:
     # ------------------------------------------------------------ the outside
 
     async def put(
-        self, peer: Peer | None, message: Message | StartRun | Release | Shutdown
+        self, peer: Peer | None, message: Message | StartRun | Release | Shutdown | Records
     ) -> None:
         """Queue ``message``; waits while the mailbox is full (backpressure).  Raises
         :class:`LocalProtocolError` (``session_closed``) once the actor is closing."""
@@ -139,10 +139,10 @@ class SessionActor:
         if not mailbox.put_nowait((peer, message)) and not await mailbox.put((peer, message)):
             raise LocalProtocolError("the session is closed", code=ErrorCode.SESSION_CLOSED)
 
-    def offer(self, peer: Peer, message: RecordEvent) -> bool:
-        """Queue ``message`` if the mailbox has room now; False when :meth:`put` must
+    def offer(self, peer: Peer, records: Records) -> bool:
+        """Queue ``records`` if the mailbox has room now; False when :meth:`put` must
         wait for room (or raise, the session being closed)."""
-        return self._mailbox.put_nowait((peer, message))
+        return self._mailbox.put_nowait((peer, records))
 
     def claim(self, writer: Peer) -> None:
         """Make ``writer`` the session's writer; the previous one must have been released."""
@@ -213,7 +213,7 @@ class SessionActor:
         index, end = 0, len(items)
         while index < end:
             peer, message = items[index]
-            if message.__class__ is RecordEvent:
+            if isinstance(message, list):
                 # Records come in stretches: take the whole stretch in one go.
                 assert peer is not None
                 index, lines, size = self._records(
@@ -434,8 +434,9 @@ class SessionActor:
         self, batch: list[Item], index: int, buf: bytearray, seq: int
     ) -> tuple[int, int, int]:
         """Append the lines of the stretch of records from one peer that starts at
-        ``batch[index]``, the first numbered ``seq``.  Returns the index after the
-        stretch, the lines appended and the payload bytes the stretch carried.
+        ``batch[index]`` (its :data:`~._peers.Records` items in a row), the first
+        numbered ``seq``.  Returns the index after the stretch, the lines appended and
+        the payload bytes the stretch carried.
 
         The writer's connection checked each record against the rules; what is left
         is whether the peer still writes the session and the file took no failure,
@@ -449,21 +450,22 @@ class SessionActor:
         append, run_id = self._lines.append, self.run_id
         first, size, end = seq, 0, len(batch)
         while index < end:
-            item_peer, message = batch[index]
-            if item_peer is not peer or not isinstance(message, RecordEvent):
+            item_peer, records = batch[index]
+            if item_peer is not peer or not isinstance(records, list):
                 break
             index += 1
-            data = message.data
-            size += len(data)
-            if refusal is not None:
-                peer.refuse(message, refusal)
-                continue
-            if message.run_id != run_id:
-                # Sent behind a begin_run this session refused.
-                peer.refuse(message, _run_not_open(message.run_id))
-                continue
-            append(buf, seq, message.event_type, message.time, run_id, data)
-            seq += 1
+            for record in records:
+                data = record.data
+                size += len(data)
+                if refusal is not None:
+                    peer.refuse(record, refusal)
+                    continue
+                if record.run_id != run_id:
+                    # Sent behind a begin_run this session refused.
+                    peer.refuse(record, _run_not_open(record.run_id))
+                    continue
+                append(buf, seq, record.event_type, record.time, run_id, data)
+                seq += 1
         return index, seq - first, size
 
     def _check_writable(self) -> None:

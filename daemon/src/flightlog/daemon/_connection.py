@@ -64,7 +64,7 @@ from ._budget import ConnectionBudget, MemoryBudget
 from ._channel import Channel, ThreadWrite
 from ._config import Config
 from ._fairness import UidShare
-from ._peers import LARGE_PAYLOAD, Release, payload_size
+from ._peers import LARGE_PAYLOAD, Records, Release, payload_size
 from ._primitives import Poller
 from ._refusals import log_dropped, log_refusal
 from ._sessions import Sessions
@@ -296,23 +296,30 @@ class Connection:
     async def _handle_events(self) -> bool:
         """Route every event of the frames read; False when the connection must close."""
         server, actors = self._server, self.sessions
+        # The records of one session taken in a row: handed to its actor as one item,
+        # before anything else is routed or awaited (docs/architecture.md).
+        records: Records = []
+        to: SessionActor | None = None
+        size = 0
         for event in server.events:
             if type(event) is RecordEvent:
-                if len(event.data) > LARGE_PAYLOAD and not await self._checked(event):
-                    continue
-                # The hot path: a record the rules let through, into a mailbox with
-                # room (counted until written, as in _hand_to).
+                if len(event.data) > LARGE_PAYLOAD:
+                    if to is not None:
+                        await self._hand_records(to, records, size)
+                        to = None
+                    if not await self._checked(event):
+                        continue
                 actor = actors[event.session_id]
-                if actor.offer(self, event):
-                    self._inflight += len(event.data)
-                    self._budget.charge(len(event.data))
-                    continue
-                try:
-                    await self._hand_to(actor, event)
-                except FlightlogError as exc:
-                    self._log_refusal(exc)
-                    self.refuse(event, exc)
+                if actor is not to:
+                    if to is not None:
+                        await self._hand_records(to, records, size)
+                    to, records, size = actor, [], 0
+                records.append(event)
+                size += len(event.data)
                 continue
+            if to is not None:
+                await self._hand_records(to, records, size)
+                to = None
             # What the rules answered themselves (the welcome, refusals) goes first.
             await self._flush()
             if event is None:
@@ -328,6 +335,21 @@ class Connection:
                 server.refuse(event, exc)
                 await self._flush()
         raise AssertionError("a connection's events never end")  # pragma: no cover
+
+    async def _hand_records(self, actor: SessionActor, records: Records, size: int) -> None:
+        """Hand ``records`` (``size`` payload bytes) to ``actor``: at once into a mailbox
+        with room, counted until written as in :meth:`_hand_to`; else waiting for room,
+        or refused if the session closed meanwhile."""
+        if actor.offer(self, records):
+            self._inflight += size
+            self._budget.charge(size)
+            return
+        try:
+            await self._hand_to(actor, records)
+        except FlightlogError as exc:
+            self._log_refusal(exc)
+            for record in records:
+                self.refuse(record, exc)
 
     async def _flush(self) -> None:
         data = self._server.data_to_send()
@@ -424,7 +446,7 @@ class Connection:
         self._server.opened(reply, actor.rules)
         await self._flush()
 
-    async def _hand_to(self, actor: SessionActor, event: Message | StartRun) -> None:
+    async def _hand_to(self, actor: SessionActor, event: Message | StartRun | Records) -> None:
         # Counted until the actor has written it: what makes reading stop.
         size = payload_size(event)
         self._inflight += size

@@ -26,6 +26,7 @@ __all__ = [
     "LARGE_PAYLOAD",
     "Item",
     "Peer",
+    "Records",
     "Registry",
     "Release",
     "Shutdown",
@@ -109,7 +110,11 @@ class Shutdown(msgspec.Struct, frozen=True):
     """The daemon is stopping: write, sync and close."""
 
 
-Item = tuple["Peer | None", Message | StartRun | Release | Shutdown]
+#: Records a connection hands to an actor as one item: those of one session it
+#: took in a row from one read (docs/architecture.md).
+Records = list[RecordEvent]
+
+Item = tuple["Peer | None", Message | StartRun | Release | Shutdown | Records]
 
 
 #: Payloads (record data, checkpoint snapshots) longer than this are checked by the
@@ -126,6 +131,8 @@ def payload_size(message: object) -> int:
     connection's buffer and the daemon's memory budget count.  A record counts its
     JSON payload; a request its long fields and :data:`REQUEST_SIZE`; what the
     daemon tells an actor itself (release, shutdown) nothing."""
+    if isinstance(message, list):
+        return sum(len(record.data) for record in message)
     if isinstance(message, RecordEvent):
         return len(message.data)
     if isinstance(message, SaveCheckpoint):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import functools
 import grp
 import os
@@ -332,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # CPython ignores it already at start-up; this keeps it so when embedded.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _raise_descriptor_limit()
+    tune_malloc()
     configure_logging(format=args.log_format, level=args.log_level)
     config = Config(
         socket_path=args.socket,
@@ -377,6 +379,30 @@ def _raise_descriptor_limit() -> None:
     if soft != hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+#: Allocations up to this size come from the heap, and this much freed memory at its
+#: top is kept: glibc's dynamic thresholds reach as much by themselves on 64-bit
+#: systems (an mmap threshold of up to 32 MiB), but only after freeing a mapped block
+#: of each size, so until then the daemon maps, unmaps and faults in again its read
+#: and line buffers batch after batch (docs/benchmarks.md).
+MALLOC_THRESHOLD: Final = 32 * 1024 * 1024
+
+
+def tune_malloc() -> bool:
+    """Set glibc's thresholds to :data:`MALLOC_THRESHOLD`; whether they were set
+    (False under another C library)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MALLOC_THRESHOLD)
+        and mallopt(_M_TRIM_THRESHOLD, MALLOC_THRESHOLD)
+    )
 
 
 def _single(exc: BaseException) -> BaseException:

@@ -107,6 +107,16 @@ def test_probes_run_and_print_every_line(probe: str, lines: list[str]) -> None:
         assert line in done.stdout, done.stdout
 
 
+def test_saturated_probe_prints_the_daemon_cpu_per_record_of_both_sizes() -> None:
+    """The probe docs/benchmarks.md quotes for the daemon's steps per record."""
+    out = _python_m("bench.saturated", "--quick", timeout=180).stdout
+    lines = [line for line in out.splitlines() if "daemon CPU per record" in line]
+    assert len(lines) == 2, out  # small events, 64 KiB events
+    for line in lines:
+        best = float(line.split("best ")[1].split(" µs")[0])
+        assert best > 0, line
+
+
 def test_steps_probe_prints_every_step_for_every_system() -> None:
     """The probe docs/benchmarks.md quotes for where the CPU of an event goes."""
     done = _python_m("bench.steps", "--quick", timeout=180)

@@ -133,29 +133,28 @@ class FrameDecoder(Generic[M]):
             return None
         self._pos = end
         if length <= _COPY_UP_TO:
-            frame: bytes | bytearray | memoryview = buf[pos + HEADER_SIZE : end]
-        else:
-            frame = memoryview(buf)[pos + HEADER_SIZE : end]
-        try:
-            return self._decoder.decode(frame)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise RemoteProtocolError(
-                f"frame of {length} bytes is not a valid message: {exc}",
-                code=ErrorCode.BAD_MESSAGE,
-            ) from None
-        except RecursionError:
-            raise RemoteProtocolError(
-                f"frame of {length} bytes nests too deeply to be a valid message",
-                code=ErrorCode.BAD_MESSAGE,
-            ) from None
-        finally:
-            # Release the export now, or the next feed() cannot compact the buffer.
-            if isinstance(frame, memoryview):
-                frame.release()
+            try:
+                return self._decoder.decode(buf[pos + HEADER_SIZE : end])
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+                raise _bad_message(length, exc) from None
+        with memoryview(buf)[pos + HEADER_SIZE : end] as frame:
+            # Released on the way out, or the next feed() cannot compact the buffer.
+            try:
+                return self._decoder.decode(frame)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+                raise _bad_message(length, exc) from None
 
     def __iter__(self) -> Iterator[M]:
         while (message := self.next_message()) is not None:
             yield message
+
+
+def _bad_message(length: int, exc: Exception) -> RemoteProtocolError:
+    if isinstance(exc, RecursionError):
+        reason = "nests too deeply to be a valid message"
+    else:
+        reason = f"is not a valid message: {exc}"
+    return RemoteProtocolError(f"frame of {length} bytes {reason}", code=ErrorCode.BAD_MESSAGE)
 
 
 def server_decoder(max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> FrameDecoder[Any]:

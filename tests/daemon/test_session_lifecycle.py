@@ -11,8 +11,12 @@ from flightlog.protocol import (
     ErrorReply,
     Open,
     RecordEvent,
+    RecordFailed,
     RunStarted,
+    SaveCheckpoint,
     SessionOpened,
+    Sync,
+    encode_frame,
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
@@ -123,3 +127,61 @@ def test_deeply_nested_data_is_refused_not_written(daemon: DaemonProcess) -> Non
         report = check_file(fileobj)
     assert report.sound, report
     assert report.records == 7
+
+
+def test_records_of_two_sessions_in_one_burst_land_in_order_around_requests(
+    daemon: DaemonProcess,
+) -> None:
+    # A connection hands the records of one session taken in a row to its actor as one
+    # item: a record of the other session, a request, a large record (checked in a
+    # worker thread) or a refused record each end such a run, and none may reorder.
+    big = b'{"big":"%s"}' % (b"x" * 70_000)
+    with RawClient(daemon.socket) as client:
+        sessions = []
+        for path in ("one.jsonl", "two.jsonl"):
+            opened = client.request(Create(id=client.next_id(), path=path))
+            assert isinstance(opened, SessionOpened)
+            run = client.request(
+                BeginRun(id=client.next_id(), session_id=opened.session_id, time=now())
+            )
+            assert isinstance(run, RunStarted)
+            sessions.append((opened.session_id, run.run_id))
+        (one, one_run), (two, two_run) = sessions
+        checkpoint_id = client.next_id()
+        bad = RecordEvent(
+            session_id=one, run_id=one_run, event_type="turn_start", time="not a time", data=b"{}"
+        )
+        frames = [
+            _record(one, one_run, 0),
+            _record(one, one_run, 1),
+            _record(two, two_run, 0),
+            _record(one, one_run, 2),
+            SaveCheckpoint(
+                id=checkpoint_id, session_id=one, run_id=one_run, time=now(), snapshot=b"{}"
+            ),
+            _record(one, one_run, 3),
+            RecordEvent(
+                session_id=one, run_id=one_run, event_type="turn_start", time=now(), data=big
+            ),
+            _record(one, one_run, 4),
+            _record(two, two_run, 1),
+            bad,  # refused, alone
+            _record(two, two_run, 2),
+        ]
+        client.send_bytes(b"".join(encode_frame(frame) for frame in frames))
+        # The refusal leaves at once, the acknowledgement after the fsync: either first.
+        replies = [client.receive(), client.receive()]
+        assert Ack(id=checkpoint_id, seq=6) in replies, replies
+        [failed] = [reply for reply in replies if isinstance(reply, RecordFailed)]
+        assert failed.code == "bad_event" and failed.session_id == one, failed
+        for session_id in (one, two):
+            assert isinstance(client.request(Sync(id=client.next_id(), session_id=session_id)), Ack)
+    one_lines = read_lines(daemon.root / "one.jsonl")
+    assert [line["type"] for line in one_lines[2:]] == ["turn_start"] * 3 + ["checkpoint"] + [
+        "turn_start"
+    ] * 3
+    assert [line["seq"] for line in one_lines] == list(range(1, 10))
+    assert [line["data"].get("turn_index") for line in one_lines[2:]] == [0, 1, 2, None, 3, None, 4]
+    assert one_lines[7]["data"] == {"big": "x" * 70_000}
+    two_lines = read_lines(daemon.root / "two.jsonl")
+    assert [line["data"]["turn_index"] for line in two_lines[2:]] == [0, 1, 2]

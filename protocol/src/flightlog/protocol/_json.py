@@ -2,8 +2,9 @@
 
 The daemon never re-encodes a record's data or a checkpoint's snapshot: it splices
 the client's bytes into the line.  So it must know that those bytes keep the line one
-a reader accepts: valid JSON, UTF-8, no raw newline, and not nested too deeply.  The
-server connection and every server built on it apply this one check.
+a reader accepts: valid JSON, UTF-8, no raw newline, not nested too deeply, and no
+number a reader refuses (:mod:`._numbers`).  The server connection and every server
+built on it apply this one check.
 
 Nesting needs a fixed bound.  msgspec refuses JSON nested deeper than the Python
 recursion limit allows *from where it is called*, so whether a reader can parse a
@@ -11,6 +12,15 @@ deep line depends on how deep the reader's own stack already is: a line the daem
 could parse in a worker thread may be refused by ``flightlog check`` called from deep
 inside an application.  :data:`MAX_NESTING` is far below that limit and above anything
 the codec writes (it nests at most ``MAX_DEPTH``, 200, levels).
+
+The check takes one of two ways, with the same verdicts.  Data of at most
+:data:`DECODE_IN_FULL` bytes (nearly every record) is decoded in full: one call checks
+the syntax, the UTF-8 of strings and the range of numbers, the cheapest check there is
+for it (docs/benchmarks.md).  But decoding builds every value, and data made of small
+arrays and objects costs tens of times its size in memory and time that grows faster
+than its size.  So longer data is checked in passes over its bytes that build nothing:
+a validation that skips values (``msgspec.Raw``), the UTF-8 of all of it, the nesting,
+then :func:`~._numbers.check_numbers`.
 """
 
 from __future__ import annotations
@@ -21,12 +31,17 @@ from typing import Final
 import msgspec
 
 from ._errors import ErrorCode, LocalProtocolError
+from ._numbers import check_numbers, unreadable_number
 
 __all__ = ["MAX_NESTING", "check_json", "nested_deeper_than"]
 
 #: The deepest nesting of arrays and objects accepted in meta, data and snapshots.
 MAX_NESTING: Final = 256
+#: The longest data :func:`check_json` decodes in full; longer data is checked in
+#: passes that build nothing.
+DECODE_IN_FULL: Final = 64 * 1024
 
+_decode = msgspec.json.decode
 _validate = msgspec.json.Decoder(msgspec.Raw).decode
 _NOT_BRACKETS: Final = bytes(sorted(set(range(256)) - set(b"[]{}")))
 # An opening bracket becomes 1 and a closing one -1, read as signed bytes.
@@ -58,11 +73,27 @@ def nested_deeper_than(data: bytes, limit: int) -> bool:
 
 def check_json(data: bytes, what: str, *, limit: int = MAX_NESTING) -> None:
     """Raises :class:`LocalProtocolError` (``bad_event``) unless ``data`` is one JSON
-    value, UTF-8, on one line, nested at most ``limit`` deep.  ``what`` names it in
-    the error."""
+    value a reader reads back: UTF-8, on one line, nested at most ``limit`` deep, with
+    numbers in range.  ``what`` names it in the error."""
     if 10 in data or 13 in data:  # b"\n", b"\r": an int is one memchr, bytes a search
         # Valid JSON may hold a raw newline as whitespace; it would split the line.
         raise LocalProtocolError(f"{what} must be JSON on one line", code=ErrorCode.BAD_EVENT)
+    if len(data) > DECODE_IN_FULL:
+        _check_in_passes(data, what, limit)
+        return
+    try:
+        _decode(data)
+    except msgspec.DecodeError as exc:
+        # Name what is wrong as the passes do; what they let through is a number.
+        _check_in_passes(data, what, limit)
+        raise unreadable_number(what, exc) from None
+    except RecursionError:
+        raise _too_deep(what, limit) from None
+    if len(data) > 2 * limit and nested_deeper_than(data, limit):
+        raise _too_deep(what, limit)
+
+
+def _check_in_passes(data: bytes, what: str, limit: int) -> None:
     try:
         _validate(data)
         if not data.isascii():
@@ -76,6 +107,10 @@ def check_json(data: bytes, what: str, *, limit: int = MAX_NESTING) -> None:
         raise _too_deep(what, limit) from None
     if len(data) > 2 * limit and nested_deeper_than(data, limit):
         raise _too_deep(what, limit)
+    try:
+        check_numbers(data, what)
+    except RecursionError:
+        raise _too_deep(what, limit) from None
 
 
 def _too_deep(what: str, limit: int) -> LocalProtocolError:

@@ -6,11 +6,13 @@ integer of more than 4,300 digits (Python's own limit).  A server splices a clie
 JSON into the line unparsed, so it must refuse such numbers itself, or it would
 acknowledge a record that reads back as an error.
 
-A number can be out of range only with an exponent of three digits or more, or with a
-run of at least :data:`_LONG_RUN` digits.  One ``translate`` maps the data to a few
-classes of bytes (digits, exponent marks, signs, the rest) and a substring search or
-three find those (usually nothing): each is a pass of C code, about as fast as copying
-the data.  Only then is the data decoded in full, which says for certain.
+Decoding the data in full says for certain, and :func:`~._json.check_json` does that
+for payloads up to :data:`~._json.DECODE_IN_FULL` bytes.  Longer ones go through
+:func:`check_numbers`, which decodes only data that may hold such a number.  A number
+can be out of range only with an exponent of three digits or more, or with a run of at
+least :data:`_LONG_RUN` digits.  One ``translate`` maps the data to a few classes of
+bytes (digits, exponent marks, signs, the rest) and three substring searches find
+those (usually nothing): each is a pass of C code, about as fast as copying the data.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from ._errors import ErrorCode, LocalProtocolError
 
 __all__ = ["check_numbers"]
 
-#: The shortest run of digits that can make a float overflow (10**309 > the double
-#: range); integers need far more (4,301).
-_LONG_RUN: Final = 309
+#: The shortest run of digits before a number's point that can make a float with an
+#: exponent of at most two digits overflow: 10**209 * 10**99 is within the double
+#: range (1.8e308), 10**210 * 10**99 is not.  Integers need far more (4,301).
+_LONG_RUN: Final = 210
 
 #: Digits become ``0``, exponent marks ``e``, signs ``+``, every other byte a space.
 _CLASSES: Final = bytes(
@@ -38,7 +41,9 @@ _CLASSES: Final = bytes(
     else ord(" ")
     for b in range(256)
 )
-_SUSPECTS: Final = (b"e000", b"e+000", b"0" * _LONG_RUN)
+_LONG_EXPONENT: Final = b"e000"
+_LONG_SIGNED_EXPONENT: Final = b"e+000"
+_LONG_DIGITS: Final = b"0" * _LONG_RUN
 _decode = msgspec.json.decode
 
 
@@ -46,11 +51,20 @@ def check_numbers(data: bytes, what: str) -> None:
     """Raises :class:`LocalProtocolError` (``bad_event``) when the valid JSON ``data``
     holds a number that readers refuse.  ``what`` names it in the error."""
     classes = data.translate(_CLASSES)
-    if not any(suspect in classes for suspect in _SUSPECTS):
+    if (
+        _LONG_EXPONENT not in classes
+        and _LONG_SIGNED_EXPONENT not in classes
+        and _LONG_DIGITS not in classes
+    ):
         return
     try:
         _decode(data)
     except msgspec.DecodeError as exc:
-        raise LocalProtocolError(
-            f"{what} holds a number no reader can read back: {exc}", code=ErrorCode.BAD_EVENT
-        ) from None
+        raise unreadable_number(what, exc) from None
+
+
+def unreadable_number(what: str, exc: msgspec.DecodeError) -> LocalProtocolError:
+    """The refusal of data whose full decoding failed with ``exc`` on a number."""
+    return LocalProtocolError(
+        f"{what} holds a number no reader can read back: {exc}", code=ErrorCode.BAD_EVENT
+    )

@@ -22,8 +22,8 @@ The connection applies every rule that needs no storage:
 * each session's :class:`~._state.SessionMachine`: one open run, the sticky failure;
 * a record names an agent fact type, an RFC 3339 UTC time and data that is one JSON
   object, and a checkpoint's snapshot is JSON, both as :func:`~._json.check_json`
-  wants them (on one line, UTF-8, nested at most :data:`~._json.MAX_NESTING` deep)
-  with numbers a reader reads back (:func:`~._numbers.check_numbers`); with a
+  wants them (on one line, UTF-8, nested at most :data:`~._json.MAX_NESTING` deep,
+  with numbers a reader reads back); with a
   ``max_line`` (the longest line the owner writes), a record's data leaves
   :data:`LINE_ENVELOPE` of it for the rest of its line, and a run's error fits in its
   ``run_close`` line;
@@ -60,7 +60,6 @@ import msgspec
 from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
 from ._framing import FrameDecoder, FrameEncoder, server_decoder
 from ._json import check_json
-from ._numbers import check_numbers
 from ._records import AGENT_FACT_TYPES, is_session_id, is_time, new_id
 from ._state import (
     ConnectionState,
@@ -586,9 +585,8 @@ class ServerConnection:
 
 def check_payload(data: bytes, what: str) -> None:
     """Raises :class:`LocalProtocolError` (``bad_event``) unless ``data`` is JSON a
-    reader reads back: :func:`~._json.check_json`, then :func:`~._numbers.check_numbers`."""
+    reader reads back (:func:`~._json.check_json`)."""
     check_json(data, what)
-    check_numbers(data, what)
 
 
 def _chosen_run_id(run_id: str | None) -> str:

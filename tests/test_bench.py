@@ -136,6 +136,21 @@ def test_steps_probe_prints_every_step_for_every_system() -> None:
         assert len(steps) == 7
 
 
+def test_check_probe_prints_every_payload_and_the_thread_hop() -> None:
+    """The probe docs/benchmarks.md quotes for the cost of the JSON check."""
+    out = _python_m("bench.check", "--quick", timeout=120).stdout
+    rows = [line.split("|")[1].strip() for line in out.splitlines()[2:] if line.startswith("| ")]
+    assert rows == [
+        "small event",
+        "64 KiB event",
+        "256 KiB event",
+        "1 MiB event",
+        "nested 254 deep, 64 KiB",
+        "nested 254 deep, 1 MiB",
+    ], out
+    assert "a worker thread's hop (anyio.to_thread.run_sync): " in out
+
+
 def test_quick_run_produces_every_row(tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
     done = _python_m("bench", "--quick", "--json", str(report), timeout=240)

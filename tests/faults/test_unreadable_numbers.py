@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import pytest
 from daemon_support import begin, create, expect_record_failed, fact, synced_seq
 
 from flightlog.protocol import ErrorReply, SaveCheckpoint, now
@@ -50,3 +51,29 @@ def test_numbers_readers_refuse_are_refused_and_the_rest_reads_back(short_tmp: P
     for line in lines:
         msgspec.json.decode(line)  # every line reads back, numbers and all
     daemon.stop()
+
+
+@pytest.mark.parametrize("padding", [0, 64 * 1024], ids=["checked-inline", "checked-in-a-thread"])
+def test_a_float_past_the_range_with_a_two_digit_exponent_is_refused(
+    short_tmp: Path, padding: int
+) -> None:
+    # 10**250 * 10**99: no exponent of three digits and no run of 309 digits, which is
+    # all the number check once looked for.
+    pad = b" " * padding
+    daemon = DaemonProcess(short_tmp).start()
+    try:
+        with RawClient(daemon.socket) as client:
+            sid = create(client, "exponent.jsonl").session_id
+            run = begin(client, sid)
+            client.send(fact(sid, run.run_id, data=b'{"a":-' + b"9" * 209 + b"e99}" + pad))
+            assert synced_seq(client, sid) == 3
+            client.send(fact(sid, run.run_id, data=b'{"a":1' + b"0" * 250 + b"e99}" + pad))
+            failed = expect_record_failed(client, "bad_event", sid)
+            assert "holds a number no reader can read back" in failed.message
+            assert synced_seq(client, sid) == 3
+    finally:
+        daemon.stop()
+    lines = (daemon.root / "exponent.jsonl").read_bytes().splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        msgspec.json.decode(line)  # every line reads back

@@ -6,8 +6,9 @@
   the bench's small and 64 KiB events, the way it takes at that size (a full decode
   up to ``DECODE_IN_FULL``), and the passes it takes on longer data;
 * the same check on longer data (the 64 KiB event's shape at 256 KiB and 1 MiB) and on
-  hostile data (arrays nested 254 deep, side by side): what a connection would spend
-  on its event loop if it checked that size itself;
+  hostile data (arrays nested 254 deep, side by side; at 16 MiB with a string that
+  looks like a number out of range): what a connection would spend on its event loop
+  if it checked that size itself;
 * a hop to a worker thread and back (``anyio.to_thread.run_sync`` on the daemon's
   asyncio with uvloop), what a connection pays to check a payload over
   ``LARGE_PAYLOAD`` off its event loop.
@@ -80,6 +81,7 @@ def main() -> None:
         ("1 MiB event", default_codec.encode_event(large_event(1024 * 1024)).data, 100),
         ("nested 254 deep, 64 KiB", _hostile(DECODE_IN_FULL), 200),
         ("nested 254 deep, 1 MiB", _hostile(1024 * 1024), 20),
+        ('the same, 16 MiB, and a string "e000"', b'["e000",' + _hostile(16 << 20)[1:], 1),
     ]
     for title, data, count in cases:
         calls = max(count // scale, 1)

@@ -147,6 +147,7 @@ def test_check_probe_prints_every_payload_and_the_thread_hop() -> None:
         "1 MiB event",
         "nested 254 deep, 64 KiB",
         "nested 254 deep, 1 MiB",
+        'the same, 16 MiB, and a string "e000"',
     ], out
     assert "a worker thread's hop (anyio.to_thread.run_sync): " in out
 

@@ -15,13 +15,15 @@ from typing import Any
 import hypothesis.strategies as st
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 
 from flightlog.protocol import (
     MAX_NESTING,
     LocalProtocolError,
     _json,
+    _numbers,
     check_json,
+    check_numbers,
     check_payload,
     nested_deeper_than,
 )
@@ -157,10 +159,22 @@ def _by_the_rules(data: bytes, limit: int = MAX_NESTING) -> str | None:
         return _TOO_DEEP.format(limit)
     if nested_deeper_than(data, limit):
         return _TOO_DEEP.format(limit)
+    unreadable: list[tuple[str, msgspec.DecodeError]] = []
+
+    def number(token: str) -> None:
+        try:
+            msgspec.json.decode(token)
+        except msgspec.DecodeError as exc:
+            unreadable.append((token, exc))
+
+    json.loads(data, parse_int=number, parse_float=number)  # every number, in order
     try:
         msgspec.json.decode(data)  # what a reader does with it
-    except msgspec.DecodeError as exc:
-        return f"data holds a number no reader can read back: {exc}"
+    except msgspec.DecodeError:
+        token, exc = unreadable[0]
+        shown = token if len(token) <= 40 else f"{token[:20]}... ({len(token):,} characters)"
+        return f"data holds a number no reader can read back, {shown}: {exc}"
+    assert not unreadable
     return None
 
 
@@ -355,3 +369,51 @@ def test_short_data_is_decoded_in_full_and_long_data_checked_in_passes(
     check_json(short, "data")
     check_json(short + b" ", "data")
     assert passes == [DECODE_IN_FULL + 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_json_values.map(lambda value: _dumped(value, True)) | _number(), max_size=6),
+    st.integers(1, 24),
+)
+def test_numbers_are_read_piece_by_piece_wherever_the_pieces_are_cut(
+    items: list[bytes], piece: int
+) -> None:
+    data = b"[" + b",".join(items) + b"]"
+    expected = _by_the_rules(data)
+    assume(expected is None or "holds a number" in expected)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_numbers, "_PIECE", piece)
+        try:
+            check_numbers(data, "data")
+        except LocalProtocolError as exc:
+            assert exc.message == expected
+        else:
+            assert expected is None
+
+
+@pytest.mark.parametrize(
+    ("last", "refused"), [(b"1e-400", False), (b"1e400", True)], ids=["in-range", "out-of-range"]
+)
+def test_numbers_of_16_mib_are_read_a_piece_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, last: bytes, refused: bool
+) -> None:
+    # Decoding this in full builds millions of floats; a string "e000" was enough to
+    # make the number check do that.
+    data = b'["e000",' + b"1.5," * (4 * 1024 * 1024 - 4) + last + b"]"
+    assert len(data) > 16 * 1024 * 1024 - 16
+    decoded: list[int] = []
+    decode = _numbers._decode
+
+    def counted(data: bytes) -> Any:
+        decoded.append(len(data))
+        return decode(data)
+
+    monkeypatch.setattr(_numbers, "_decode", counted)
+    if refused:
+        with pytest.raises(LocalProtocolError, match="can read back, 1e400: Number out of range"):
+            check_json(data, "record data")
+    else:
+        check_json(data, "record data")
+    assert max(decoded) <= 2 * _numbers._PIECE
+    assert sum(decoded) <= 2 * len(data)

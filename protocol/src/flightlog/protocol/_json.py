@@ -18,9 +18,10 @@ The check takes one of two ways, with the same verdicts.  Data of at most
 the syntax, the UTF-8 of strings and the range of numbers, the cheapest check there is
 for it (docs/benchmarks.md).  But decoding builds every value, and data made of small
 arrays and objects costs tens of times its size in memory and time that grows faster
-than its size.  So longer data is checked in passes over its bytes that build nothing:
+than its size.  So longer data is checked in passes over its bytes instead:
 a validation that skips values (``msgspec.Raw``), the UTF-8 of all of it, the nesting,
-then :func:`~._numbers.check_numbers`.
+then :func:`~._numbers.check_numbers`, which reads numbers only where one may be out of
+range, a piece at a time.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from typing import Final
 import msgspec
 
 from ._errors import ErrorCode, LocalProtocolError
-from ._numbers import check_numbers, unreadable_number
+from ._numbers import check_numbers
 
 __all__ = ["MAX_NESTING", "check_json", "nested_deeper_than"]
 
 #: The deepest nesting of arrays and objects accepted in meta, data and snapshots.
 MAX_NESTING: Final = 256
 #: The longest data :func:`check_json` decodes in full; longer data is checked in
-#: passes that build nothing.
+#: passes over its bytes.
 DECODE_IN_FULL: Final = 64 * 1024
 
 _decode = msgspec.json.decode
@@ -84,9 +85,11 @@ def check_json(data: bytes, what: str, *, limit: int = MAX_NESTING) -> None:
     try:
         _decode(data)
     except msgspec.DecodeError as exc:
-        # Name what is wrong as the passes do; what they let through is a number.
+        # The passes say what is wrong; they let through nothing a full decode refuses.
         _check_in_passes(data, what, limit)
-        raise unreadable_number(what, exc) from None
+        raise LocalProtocolError(
+            f"{what} is not JSON a reader reads back: {exc}", code=ErrorCode.BAD_EVENT
+        ) from None
     except RecursionError:
         raise _too_deep(what, limit) from None
     if len(data) > 2 * limit and nested_deeper_than(data, limit):

@@ -1,6 +1,6 @@
 """What the daemon's check of a record's data costs, in this one process.
 
-``uv run python -m bench.check`` times, in CPU µs per call (best of five):
+``uv run python -m bench.check`` times, in CPU µs per call (best of three):
 
 * ``check_payload`` (what every record's data and every snapshot get) on the data of
   the bench's small and 64 KiB events, the way it takes at that size (a full decode
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from functools import partial
 
 import anyio
@@ -29,19 +28,9 @@ from flightlog.protocol._json import DECODE_IN_FULL, _check_in_passes
 
 from ._events import large_event, small_event
 from ._report import markdown_table
+from .steps import _per_event
 
 __all__ = ["main"]
-
-
-def _per_call(step: Callable[[], object], count: int) -> float:
-    """CPU µs per call of ``step``, best of five."""
-    best = float("inf")
-    for _ in range(5):
-        begin = time.process_time()
-        for _ in range(count):
-            step()
-        best = min(best, time.process_time() - begin)
-    return best * 1e6 / count
 
 
 def _hostile(size: int) -> bytes:
@@ -85,8 +74,8 @@ def main() -> None:
     ]
     for title, data, count in cases:
         calls = max(count // scale, 1)
-        check = _per_call(partial(check_payload, data, "data"), calls)
-        in_passes = _per_call(partial(_check_in_passes, data, "data", MAX_NESTING), calls)
+        check = _per_event(partial(check_payload, data, "data"), calls)
+        in_passes = _per_event(partial(_check_in_passes, data, "data", MAX_NESTING), calls)
         rows.append([title, f"{len(data):,}", f"{check:.2f}", f"{in_passes:.2f}"])
     print(markdown_table(rows))
     print()

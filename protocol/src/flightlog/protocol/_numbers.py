@@ -113,9 +113,8 @@ def _flat_array(scalars: list[bytes]) -> bytes:
 def _first_unreadable(
     scalars: list[bytes], what: str, exc: msgspec.DecodeError
 ) -> LocalProtocolError:
-    """The refusal naming the first number of ``scalars``, whose flat array failed to
-    decode with ``exc``, that does not decode: found by halving, a few times the cost of
-    decoding them all."""
+    """The refusal naming the first of ``scalars`` that does not decode (their flat
+    array did not, with ``exc``): found by halving, which decodes them about once more."""
     low, high = 0, len(scalars)
     while high - low > 1:
         middle = (low + high) // 2
@@ -130,10 +129,10 @@ def _first_unreadable(
         _decode(number)
     except msgspec.DecodeError as alone:
         exc = alone
-    return unreadable_number(what, number, exc)
+    return _unreadable_number(what, number, exc)
 
 
-def unreadable_number(what: str, number: bytes, exc: msgspec.DecodeError) -> LocalProtocolError:
+def _unreadable_number(what: str, number: bytes, exc: msgspec.DecodeError) -> LocalProtocolError:
     """The refusal of data that holds ``number``, which decoding refused with ``exc``."""
     shown = number.decode("ascii")
     if len(shown) > 40:

@@ -22,6 +22,7 @@ from flightlog.protocol import (
     LocalProtocolError,
     _json,
     _numbers,
+    _structure,
     check_json,
     check_numbers,
     check_payload,
@@ -122,21 +123,43 @@ def test_a_deep_16_mib_payload_is_checked_in_one_pass(monkeypatch: pytest.Monkey
     summed: list[int] = []
     running_sum = _json.accumulate
 
-    def counting_sum(steps: Any) -> Any:
+    def counting_sum(steps: Any, *, initial: int) -> Any:
         summed.append(0)
-        for depth in running_sum(steps):
+        for depth in running_sum(steps, initial=initial):
             summed[-1] += 1
             yield depth
 
     monkeypatch.setattr(_json, "accumulate", counting_sum)
     _Counted.passes = 0
     check_json(_Counted(payload), "record data")  # 255 levels: within the bound
-    # A handful of C passes over the payload, then one running sum over its brackets.
-    assert _Counted.passes <= 8
-    assert summed == [payload.count(b"[") + payload.count(b"]")]
+    # A handful of C passes over the payload, a search for the next quote and comma
+    # per piece of its structure, and one running sum over its brackets.
+    pieces = len(summed)
+    assert pieces <= len(payload) // _structure._PIECE + 1
+    assert _Counted.passes <= 8 + 2 * pieces
+    assert sum(summed) == payload.count(b"[") + payload.count(b"]") + pieces
     with pytest.raises(LocalProtocolError, match="more than 254 levels"):
         check_json(payload, "record data", limit=254)
-    assert len(summed) == 2 and summed[1] <= len(payload)
+    assert sum(summed[pieces:]) <= len(payload)
+
+
+def test_short_strings_outside_the_bound_take_pieces_of_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Split at every quote at once, 16 MiB of short strings held a bytes object for
+    # every five bytes (282 MiB).
+    data = b"[" + b'"ab",' * (16 * 1024 * 1024 // 5) + b"[" * 300 + b"]" * 301
+    pieces: list[int] = []
+    split = _structure.outside_strings
+
+    def counted(data: bytes) -> Any:
+        for piece in split(data):
+            pieces.append(len(piece))
+            yield piece
+
+    monkeypatch.setattr(_json, "outside_strings", counted)
+    assert nested_deeper_than(data, MAX_NESTING)
+    assert len(pieces) > 1 and max(pieces) <= 2 * _structure._PIECE
 
 
 # --- the verdicts: one full decode or passes, as the rules one by one ---------------------
@@ -383,7 +406,7 @@ def test_numbers_are_read_piece_by_piece_wherever_the_pieces_are_cut(
     expected = _by_the_rules(data)
     assume(expected is None or "holds a number" in expected)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_numbers, "_PIECE", piece)
+        patch.setattr(_structure, "_PIECE", piece)
         try:
             check_numbers(data, "data")
         except LocalProtocolError as exc:
@@ -415,5 +438,5 @@ def test_numbers_of_16_mib_are_read_a_piece_at_a_time(
             check_json(data, "record data")
     else:
         check_json(data, "record data")
-    assert max(decoded) <= 2 * _numbers._PIECE
+    assert max(decoded) <= 2 * _structure._PIECE
     assert sum(decoded) <= 2 * len(data)

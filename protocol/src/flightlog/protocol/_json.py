@@ -33,6 +33,7 @@ import msgspec
 
 from ._errors import ErrorCode, LocalProtocolError
 from ._numbers import check_numbers
+from ._structure import outside_strings
 
 __all__ = ["MAX_NESTING", "check_json", "nested_deeper_than"]
 
@@ -54,7 +55,8 @@ def nested_deeper_than(data: bytes, limit: int) -> bool:
 
     Linear in ``data`` whatever its depth (this runs for every record the daemon takes
     in): a fixed number of passes of C code over bytes, then one running sum over the
-    brackets outside strings; no regular expression, no Python loop over characters.
+    brackets outside strings (:func:`~._structure.outside_strings`); no regular
+    expression, no Python loop over characters.
     """
     # Each level takes two bytes, its opening and its closing bracket.
     if len(data) <= 2 * limit:
@@ -63,13 +65,14 @@ def nested_deeper_than(data: bytes, limit: int) -> bool:
     brackets = data.translate(None, _NOT_BRACKETS)
     if brackets.count(b"[") + brackets.count(b"{") <= limit:
         return False
-    # The structure alone: drop escaped backslashes, then escaped quotes; what lies
-    # between the remaining quotes is string text.
-    if b"\\" in data:
-        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    structure = b"".join(data.split(b'"')[::2]).translate(_STEPS, _NOT_BRACKETS)
-    # The depth after each bracket is the running sum of the steps.
-    return max(accumulate(memoryview(structure).cast("b")), default=0) > limit
+    # The depth after each bracket of the structure is the running sum of the steps.
+    depth = 0
+    for structure in outside_strings(data):
+        steps = structure.translate(_STEPS, _NOT_BRACKETS)
+        if max(accumulate(memoryview(steps).cast("b"), initial=depth)) > limit:
+            return True
+        depth += steps.count(1) - steps.count(255)
+    return False
 
 
 def check_json(data: bytes, what: str, *, limit: int = MAX_NESTING) -> None:

@@ -15,18 +15,19 @@ A number can be out of range only with an exponent of three digits or more, or w
 run of at least :data:`_LONG_RUN` digits.  One ``translate`` maps the data to a few
 classes of bytes (digits, exponent marks, signs, the rest) and three substring searches
 find those (usually nothing): each is a pass of C code, about as fast as copying the
-data.  When they find one, the numbers are read: piece by piece, the data outside its
-strings, its numbers (and ``true``, ``false``, ``null``) decoded as one flat array.
+data.  When they find one, the numbers are read: in each piece of the data outside its
+strings (:func:`~._structure.outside_strings`), its numbers (and ``true``, ``false``,
+``null``) decoded as one flat array.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Final
 
 import msgspec
 
 from ._errors import ErrorCode, LocalProtocolError
+from ._structure import outside_strings
 
 __all__ = ["check_numbers"]
 
@@ -34,9 +35,6 @@ __all__ = ["check_numbers"]
 #: exponent of at most two digits overflow: 10**209 * 10**99 is within the double
 #: range (1.8e308), 10**210 * 10**99 is not.  Integers need far more (4,301).
 _LONG_RUN: Final = 210
-#: Bytes of data whose numbers are read at once, at least (until the next quote or
-#: comma): what reading them holds in memory is a few times that.
-_PIECE: Final = 1024 * 1024
 
 #: Digits become ``0``, exponent marks ``e``, signs ``+``, every other byte a space.
 _CLASSES: Final = bytes(
@@ -60,10 +58,11 @@ _decode = msgspec.json.decode
 def check_numbers(data: bytes, what: str) -> None:
     """Raises :class:`LocalProtocolError` (``bad_event``) when the valid JSON ``data``
     holds a number that readers refuse, naming the first one.  ``what`` names the data
-    in the error.  Linear in ``data``, and holds a few times :data:`_PIECE` bytes."""
+    in the error.  Linear in ``data``; what it holds beyond the data is a few times a
+    piece of :func:`~._structure.outside_strings`."""
     if not _may_be_out_of_range(data):
         return
-    for structure in _outside_strings(data):
+    for structure in outside_strings(data):
         if not _may_be_out_of_range(structure):
             continue
         scalars = structure.translate(_SEPARATORS).split()
@@ -76,34 +75,6 @@ def check_numbers(data: bytes, what: str) -> None:
 def _may_be_out_of_range(data: bytes) -> bool:
     classes = data.translate(_CLASSES)
     return _LONG_EXPONENT in classes or _LONG_SIGNED_EXPONENT in classes or _LONG_DIGITS in classes
-
-
-def _outside_strings(data: bytes) -> Iterator[bytes]:
-    """The valid JSON ``data`` without its strings, in pieces of at least :data:`_PIECE`
-    bytes of it, each cut right after a quote or a comma: never inside a number or an
-    escape.  (Many numbers need many commas or quotes between them.)"""
-    size = len(data)
-    start, in_string, quote, comma = 0, False, -1, -1
-    while start < size:
-        at = start + _PIECE
-        if quote < at:
-            quote = _next(data, b'"', at)
-        if comma < at:
-            comma = _next(data, b",", at)
-        end = min(quote, comma, size - 1) + 1
-        piece = data[start:end]
-        if b"\\" in piece:
-            # Escaped backslashes, then escaped quotes: the quotes left delimit strings.
-            piece = piece.replace(b"\\\\", b"").replace(b'\\"', b"")
-        parts = piece.split(b'"')
-        yield b" ".join(parts[in_string::2])
-        in_string ^= len(parts) % 2 == 0
-        start = end
-
-
-def _next(data: bytes, byte: bytes, at: int) -> int:
-    found = data.find(byte, at)
-    return len(data) if found < 0 else found
 
 
 def _flat_array(scalars: list[bytes]) -> bytes:

@@ -82,12 +82,18 @@ def _activate(base: Path, notify: NotifySocket, *env: str) -> subprocess.Popen[b
     ]
     with (base / "daemon.log").open("wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    # The socket's file appears at bind(), before listen(): until then a connection is
+    # refused.  A probe that connects and leaves is a client the daemon takes in stride.
     deadline = time.monotonic() + 20
-    while not socket_path.exists():
+    while True:
         if time.monotonic() > deadline or proc.poll() is not None:
             raise RuntimeError((base / "daemon.log").read_text())
-        time.sleep(0.01)
-    return proc
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(socket_path))
+            return proc
+        except (FileNotFoundError, ConnectionRefusedError):
+            time.sleep(0.01)
 
 
 def _record_session(socket_path: str, path: str, count: int) -> str:

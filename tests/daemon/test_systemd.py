@@ -166,13 +166,20 @@ def test_listen_fds_takes_the_socket_from_systemd_socket_activate(tmp_path: Path
     )
     try:
         deadline = time.monotonic() + 30
-        while not path.exists():
+        # The socket's file appears at bind(), before listen(): until then a connection
+        # is refused.
+        while True:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "systemd-socket-activate never listened"
-            time.sleep(0.01)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                client.connect(os.fspath(path))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                client.close()
+                time.sleep(0.01)
+        with client:
             client.settimeout(30)
-            client.connect(os.fspath(path))
             chunks = []
             while chunk := client.recv(65536):
                 chunks.append(chunk)

@@ -16,6 +16,10 @@ here, as in the bench), then waits until its file holds every line; the figures 
 CPU per event over that stretch (the daemon's in clock ticks: ~0.05 µs per small
 event, ~2 µs per large one).  One agent, so the daemon is asleep more often
 than under the bench's eight: compare its steps, not its totals, with rows 1b/1c.
+
+Last, for flightlogd alone, the CPU per event (agent + daemon) of 64 ``record()``
+calls against one ``record_many()`` of the same 64 events: the batch call for callers
+that hold several events at once.
 """
 
 from __future__ import annotations
@@ -82,6 +86,45 @@ def _record(system: System, pid: int, event: Event, count: int) -> list[float]:
     return [seconds * 1e6 / count for seconds in spent]
 
 
+def _batched(event: Event, count: int, base: Path, size: int = 64) -> str:
+    """flightlogd's CPU per event, agent + daemon, for ``record()`` called ``size``
+    times against one ``record_many()`` of ``size`` events (one frame each, one send)."""
+    from flightlog.sdk import connect
+
+    daemon = Daemon(base / "batch").start()
+    lines = [f"{size} events a call, {count:,} events from one agent (CPU µs per event):"]
+    try:
+        with connect(daemon.socket) as client:
+            session = client.create("batched.jsonl")
+            run = session.begin_run()
+            events = [event] * size
+            ways: list[tuple[str, Callable[[], object]]] = [
+                (f"record() x {size}", lambda: [run.record(event) for _ in events]),
+                (f"record_many({size})", lambda: run.record_many(events)),
+            ]
+            for name, call in ways:
+                call()
+                session.sync()
+                mine, theirs = resource.getrusage(resource.RUSAGE_SELF), _proc_times(daemon.pid)
+                for _ in range(count // size):
+                    call()
+                session.sync()
+                after, theirs_after = (
+                    resource.getrusage(resource.RUSAGE_SELF),
+                    _proc_times(daemon.pid),
+                )
+                agent = after.ru_utime - mine.ru_utime + after.ru_stime - mine.ru_stime
+                spent = sum(theirs_after) - sum(theirs)
+                lines.append(
+                    f"  {name:<16} agent {agent * 1e6 / count:6.2f} + daemon "
+                    f"{spent * 1e6 / count:5.2f} = {(agent + spent) * 1e6 / count:6.2f}"
+                )
+            run.close()
+    finally:
+        daemon.stop()
+    return "\n".join(lines)
+
+
 def _steps(event: Event, count: int, syslog_ng: str | None, base: Path) -> str:
     codec = _per_event(lambda: default_codec.encode_event(event), count)
     lines = LineEncoder(new_id(), new_id())
@@ -142,6 +185,8 @@ def main() -> None:
             print(f"{title}, {count:,} records from one agent:")
             print()
             print(_steps(event, count, args.syslog_ng, base / str(count)))
+            print()
+            print(_batched(event, count, base / f"{count}-batched"))
             print()
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -24,6 +24,7 @@ from flightlog.protocol import (
     CheckpointLoaded,
     LoadCheckpoint,
     SaveCheckpoint,
+    Subscribe,
     encode_frame,
     now,
 )
@@ -142,3 +143,34 @@ def test_a_client_faster_than_its_session_is_held_back_not_buffered(
             client.send_bytes(record[rest:])  # complete the torn frame
         assert synced_seq(client, opened.session_id) == 3 + records + (1 if rest else 0)
     assert check_file(daemon.root / "held-back.jsonl").sound
+
+
+#: What a stalled subscriber of one session may make the daemon hold: its live buffer
+#: (4 MiB, then it reads the file instead), the connection's 8 MiB of unsent replies,
+#: the writer's records in flight, allocator slack.
+STALLED_TAIL_LIMIT_KB = 32 * 1024
+
+
+def test_a_stalled_subscriber_of_one_session_falls_back_to_the_file(
+    daemon: DaemonProcess,
+) -> None:
+    """Past its live buffer, a subscriber that reads nothing costs the daemon nothing
+    more: the file holds what it missed."""
+    block = b'{"blob":"' + b"x" * (64 * 1024) + b'"}'
+    with RawClient(daemon.socket, client="writer") as writer:
+        opened = create(writer, "watched.jsonl")
+        run = begin(writer, opened.session_id)
+        with RawClient(daemon.socket, client="stalled") as stalled:
+            stalled.send(Subscribe(id=stalled.next_id(), path="watched.jsonl", follow=True))
+            assert synced_seq(writer, opened.session_id) == 2
+            baseline = proc_status_kb(daemon.pid, "VmRSS")
+            seq = 2
+            for _ in range(12):  # 48 MiB, synced every 4 MiB
+                for n in range(64):
+                    writer.send(fact(opened.session_id, run.run_id, n, data=block))
+                seq += 64
+                assert synced_seq(writer, opened.session_id) == seq
+            growth = proc_status_kb(daemon.pid, "VmHWM") - baseline
+    print(f"stalled subscriber: VmHWM - VmRSS before: {growth} kB")
+    assert growth < STALLED_TAIL_LIMIT_KB, growth
+    assert check_file(daemon.root / "watched.jsonl").records == seq

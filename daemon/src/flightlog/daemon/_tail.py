@@ -51,8 +51,9 @@ _BATCH_BYTES = 256 * 1024
 #: Bytes of the file one step of a catch-up reads at most, lines or not: a file of
 #: holes or of no newlines holds a disk thread for one step at a time.
 _STEP_BYTES = 4 * 1024 * 1024
-#: Bytes of live records a subscriber buffers before it falls back to the file (with
-#: room for two of the longest lines beyond it).
+#: Bytes of live records a subscriber buffers before it falls back to the file (a
+#: subscription to every session, which has no file to fall back to, has room for two
+#: of the longest lines beyond it).
 _LIVE_BYTES = 4 * 1024 * 1024
 #: Bytes of live records all the subscriptions of one connection buffer at most.
 _CONNECTION_LIVE_BYTES = 16 * 1024 * 1024
@@ -126,7 +127,9 @@ class Subscription:
         self.actor: SessionActor | None = None
         self._buffer_items = config.subscriber_buffer
         self._max_line = config.max_line
-        self._live_limit = _LIVE_BYTES + 2 * config.max_line
+        # A stalled subscriber of one session holds no more than this: past it, the
+        # file has it all.
+        self._live_limit = _LIVE_BYTES + (2 * config.max_line if resolved is None else 0)
         self._shared_limit = _CONNECTION_LIVE_BYTES + 2 * config.max_line
         self._roots = roots
         self._disks = disks
@@ -147,10 +150,11 @@ class Subscription:
         if self._readable is not None and not self._readable(path):
             return
         # A subscriber with nothing buffered keeps up: it takes a chunk of any size (the
-        # actor's one copy, shared by every subscriber, costs nothing more); and each
-        # buffer has room for two of the longest lines beyond its own size, so that a
-        # record as large as a frame, the next one written before the subscriber has
-        # sent the first, is not falling behind either.
+        # actor's one copy, shared by every subscriber, costs nothing more).  Past its
+        # buffer, a subscriber of one session reads the file instead; a subscriber of
+        # every session has no file to read, so its buffer has room for two of the
+        # longest lines beyond its own size: a record as large as a frame, the next one
+        # written before the subscriber has sent the first, is not falling behind.
         if self.live and (
             len(self.live) >= self._buffer_items
             or self.live_bytes + len(chunk) > self._live_limit

@@ -172,6 +172,10 @@ def script(writer: Peer, other: Peer) -> list[list[tuple[str, str | None]]]:
     [closed] = ask(other, CloseSession(id=12, session_id=sid))
     [again] = ask(writer, Open(id=25, path="r.jsonl"))
     out.append([("last_run", again.last_run), ("seq", str(closed.seq))])
+    # Meta is written as a reader reads it: keys JSON writes alike are refused.
+    ask(writer, Create(id=26, path="dup.jsonl", meta={"tags": {1: "int", "1": "str"}}))
+    [ints] = ask(writer, Create(id=27, path="ints.jsonl", meta={"tags": {1: "one", 2: [{3: 4}]}}))
+    out.append([("meta", repr(ints.meta))])
     return out
 
 
@@ -190,11 +194,13 @@ def test_the_memory_daemon_answers_as_flightlogd_does(daemon: DaemonProcess) -> 
     assert real[12] == [("RecordFailed", "not_writer"), ("ErrorReply", "not_writer")]
     assert real[19:24:2] == [[("RecordFailed", "bad_event"), ("Ack", None)]] * 3
     assert real[26] == [("Subscribed", None), ("TailBatch", None), ("TailEnd", None)]
-    assert real[-16] == [("SessionOpened", None)]
+    assert real[-19] == [("SessionOpened", None)]
     # Three records and a checkpoint in the cut run; a refused begin_run opens nothing.
-    assert real[-10] == [("last_run", "c" * 32), ("items", "4")]
-    assert real[-9] == [("ErrorReply", "bad_message")]  # the run id is not fresh
-    assert real[-8] == [("ErrorReply", "run_not_open")]
-    assert real[-6] == [("resumed", "c" * 32), ("seq", "7")]
-    assert real[-5] == [("ErrorReply", "run_open")]
-    assert real[-1] == [("last_run", None), ("seq", "8")]
+    assert real[-13] == [("last_run", "c" * 32), ("items", "4")]
+    assert real[-12] == [("ErrorReply", "bad_message")]  # the run id is not fresh
+    assert real[-11] == [("ErrorReply", "run_not_open")]
+    assert real[-9] == [("resumed", "c" * 32), ("seq", "7")]
+    assert real[-8] == [("ErrorReply", "run_open")]
+    assert real[-4] == [("last_run", None), ("seq", "8")]
+    assert real[-3] == [("ErrorReply", "bad_message")]
+    assert real[-1] == [("meta", repr({"tags": {"1": "one", "2": [{"3": 4}]}}))]

@@ -20,21 +20,15 @@ import msgspec
 
 from flightlog.protocol import (
     CHECKPOINT,
-    MAX_NESTING,
     RUN_CLOSE,
     RUN_RESUME,
     RUN_START,
-    SESSION_START,
     ErrorCode,
-    FileFormatError,
     FlightlogError,
     LineReader,
-    LocalProtocolError,
     ReadState,
     Record,
-    SessionStartData,
-    encode_line,
-    nested_deeper_than,
+    session_start_line,
 )
 
 from ._paths import ResolvedPath, Roots
@@ -128,39 +122,7 @@ class SessionFile:
         Raises :class:`LocalProtocolError` (``bad_message``) for a ``meta`` that cannot
         be written, :class:`FileExistsError`, :class:`PathRefused`, :class:`StorageError`.
         """
-        try:
-            start = msgspec.json.encode(SessionStartData(meta=meta))
-        except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
-            raise LocalProtocolError(
-                f"meta cannot be written as JSON: {exc}", code=ErrorCode.BAD_MESSAGE
-            ) from None
-        if nested_deeper_than(start, MAX_NESTING):
-            raise LocalProtocolError(
-                f"meta nests more than {MAX_NESTING - 2} levels deep", code=ErrorCode.BAD_MESSAGE
-            )
-        line = encode_line(
-            Record(
-                session_id=session_id, seq=1, type=SESSION_START, time=time, data=msgspec.Raw(start)
-            )
-        )
-        try:
-            # Whatever meta a client sends, the first line must be one a reader accepts.
-            header = LineReader()
-            header.feed(line)
-            header.next()
-        except FileFormatError as exc:
-            raise LocalProtocolError(
-                f"meta cannot be written as JSON a reader accepts: {exc.reason}",
-                code=ErrorCode.BAD_MESSAGE,
-            ) from None
-        # What a reader will find: JSON writes every key as a string, so two keys that
-        # write alike (1 and "1") would make a duplicate key; the reply echoes this.
-        written = msgspec.json.decode(start)["meta"]
-        if _entries(written) != _entries(meta):
-            raise LocalProtocolError(
-                'meta has keys that JSON writes alike (such as 1 and "1")',
-                code=ErrorCode.BAD_MESSAGE,
-            )
+        line, written = session_start_line(session_id, time, meta)
         session = cls(
             roots=roots, resolved=resolved, session_id=session_id, meta=written, created_line=line
         )
@@ -410,15 +372,6 @@ def read_on(
             reader.feed_eof()
         else:
             return
-
-
-def _entries(value: object) -> int:
-    """The keys of every object in ``value``, nested ones too."""
-    if isinstance(value, dict):
-        return len(value) + sum(_entries(item) for item in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_entries(item) for item in value)
-    return 0
 
 
 def _lock(fd: int, path: str) -> None:

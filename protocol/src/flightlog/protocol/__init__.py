@@ -16,6 +16,8 @@ from ._json import *  # noqa: F403
 from ._json import __all__ as _json_all
 from ._lines import *  # noqa: F403
 from ._lines import __all__ as _lines_all
+from ._meta import *  # noqa: F403
+from ._meta import __all__ as _meta_all
 from ._numbers import *  # noqa: F403
 from ._numbers import __all__ as _numbers_all
 from ._reader import *  # noqa: F403
@@ -37,6 +39,7 @@ __all__ = [
     *_framing_all,
     *_json_all,
     *_lines_all,
+    *_meta_all,
     *_numbers_all,
     *_reader_all,
     *_records_all,

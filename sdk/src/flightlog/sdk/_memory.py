@@ -48,7 +48,6 @@ from flightlog.protocol import (
     ServerEvent,
     SessionMachine,
     SessionOpened,
-    SessionStartData,
     SessionState,
     SessionStatus,
     StartRun,
@@ -63,6 +62,7 @@ from flightlog.protocol import (
     encode_line,
     new_id,
     now,
+    session_start_line,
 )
 
 __all__ = ["MemoryConnection", "MemoryDaemon", "MemorySession"]
@@ -71,13 +71,16 @@ _encode_json: Final = msgspec.json.Encoder().encode
 
 
 class MemorySession:
-    """One session "file": its lines (without ``\\n``) and what its rules need."""
+    """One session "file": its lines (without ``\\n``) and what its rules need.
+
+    Raises :class:`LocalProtocolError` (``bad_message``) for meta flightlogd refuses.
+    """
 
     def __init__(self, path: str, meta: dict[str, Any]) -> None:
         self.path = path
         self.session_id = new_id()
-        self.meta = meta
-        self.lines: list[bytes] = []
+        line, self.meta = session_start_line(self.session_id, now(), meta)
+        self.lines: list[bytes] = [line[:-1]]
         self.rules: SessionMachine[FlightlogError] = SessionMachine()
         self.writer: MemoryConnection | None = None
         self.open_run: str | None = None
@@ -90,9 +93,9 @@ class MemorySession:
         self.interrupted_runs: list[str] = []
         #: Set by :meth:`MemoryDaemon.break_disk`: every later write fails with it.
         self.broken: FlightlogError | None = None
-        self._kinds: list[tuple[str, str | None]] = []  # (type, run_id) of each line
+        # (type, run_id) of each line
+        self._kinds: list[tuple[str, str | None]] = [(SESSION_START, None)]
         self._checkpoint: Record | None = None
-        self.append(SESSION_START, now(), _encode_json(SessionStartData(meta=meta)), None)
 
     @property
     def closed(self) -> bool:

@@ -1,0 +1,72 @@
+"""A session's first line, from the meta a client asks for: what every writer checks.
+
+A writer (flightlogd, the SDK's memory daemon) splices nothing into ``session_start``:
+it encodes the client's meta.  Whatever the client sent, the line must be one every
+reader accepts, and the meta the writer answers with must be the meta a reader finds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._errors import ErrorCode, FileFormatError, LocalProtocolError
+from ._json import MAX_NESTING, nested_deeper_than
+from ._lines import LineReader
+from ._records import SESSION_START, Record, SessionStartData, encode_line
+
+__all__ = ["session_start_line"]
+
+
+def session_start_line(
+    session_id: str, time: str, meta: dict[str, Any]
+) -> tuple[bytes, dict[str, Any]]:
+    """The ``session_start`` line (with its ``\\n``) of a new session, and its meta as a
+    reader reads it back.
+
+    Raises :class:`LocalProtocolError` (``bad_message``) for meta that cannot be
+    written as JSON, nests more than ``MAX_NESTING - 2`` levels deep, makes a line a
+    reader refuses, or has keys that JSON writes alike (``1`` and ``"1"``: a duplicate
+    key in the file).
+    """
+    try:
+        start = msgspec.json.encode(SessionStartData(meta=meta))
+    except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
+        raise LocalProtocolError(
+            f"meta cannot be written as JSON: {exc}", code=ErrorCode.BAD_MESSAGE
+        ) from None
+    if nested_deeper_than(start, MAX_NESTING):
+        raise LocalProtocolError(
+            f"meta nests more than {MAX_NESTING - 2} levels deep", code=ErrorCode.BAD_MESSAGE
+        )
+    line = encode_line(
+        Record(session_id=session_id, seq=1, type=SESSION_START, time=time, data=msgspec.Raw(start))
+    )
+    try:
+        header = LineReader()
+        header.feed(line)
+        header.next()
+    except FileFormatError as exc:
+        raise LocalProtocolError(
+            f"meta cannot be written as JSON a reader accepts: {exc.reason}",
+            code=ErrorCode.BAD_MESSAGE,
+        ) from None
+    # JSON writes every key as a string, so two keys that write alike would make a
+    # duplicate key; the meta answered is the meta written.
+    written: dict[str, Any] = msgspec.json.decode(start)["meta"]
+    if _entries(written) != _entries(meta):
+        raise LocalProtocolError(
+            'meta has keys that JSON writes alike (such as 1 and "1")',
+            code=ErrorCode.BAD_MESSAGE,
+        )
+    return line, written
+
+
+def _entries(value: object) -> int:
+    """The keys of every object in ``value``, nested ones too."""
+    if isinstance(value, dict):
+        return len(value) + sum(_entries(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_entries(item) for item in value)
+    return 0

@@ -341,13 +341,22 @@ async def test_best_effort_drops_an_event_the_codec_refuses_async(
     async with await aconnect(daemon.socket, best_effort=True) as client:
         session = await client.create("unencodable-best-effort-async.jsonl")
         async with await session.begin_run() as run:
-            await run.record_many([AgentStart(), AgentStart(messages=[object()])])
+            # The batch goes on past the event the codec refuses.
+            await run.record_many(
+                [AgentStart(), AgentStart(messages=[object()]), AgentEnd(), AgentStart()]
+            )
             await run.record(AgentEnd())
         assert run.dropped == 1
         assert client.dropped == {"codec_error": 1}
         await session.aclose()
     records = list(read(session.path))
-    assert [r.type for r in records][-3:] == ["agent_start", "agent_end", "run_close"]
+    assert [r.type for r in records][-5:] == [
+        "agent_start",
+        "agent_end",
+        "agent_start",
+        "agent_end",
+        "run_close",
+    ]
     error = records[-1].decode_data()["error"]
     assert error.startswith("1 events not recorded, the first for codec_error: cannot record")
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from functools import partial
 from time import monotonic, monotonic_ns
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Final, Generic, Self, TypeVar
 
 from flightlog.protocol import (
     Codec,
@@ -57,6 +57,11 @@ logger = logging.getLogger("flightlog.sdk")
 #: How long record() may go without looking for pushed errors: a poll is a syscall, and
 #: a burst of records needs one per millisecond, not one per record.
 _POLL_INTERVAL_NS = 1_000_000
+#: Errors of one event (it cannot be encoded, or sent whole), not of the run: a batch
+#: recorded in best effort goes on past them.
+_ONE_EVENT_ERRORS: Final = frozenset(
+    {ErrorCode.CODEC_ERROR, ErrorCode.BAD_EVENT, ErrorCode.FRAME_TOO_LARGE}
+)
 
 #: How long a client goes on reconnecting before its calls raise (seconds).
 DEFAULT_RECONNECT_GRACE = 30.0
@@ -730,7 +735,9 @@ class Run(_Resource):
         """Record ``events`` in order, as :meth:`record` does each, with one send.
 
         An event the codec cannot encode raises after the events before it were sent
-        (sticky, as from :meth:`record`); the ones after it are not recorded.
+        (sticky, as from :meth:`record`); the ones after it are not recorded.  Best
+        effort drops that event alone (counted, as :meth:`record` does) and records the
+        rest.
         """
         client = self._client
         if monotonic_ns() >= client._poll_due:
@@ -741,7 +748,13 @@ class Run(_Resource):
         try:
             client._ready()
             for event in events:
-                data = self._conn.record(self.session_id, self.run_id, event, None)
+                try:
+                    data = self._conn.record(self.session_id, self.run_id, event, None)
+                except FlightlogError as exc:
+                    if not (client.best_effort and exc.code in _ONE_EVENT_ERRORS):
+                        raise
+                    self._drop(exc, 1)
+                    data = None
                 if data is not None:
                     frames.append(data)
                 done += 1

@@ -11,12 +11,14 @@ as many as its ``record()`` returned for; every acknowledged checkpoint is there
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -362,3 +364,47 @@ def test_unacknowledged_records_stay_within_their_bound(short_tmp: Path) -> None
     lines = read_lines(daemon.root / "bounded.jsonl")
     turns = [line["data"]["turn_index"] for line in lines if line["type"] == "turn_start"]
     assert turns == list(range(5000))
+
+
+def test_a_create_the_daemon_never_read_is_sent_again_after_its_restart(
+    short_tmp: Path,
+) -> None:
+    """The create waits in the socket of a stopped daemon, which is then killed: the
+    client sends it again to the new daemon, as a create (the file does not exist)."""
+    daemon = DaemonProcess(short_tmp).start()
+    client = connect(daemon.socket)
+    created: dict[str, Any] = {}
+
+    def create() -> None:
+        try:
+            session = client.create("unread.jsonl", meta={"n": 1})
+            created["session"] = session
+        except Exception as exc:
+            created["error"] = exc
+
+    try:
+        os.kill(daemon.pid, signal.SIGSTOP)
+        creating = threading.Thread(target=create)
+        creating.start()
+        # Sent (or about to be: a send to the dead daemon fails, and it goes again).
+        wait_for(lambda: bool(client._conn._waiting), timeout=10)
+        daemon.kill()  # never read
+        daemon.start()
+        creating.join(timeout=30)
+        assert "error" not in created, created
+        session = created["session"]
+        with session.begin_run() as run:
+            run.record(TurnStart(turn_index=0))
+        session.close()
+    finally:
+        client.close()
+        daemon.stop()
+    lines = read_lines(daemon.root / "unread.jsonl")
+    assert [line["type"] for line in lines] == [
+        "session_start",
+        "run_start",
+        "turn_start",
+        "run_close",
+    ]
+    assert lines[0]["session_id"] == session.session_id
+    assert lines[0]["data"]["meta"] == {"n": 1}

@@ -620,3 +620,28 @@ def test_the_client_and_the_server_apply_the_same_rules(ops: list[str]) -> None:
 def test_errors_are_flightlog_errors() -> None:
     for error in (ConnectionLost("x"), DaemonError("x", code="session_busy")):
         assert isinstance(error, FlightlogError)
+
+
+def test_a_create_sent_again_opens_the_file_its_lost_reply_created(memory: MemoryDaemon) -> None:
+    link = connected(memory)
+    first = link.conn.create("lost.jsonl", {"n": 1})
+    link.send(first.data)  # created; the reply is lost with the connection
+    link.hang_up()
+    link.conn.connection_lost(ConnectionLost("the connection to the daemon broke: test"))
+    link.conn.reset()
+    again_link = Link(memory)
+    again_link.conn = link.conn
+    again_link.call(link.conn.hello())
+    again = link.conn.retry(first)
+    with pytest.raises(DaemonError) as exists:
+        again_link.call(again)
+    assert exists.value.code == ErrorCode.SESSION_EXISTS
+    instead = link.conn.open_instead(again, exists.value)
+    assert instead is not None
+    opened = again_link.call(instead)
+    assert opened.session_id == memory.session("lost.jsonl").session_id
+    assert opened.meta == {"n": 1}
+    # Refused for any other reason, or a create not sent again: nothing instead.
+    assert link.conn.open_instead(first, exists.value) is None
+    other = DaemonError("no", code=ErrorCode.PATH_REFUSED, session_id=None)
+    assert link.conn.open_instead(again, other) is None

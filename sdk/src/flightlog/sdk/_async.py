@@ -381,6 +381,13 @@ class AsyncClient(_AsyncResource):
             except ConnectionLost:
                 if not self._reconnecting():
                     raise
+            except FlightlogError as exc:
+                self._conn.forget(pending)
+                instead = self._conn.open_instead(pending, exc)
+                if instead is None:
+                    raise
+                pending = instead
+                continue
             except BaseException:
                 self._conn.forget(pending)
                 raise

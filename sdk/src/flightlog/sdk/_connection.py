@@ -154,10 +154,11 @@ class Pending(Generic[T]):
         #: Whether its reply acknowledges the session's items sent before it.
         self.acks = False
         #: What a reconnect must know of it: ``begin``, ``close`` (of ``run_id``),
-        #: ``checkpoint`` (the run's ``item``, once sent), or None.
+        #: ``checkpoint`` (the run's ``item``, once sent), ``recreate`` (a ``create``
+        #: sent again), or None.
         self.kind: str | None = None
         self.run_id: str | None = None
-        #: The path of a ``create``: retried as an open once the file exists.
+        #: The path of a ``create``: opened instead when sent again and the file exists.
         self.path: str | None = None
         self.item = 0
         #: Its result when a reconnect found it done already (a checkpoint in the file).
@@ -847,11 +848,14 @@ class ClientConnection:
         What the file shows done is not done again: a checkpoint it holds is settled
         (``request.settled``) with the seq the file gave it, a run it closed with None;
         a run whose ``run_start`` it holds is resumed rather than started again, and a
-        ``create`` is retried as an ``open`` (the file may be the one it created).
+        ``create`` is sent again marked ``recreate``: refused with ``session_exists``,
+        the caller opens the file instead (see :meth:`open_instead`), which may be the one the
+        request whose reply was lost created.
         """
-        if request.path is not None:
-            # The file may be there already, created by the request whose reply was lost.
-            return cast("Pending[T]", self.open(request.path))
+        if request.path is not None and request._rebuild is not None:
+            again = request._rebuild()
+            again.path, again.kind = request.path, "recreate"
+            return again
         writer = self._writers.get(request.session_id or "")
         if writer is not None:
             kind = request.kind
@@ -872,6 +876,14 @@ class ClientConnection:
         again.acks, again.kind, again.run_id = request.acks, request.kind, request.run_id
         again.item = request.item
         return again
+
+    def open_instead(self, request: Pending[T], error: FlightlogError) -> Pending[T] | None:
+        """The ``open`` to send instead of a ``create`` sent again after a reconnect and
+        refused with ``session_exists``; None for any other refusal."""
+        if request.kind != "recreate" or error.code != ErrorCode.SESSION_EXISTS:
+            return None
+        assert request.path is not None
+        return cast("Pending[T]", self.open(request.path))
 
     def _resumed_begin(self, request: Pending[T], run_id: str) -> Pending[T]:
         session_id = request.session_id or ""

@@ -371,6 +371,13 @@ class Client(_Resource):
             except ConnectionLost:
                 if not self._reconnecting():
                     raise
+            except FlightlogError as exc:
+                self._conn.forget(pending)
+                instead = self._conn.open_instead(pending, exc)
+                if instead is None:
+                    raise
+                pending = instead
+                continue
             except BaseException:
                 self._conn.forget(pending)
                 raise

@@ -2,7 +2,7 @@
 
 ``uv run python -m bench.check`` times, in CPU µs per call (best of three):
 
-* ``check_payload`` (what every record's data and every snapshot get) on the data of
+* ``check_json`` (what every record's data and every snapshot get) on the data of
   the bench's small and 64 KiB events, the way it takes at that size (a full decode
   up to ``DECODE_IN_FULL``), and the passes it takes on longer data;
 * the same check on longer data (the 64 KiB event's shape at 256 KiB and 1 MiB) and on
@@ -23,7 +23,7 @@ from functools import partial
 import anyio
 import anyio.to_thread
 
-from flightlog.protocol import MAX_NESTING, check_payload, default_codec
+from flightlog.protocol import MAX_NESTING, check_json, default_codec
 from flightlog.protocol._json import DECODE_IN_FULL, _check_in_passes
 
 from ._events import large_event, small_event
@@ -62,7 +62,7 @@ def main() -> None:
     scale = 10 if parser.parse_args().quick else 1
     small = default_codec.encode_event(small_event()).data
     large = default_codec.encode_event(large_event()).data
-    rows = [["data", "bytes", "check_payload (µs)", "in passes (µs)"]]
+    rows = [["data", "bytes", "check_json (µs)", "in passes (µs)"]]
     cases = [
         ("small event", small, 100_000),
         ("64 KiB event", large, 2_000),
@@ -74,7 +74,7 @@ def main() -> None:
     ]
     for title, data, count in cases:
         calls = max(count // scale, 1)
-        check = _per_event(partial(check_payload, data, "data"), calls)
+        check = _per_event(partial(check_json, data, "data"), calls)
         in_passes = _per_event(partial(_check_in_passes, data, "data", MAX_NESTING), calls)
         rows.append([title, f"{len(data):,}", f"{check:.2f}", f"{in_passes:.2f}"])
     print(markdown_table(rows))

@@ -25,7 +25,6 @@ from flightlog.protocol import (
     _structure,
     check_json,
     check_numbers,
-    check_payload,
     nested_deeper_than,
 )
 from flightlog.protocol._json import DECODE_IN_FULL
@@ -336,7 +335,7 @@ def test_a_number_with_a_short_exponent_and_a_long_integer_part_is_refused() -> 
     data = b'{"a":1' + b"0" * 250 + b"e99}"
     for padded in (data, data + b" " * DECODE_IN_FULL):
         with pytest.raises(LocalProtocolError, match="holds a number no reader can read back"):
-            check_payload(padded, "record data")
+            check_json(padded, "record data")
 
 
 def _deep_payloads() -> list[bytes]:
@@ -351,7 +350,7 @@ def test_data_too_deep_for_the_stack_is_refused_in_any_thread() -> None:
     def check_all() -> None:
         for data in _deep_payloads():
             with pytest.raises(LocalProtocolError, match="more than 256 levels deep") as info:
-                check_payload(data, "record data")
+                check_json(data, "record data")
             refusals.append(info.value.code)
 
     check_all()
@@ -373,7 +372,7 @@ def test_data_within_the_bound_checked_from_a_deep_stack_is_a_bad_event() -> Non
             return
         for payload in (data, data + b" " * DECODE_IN_FULL):
             try:
-                check_payload(payload, "record data")
+                check_json(payload, "record data")
             except LocalProtocolError as exc:
                 refused.append(exc)
 

@@ -50,6 +50,7 @@ from flightlog.protocol import (
     SessionMachine,
     StartRun,
     Sync,
+    check_run_start,
 )
 
 from ._batch import Batch, Reply, checkpoint_reply, error_reply, ready
@@ -290,13 +291,9 @@ class SessionActor:
     def _begin_run(self, batch: Batch, start: StartRun) -> Reply:
         self._check_writable()
         request, run_id = start.request, start.run_id
+        check_run_start(start, self.file.last_run, self.file.interrupted_runs)
         if request.resume is not None:
             return self._resume_run(batch, request, run_id)
-        if run_id in self.file.interrupted_runs:
-            raise LocalProtocolError(
-                f"run id {run_id} is not fresh: the file has a run with it",
-                code=ErrorCode.BAD_MESSAGE,
-            )
         self.run_id = run_id
         self.run_items = 0
         self.file.last_run = None
@@ -318,11 +315,6 @@ class SessionActor:
     def _resume_run(self, batch: Batch, message: BeginRun, run_id: str) -> Reply:
         """Continue the file's last run, cut without run_close, after a ``run_resume``."""
         file = self.file
-        if run_id != file.last_run:
-            raise LocalProtocolError(
-                f"run {run_id[:32]} is not the session's last run left without run_close",
-                code=ErrorCode.RUN_NOT_OPEN,
-            )
         self.run_id = run_id
         self.run_items = items = file.last_run_items
         file.last_run = None
@@ -457,15 +449,13 @@ class SessionActor:
             for record in records:
                 data = record.data
                 size += len(data)
-                if refusal is not None:
-                    peer.refuse(record, refusal)
-                    continue
-                if record.run_id != run_id:
-                    # Sent behind a begin_run this session refused.
-                    peer.refuse(record, _run_not_open(record.run_id))
-                    continue
-                append(buf, seq, record.event_type, record.time, run_id, data)
-                seq += 1
+                if refusal is None and record.run_id == run_id:
+                    append(buf, seq, record.event_type, record.time, run_id, data)
+                    seq += 1
+                else:
+                    # Not the writer, a failed file, or sent behind a begin_run this
+                    # session refused.
+                    peer.refuse(record, refusal or _run_not_open(record.run_id))
         return index, seq - first, size
 
     def _check_writable(self) -> None:

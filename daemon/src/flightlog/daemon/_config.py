@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from flightlog.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     LINE_ENVELOPE,
-    MAX_LINE_BYTES,
     default_root,
     default_socket_path,
+    line_bound,
 )
 
 from ._fairness import PerUidLimits
@@ -77,4 +77,4 @@ class Config:
         """The longest line the daemon writes, and the longest its tails read: what a
         maximum frame's payload makes with its envelope, and never more than every
         reader of the files reads (``MAX_LINE_BYTES``)."""
-        return min(self.max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES)
+        return line_bound(self.max_frame_size)

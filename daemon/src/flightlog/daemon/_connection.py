@@ -55,7 +55,7 @@ from flightlog.protocol import (
     Subscribe,
     Sync,
     Unsubscribe,
-    check_payload,
+    check_json,
 )
 
 from ._access import peer_groups
@@ -86,7 +86,7 @@ _HELLO_FRAME_SIZE = 64 * 1024
 
 
 async def _check_off_the_loop(data: bytes, what: str) -> None:
-    await anyio.to_thread.run_sync(check_payload, data, what)
+    await anyio.to_thread.run_sync(check_json, data, what)
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:

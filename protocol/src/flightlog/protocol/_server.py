@@ -46,13 +46,13 @@ per record) until it gives None, send what :meth:`~ServerConnection.encode` retu
 instead of queueing with :meth:`send`, and end the connection itself with
 :meth:`~ServerConnection.close`.  Such an owner may also take the JSON checks of
 payloads longer than ``check_inline`` bytes off its event loop: those come out
-unchecked, and the owner applies :func:`check_payload` to them (in a worker thread)
+unchecked, and the owner applies :func:`~._json.check_json` to them (in a worker thread)
 and refuses with :meth:`refuse` what fails it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Final
 
 import msgspec
@@ -60,6 +60,7 @@ import msgspec
 from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
 from ._framing import FrameDecoder, FrameEncoder, server_decoder
 from ._json import check_json
+from ._lines import MAX_LINE_BYTES
 from ._records import AGENT_FACT_TYPES, is_session_id, is_time, new_id
 from ._state import (
     ConnectionState,
@@ -102,7 +103,8 @@ __all__ = [
     "ServerConnection",
     "ServerEvent",
     "StartRun",
-    "check_payload",
+    "check_run_start",
+    "line_bound",
 ]
 
 #: Subscriptions one connection may hold at once.
@@ -278,7 +280,7 @@ class ServerConnection:
                 ):
                     if len(message.data) <= inline:
                         try:
-                            check_payload(message.data, "record data")
+                            check_json(message.data, "record data")
                         except LocalProtocolError as exc:
                             self._refuse_record(session, message, exc)
                             continue
@@ -344,7 +346,7 @@ class ServerConnection:
                     code=ErrorCode.BAD_EVENT,
                 )
             if len(data) <= self.check_inline:
-                check_payload(data, "record data")
+                check_json(data, "record data")
         except FlightlogError as exc:
             self._refuse_record(session, message, exc)
             return None
@@ -403,7 +405,7 @@ class ServerConnection:
                 self._written(session_id).check(SessionOp.SAVE_CHECKPOINT, run_id)
                 _check_time(time)
                 if len(message.snapshot) <= self.check_inline:
-                    check_payload(message.snapshot, "checkpoint snapshot")
+                    check_json(message.snapshot, "checkpoint snapshot")
                 return message
             case CloseRun(session_id=session_id, run_id=run_id, time=time, error=error):
                 session = self._written(session_id)
@@ -583,10 +585,32 @@ class ServerConnection:
         self._encoder.encode_into(message, self._outbox)
 
 
-def check_payload(data: bytes, what: str) -> None:
-    """Raises :class:`LocalProtocolError` (``bad_event``) unless ``data`` is JSON a
-    reader reads back (:func:`~._json.check_json`)."""
-    check_json(data, what)
+def line_bound(max_frame_size: int) -> int:
+    """The longest line a server whose clients send frames of up to ``max_frame_size``
+    bytes writes (its ``max_line``): a maximum frame's payload with its envelope, and
+    never more than every reader of session files reads (``MAX_LINE_BYTES``)."""
+    return min(max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES)
+
+
+def check_run_start(start: StartRun, last_run: str | None, cut_runs: Collection[str]) -> None:
+    """The rule of a ``begin_run`` that only the session's file can apply: ``last_run``
+    is the file's last run when it has no ``run_close``, ``cut_runs`` every run it holds
+    without one.  Raises :class:`LocalProtocolError`: ``run_not_open`` for a resume of
+    any other run, ``bad_message`` for a new run whose id is one of ``cut_runs``.  The
+    owner refuses it with :meth:`ServerConnection.refuse` (or answers it itself and
+    calls :meth:`ServerConnection.run_not_opened`)."""
+    run_id = start.run_id
+    if start.request.resume is not None:
+        if run_id != last_run:
+            raise LocalProtocolError(
+                f"run {run_id[:32]} is not the session's last run left without run_close",
+                code=ErrorCode.RUN_NOT_OPEN,
+            )
+    elif run_id in cut_runs:
+        raise LocalProtocolError(
+            f"run id {run_id} is not fresh: the file has a run with it",
+            code=ErrorCode.BAD_MESSAGE,
+        )
 
 
 def _chosen_run_id(run_id: str | None) -> str:

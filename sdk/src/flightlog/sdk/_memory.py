@@ -19,8 +19,6 @@ import msgspec
 from flightlog.protocol import (
     CHECKPOINT,
     DEFAULT_MAX_FRAME_SIZE,
-    LINE_ENVELOPE,
-    MAX_LINE_BYTES,
     RUN_CLOSE,
     RUN_RESUME,
     RUN_START,
@@ -59,7 +57,9 @@ from flightlog.protocol import (
     TailBatch,
     TailEnd,
     Unsubscribe,
+    check_run_start,
     encode_line,
+    line_bound,
     new_id,
     now,
     session_start_line,
@@ -205,7 +205,7 @@ class MemoryConnection:
             server=daemon.name,
             versions=daemon.versions,
             written_elsewhere=daemon.written_elsewhere,
-            max_line=min(daemon.max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES),
+            max_line=line_bound(daemon.max_frame_size),
         )
 
     def receive_data(self, data: bytes) -> None:
@@ -298,11 +298,7 @@ class MemoryDaemon:
                 self._opened(conn, request_id, session)
             case StartRun(request=request, run_id=run_id) if request.resume is not None:
                 session = self._by_id(request.session_id)
-                if run_id != session.last_run:
-                    raise LocalProtocolError(
-                        f"run {run_id[:32]} is not the session's last run left without run_close",
-                        code=ErrorCode.RUN_NOT_OPEN,
-                    )
+                check_run_start(event, session.last_run, session.interrupted_runs)
                 items = session.last_run_items
                 data = _encode_json(
                     RunResumeData(pid=request.pid, client=request.client, items=items)
@@ -315,11 +311,8 @@ class MemoryDaemon:
                     session.interrupted_runs.remove(run_id)
                 server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
             case StartRun(request=request, run_id=run_id):
-                if run_id in self._by_id(request.session_id).interrupted_runs:
-                    raise LocalProtocolError(
-                        f"run id {run_id} is not fresh: the file has a run with it",
-                        code=ErrorCode.BAD_MESSAGE,
-                    )
+                session = self._by_id(request.session_id)
+                check_run_start(event, session.last_run, session.interrupted_runs)
                 # Its peers live in this very process: these are what the kernel
                 # would say of them.
                 data = _encode_json(

@@ -43,6 +43,7 @@ SUBS = [
     (r"\bAsyncSocketTransport\b", "SocketTransport"),
     (r"\bAsyncMockTransport\b", "MockTransport"),
     (r"\bAsyncLock\b", "Lock"),
+    (r"\.try_acquire\(\)", ".acquire(blocking=False)"),
     (r"\basync_wait_blocks_loop\b", "wait_blocks_loop"),
     (r"\basleep\b", "sleep"),
     (r"\b_AsyncResource\b", "_Resource"),

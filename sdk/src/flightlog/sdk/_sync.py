@@ -547,7 +547,7 @@ class Client(_Resource):
         # Take in what has arrived (pushed errors) without waiting; when someone else
         # is receiving, they take it in.
         self._poll_due = monotonic_ns() + _POLL_INTERVAL_NS
-        if not self._receive_lock.try_acquire():
+        if not self._receive_lock.acquire(blocking=False):
             return
         try:
             data = self._transport.receive_nowait()

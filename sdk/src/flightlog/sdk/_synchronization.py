@@ -1,7 +1,8 @@
 """The few primitives whose sync and async forms differ, with one surface for both.
 
-:class:`AsyncLock` and :class:`Lock` are interchangeable apart from ``async with``, so
-``_sync.py`` can be generated from ``_async.py`` by renaming (and so can
+:class:`AsyncLock` and :class:`Lock` are interchangeable apart from ``async with`` (and
+``try_acquire()``, a thread lock's ``acquire(blocking=False)``), so ``_sync.py`` can be
+generated from ``_async.py`` by renaming (and so can
 :func:`asleep` and :func:`sleep`).  :class:`AwaitableContext`
 lets ``aconnect()``, ``create()``, ``open()`` and ``begin_run()`` be awaited or used
 directly in ``async with``; their sync forms return the object itself.
@@ -76,24 +77,10 @@ class AsyncLock:
         self._lock.release()
 
 
-class Lock:
-    """A thread lock with the surface of :class:`AsyncLock`."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()
-
-    def try_acquire(self) -> bool:
-        """Take the lock if it is free; never waits."""
-        return self._lock.acquire(blocking=False)
-
-    def release(self) -> None:
-        self._lock.release()
+#: The sync client's lock: :class:`AsyncLock`'s surface, with ``acquire(blocking=False)``
+#: for its ``try_acquire()`` (the generated client is renamed to it).  A plain thread lock:
+#: every ``record()`` takes it, and a Python wrapper's two calls cost more than the lock.
+Lock = threading.Lock
 
 
 class _AsyncContextManager(Protocol):

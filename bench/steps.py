@@ -19,7 +19,8 @@ than under the bench's eight: compare its steps, not its totals, with rows 1b/1c
 
 Last, for flightlogd alone, the CPU per event (agent + daemon) of 64 ``record()``
 calls against one ``record_many()`` of the same 64 events: the batch call for callers
-that hold several events at once.
+that hold several events at once; and ``record()``'s own work: the call timed with the
+client's ``send`` left out (a no-op in its transport), minus the codec.
 """
 
 from __future__ import annotations
@@ -125,6 +126,26 @@ def _batched(event: Event, count: int, base: Path, size: int = 64) -> str:
     return "\n".join(lines)
 
 
+def _own_work(event: Event, count: int, base: Path) -> str:
+    """``record()`` with its ``send`` left out, against a real daemon, minus the codec."""
+    from flightlog.sdk import connect
+
+    daemon = Daemon(base / "own").start()
+    try:
+        # Nothing is sent, so nothing is acknowledged: every frame stays kept.
+        with connect(daemon.socket, max_unacked=2**62) as client:
+            run = client.create("own.jsonl").begin_run()
+            client._transport.send = lambda data: None  # type: ignore[method-assign]
+            call = _per_event(lambda: run.record(event), count)
+    finally:
+        daemon.kill()
+    codec = _per_event(lambda: default_codec.encode_event(event), count)
+    return (
+        f"record() without its send: {call:.2f} µs, of which the codec {codec:.2f}: "
+        f"own work {call - codec:.2f} µs"
+    )
+
+
 def _steps(event: Event, count: int, syslog_ng: str | None, base: Path) -> str:
     codec = _per_event(lambda: default_codec.encode_event(event), count)
     lines = LineEncoder(new_id(), new_id())
@@ -187,6 +208,7 @@ def main() -> None:
             print(_steps(event, count, args.syslog_ng, base / str(count)))
             print()
             print(_batched(event, count, base / f"{count}-batched"))
+            print(_own_work(event, count, base / f"{count}-own"))
             print()
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -134,6 +135,9 @@ def test_steps_probe_prints_every_step_for_every_system() -> None:
         assert steps[0] == "agent: codec (encode_event)"
         assert steps[-1] == "agent + daemon"
         assert len(steps) == 7
+    own = re.findall(r"record\(\) without its send: ([\d.]+) µs, of which the codec ([\d.]+)", out)
+    assert len(own) == 2
+    assert all(float(call) > float(codec) > 0 for call, codec in own)
 
 
 def test_check_probe_prints_every_payload_and_the_thread_hop() -> None:

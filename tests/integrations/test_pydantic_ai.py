@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pydantic
 import pytest
 from pydantic_ai import Agent, ModelRetry, RunContext
@@ -430,3 +431,32 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
     assert err.decode().count("flightlog could not record") == 1
     lines = read_lines(daemon.root / "kill.jsonl")
     assert [line["type"] for line in lines][:3] == ["session_start", "run_start", "agent_start"]
+
+
+@pytest.mark.anyio
+async def test_two_runs_of_one_session_at_once_are_both_recorded(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    # A session has one open run at a time: the second run, started while the first is
+    # open, goes into the session next to it.
+    plain = await tool_agent().run("weather?")
+    outputs: list[str] = []
+
+    async def one() -> None:
+        agent = tool_agent(Flightlog(path="pa/shared.jsonl", recorder=recorder))
+        outputs.append((await agent.run("weather?")).output)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(one)
+        group.start_soon(one)
+    assert outputs == [plain.output] * 2
+    await finish(recorder)
+    assert recorder.stats.problems == 0
+    paths = sorted((daemon.root / "pa").glob("*.jsonl"))
+    assert [p.name for p in paths] == ["shared.2.jsonl", "shared.jsonl"]
+    for path in paths:
+        recs = records(path)
+        assert_every_call_ended(recs)
+        assert gaps(path) == {}
+        (end,) = of_type(recs, "agent_end")
+        assert end["data"]["output"] == plain.output

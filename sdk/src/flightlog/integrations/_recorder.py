@@ -35,11 +35,12 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Final
 
-from flightlog.protocol import ErrorCode, Event, FlightlogError
+from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolError
 from flightlog.sdk import Client, Run, Session, connect
 
 __all__ = [
@@ -108,6 +109,8 @@ class Recorder:
         self.reconnect_grace = reconnect_grace
         self.stats = RecorderStats()
         self._lock = threading.Lock()
+        #: Held while a run begins: two runs of one path at once take two sessions.
+        self._beginning = threading.Lock()
         self._client: Client | None = None
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._logged: set[str] = set()
@@ -154,17 +157,33 @@ class Recorder:
     def begin(self, path: str, *, meta: Mapping[str, Any] | None = None) -> RecordedRun:
         """Start a run in the session at ``path`` (created with ``meta`` when new).
 
-        Never raises: when the run cannot be started, the problem is counted and the
-        returned run records nothing.
+        A session has one open run at a time: while a run of this recorder is open in
+        it (runs of one conversation at once), the run goes into the first of
+        ``<stem>.2<suffix>``, ``<stem>.3<suffix>`` … that has none.  Never raises: when
+        the run cannot be started, the problem is counted and the returned run records
+        nothing.
         """
-        try:
-            session = self._session(path, meta)
-            run = session.begin_run()
-        except Exception as exc:
-            self._forget(path, exc)
-            self.problem(exc, f"a run in {path}")
-            return RecordedRun(self, path, None)
-        return RecordedRun(self, path, run)
+        with self._beginning:
+            for candidate in _siblings(path, self.max_sessions):
+                try:
+                    session = self._session(candidate, meta)
+                    run = session.begin_run()
+                except FlightlogError as exc:
+                    if exc.code == ErrorCode.RUN_OPEN:
+                        continue
+                    failure: Exception = exc
+                except Exception as exc:
+                    failure = exc
+                else:
+                    return RecordedRun(self, candidate, run)
+                self._forget(candidate, failure)
+                self.problem(failure, f"a run in {candidate}")
+                return RecordedRun(self, candidate, None)
+        crowded = LocalProtocolError(
+            f"{self.max_sessions} runs of this session are open at once", code=ErrorCode.RUN_OPEN
+        )
+        self.problem(crowded, f"a run in {path}")
+        return RecordedRun(self, path, None)
 
     def _session(self, path: str, meta: Mapping[str, Any] | None) -> Session:
         with self._lock:
@@ -239,6 +258,14 @@ class Recorder:
             except Exception as exc:
                 self.problem(exc, f"closing {session.path}")
         self._drop_client()
+
+
+def _siblings(path: str, count: int) -> Iterator[str]:
+    """``path``, then ``<stem>.2<suffix>`` … up to ``count`` paths in all."""
+    yield path
+    where = PurePosixPath(path)
+    for n in range(2, count + 1):
+        yield str(where.with_name(f"{where.stem}.{n}{where.suffix}"))
 
 
 def _usable(client: Client) -> bool:

@@ -3,6 +3,7 @@ over an httpx.MockTransport), recorded by ``FlightlogProcessor`` through a real 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import textwrap
@@ -15,11 +16,17 @@ import pydantic
 import pytest
 from agents import (
     Agent,
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OutputGuardrailTripwireTriggered,
     RunConfig,
     Runner,
     function_tool,
+    input_guardrail,
+    output_guardrail,
     set_trace_processors,
 )
 from agents.retry import ModelRetrySettings, retry_policies
@@ -303,6 +310,114 @@ async def test_without_a_daemon_the_run_is_the_same(
         set_trace_processors([])
     assert recorder.stats.by_code == {"daemon_not_running": 2}
     assert len(caplog.records) == 1
+
+
+@pytest.mark.anyio
+async def test_max_turns_exceeded_ends_the_agent_with_that_reason(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    script: list[Reply] = [completion(None, ("add", {"a": 1, "b": 2}))] * 2
+    agent = Agent(name="loop", model=model(script), tools=[add])
+    with pytest.raises(MaxTurnsExceeded):
+        await Runner.run(agent, "go", max_turns=1, run_config=RunConfig(group_id="turns"))
+    await finish(recorder)
+    path = session(daemon, "turns")
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "max_turns")
+    assert of_type(recs, "run_close")[0]["data"]["error"] == end["data"]["error"]
+
+
+@input_guardrail
+async def refuse_input(ctx: Any, agent: Any, text: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info="off topic", tripwire_triggered=True)
+
+
+@output_guardrail
+async def refuse_output(ctx: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info="leaks", tripwire_triggered=True)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("where", "tripwire"),
+    [("input", InputGuardrailTripwireTriggered), ("output", OutputGuardrailTripwireTriggered)],
+)
+async def test_a_guardrail_tripwire_fails_the_agent(
+    daemon: DaemonProcess, recorder: Recorder, where: str, tripwire: type[Exception]
+) -> None:
+    guardrails: dict[str, Any] = (
+        {"input_guardrails": [refuse_input]}
+        if where == "input"
+        else {"output_guardrails": [refuse_output]}
+    )
+    agent = Agent(name="guarded", model=model([completion("hi")]), **guardrails)
+    with pytest.raises(tripwire):
+        await run(agent, "go", where)
+    await finish(recorder)
+    path = session(daemon, where)
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (end,) = of_type(recs, "agent_end")
+    assert end["data"]["ok"] is False
+    name = "refuse_input" if where == "input" else "refuse_output"
+    assert end["data"]["error"] == f"Guardrail tripwire triggered: {name}"
+    assert of_type(recs, "run_close")[0]["data"]["error"] == end["data"]["error"]
+
+
+@pytest.mark.anyio
+async def test_a_run_cancelled_in_a_tool_call_ends_the_call_as_cancelled(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    started = asyncio.Event()
+
+    @function_tool
+    async def wait(seconds: int) -> int:
+        """Wait."""
+        started.set()
+        await asyncio.sleep(seconds)
+        return seconds
+
+    agent = Agent(name="waiter", model=model([completion(None, ("wait", {"seconds": 60}))]))
+    agent.tools.append(wait)
+    task = asyncio.ensure_future(run(agent, "go", "cancelled"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await finish(recorder)
+    path = session(daemon, "cancelled")
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (tool,) = calls(recs, "tool").values()
+    assert tool[-1]["data"]["is_error"] is True
+    assert list(texts(tool[-1]["data"]["content"])) == [
+        "cancelled: the run ended before this call did"
+    ]
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
+
+
+@pytest.mark.anyio
+async def test_runs_of_one_group_at_once_are_all_recorded(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    agent = Agent(name="twin", model=model([completion("one"), completion("two")]))
+    outputs = await asyncio.gather(run(agent, "a", "twins"), run(agent, "b", "twins"))
+    assert sorted(outputs) == ["one", "two"]
+    await finish(recorder)
+    assert recorder.stats.problems == 0
+    found = []
+    for path in (session(daemon, "twins"), session(daemon, "twins.2")):
+        recs = records(path)
+        assert_every_call_ended(recs)
+        assert gaps(path) == {}
+        found += [e["data"]["output"] for e in of_type(recs, "agent_end")]
+    assert sorted(found) == ["one", "two"]
 
 
 SCRIPT = textwrap.dedent(

@@ -16,7 +16,9 @@ the model's response; a handoff is recorded as the tool call the model made for 
 the calls after it carry the new agent's name.  An agent used as a tool is a sub-agent
 nested under that tool call.  Each turn of the first agent is a turn; ``agent_end``
 carries the final output (the last model message's text, decoded from JSON when the
-agent has an output type) and the run's usage.
+agent has an output type) and the run's usage, or the error (``reason`` ``max_turns``,
+a guardrail's tripwire); a run cancelled inside a call has that call ended as cancelled
+when its trace ends, and ``reason`` ``aborted``.
 
 Not recorded: the input messages in ``agent_start`` (the first ``model_request`` holds
 them), a model call cut short by a crash (when its span starts it holds only the model
@@ -56,6 +58,8 @@ class _Agent:
     failed_model_id: str | None = None
     output: Any = None
     error: str | None = None
+    #: ``agent_end.reason`` when it failed: ``error``, ``max_turns`` or ``aborted``.
+    reason: str = "error"
     continuation: Continuation = field(default_factory=Continuation)
 
 
@@ -68,6 +72,8 @@ class _Trace:
     tools: dict[str, events.Execution] = field(default_factory=dict)
     #: Each tool span's call id and tool name, for its end.
     calls: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Model call spans started and not yet ended.
+    models: dict[str, Span[Any]] = field(default_factory=dict)
     top: _Agent | None = None
     usage: events.Usage | None = None
 
@@ -128,11 +134,17 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         if state is None:
             return
         top = state.top
+        if state.models or state.calls:
+            # The run ended inside a call (its task was cancelled): the SDK ends those
+            # spans later, if ever; each call is ended here, as cancelled.
+            self._cancelled(state)
+            if top is not None and top.error is None:
+                top.error, top.reason = _CANCELLED, "aborted"
         if top is not None:
             state.run.record(
                 events.AgentEnd(
                     ok=top.error is None,
-                    reason="completed" if top.error is None else "error",
+                    reason="completed" if top.error is None else top.reason,
                     error=top.error,
                     turns=top.turn,
                     usage=state.usage,
@@ -141,6 +153,22 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 )
             )
         state.run.close(top.error if top is not None else None)
+
+    def _cancelled(self, state: _Trace) -> None:
+        for span in list(state.models.values()):
+            self._model_call(state, span, error=_CANCELLED)
+        for span_id in list(state.calls):
+            execution = state.tools[span_id]
+            call_id, name = state.calls.pop(span_id)
+            state.run.record(
+                events.ToolExecEnd(
+                    execution=execution,
+                    tool_call_id=call_id,
+                    name=name,
+                    content=[events.TextPart(text=_CANCELLED)],
+                    is_error=True,
+                )
+            )
 
     # --- spans --------------------------------------------------------------------------
 
@@ -164,6 +192,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                     )
         elif kind in ("function", "handoff"):
             self._tool_start(state, span)
+        elif kind in ("generation", "response"):
+            state.models[span.span_id] = span
 
     def _span_end(self, span: Span[Any]) -> None:
         state = self._traces.get(span.trace_id)
@@ -171,7 +201,9 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             return
         data = span.span_data
         kind = state.kinds.get(span.span_id) or _kind(data)
+        self._failure(state, span, kind)
         if kind in ("generation", "response"):
+            state.models.pop(span.span_id, None)
             self._model_call(state, span)
         elif kind in ("function", "handoff"):
             self._tool_end(state, span)
@@ -189,6 +221,26 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             state.usage = _usage(_custom(data).get("usage"))
         elif kind == "agent":
             self._agent_end(state, span)
+
+    def _failure(self, state: _Trace, span: Span[Any], kind: str) -> None:
+        # What fails the agent: an error on its own span or one between it and its calls
+        # (a turn's, where the SDK puts an input guardrail's), a guardrail's tripwire.
+        # A call's error is not the agent's: the model sees a failed tool's error.
+        if kind in ("generation", "response", "function", "handoff"):
+            return
+        error = reason = None
+        if kind == "guardrail" and getattr(span.span_data, "triggered", False):
+            error = f"Guardrail tripwire triggered: {span.span_data.name}"
+        elif span.error is not None:
+            error = _span_error(span)
+            detail = span.error.get("data")
+            if isinstance(detail, Mapping) and "max_turns" in detail:
+                reason = "max_turns"
+        if error is None:
+            return
+        agent = self._agent_of(state, span.span_id) or state.top
+        if agent is not None and agent.error is None:
+            agent.error, agent.reason = error, reason or "error"
 
     def _agent_of(self, state: _Trace, span_id: str | None) -> _Agent | None:
         while span_id is not None:
@@ -236,13 +288,11 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         agent = state.agents.get(span.span_id)
         if agent is None:
             return
-        if span.error is not None and agent.error is None:
-            agent.error = _span_error(span)
         if agent.parent_id is not None:
             state.run.record(
                 events.AgentEnd(
                     ok=agent.error is None,
-                    reason="completed" if agent.error is None else "error",
+                    reason="completed" if agent.error is None else agent.reason,
                     error=agent.error,
                     turns=agent.turn,
                     output=agent.output,
@@ -252,7 +302,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 )
             )
 
-    def _model_call(self, state: _Trace, span: Span[Any]) -> None:
+    def _model_call(self, state: _Trace, span: Span[Any], error: str | None = None) -> None:
         agent = self._agent_of(state, span.parent_id)
         data = span.span_data
         execution = events.Execution(
@@ -264,7 +314,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             replaces=agent.failed_model_id if agent is not None else None,
         )
         model, messages, message, usage, provider_state = _model_facts(data)
-        error = _span_error(span) if span.error is not None else None
+        if error is None and span.error is not None:
+            error = _span_error(span)
         config = dict(getattr(data, "model_config", None) or {})
         continues = None
         if agent is not None:
@@ -373,6 +424,9 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             )
         )
 
+
+#: The error of a call the run ended inside of (its task was cancelled).
+_CANCELLED = "cancelled: the run ended before this call did"
 
 _ModelFacts: TypeAlias = tuple[
     str | None, list[Any], events.AssistantMessage | None, events.Usage | None, dict[str, Any]

@@ -371,3 +371,98 @@ def test_without_flightlog_tracing_nothing_is_recorded(daemon: DaemonProcess) ->
     assert proc.returncode == 0, err.decode()
     assert out.decode().startswith("output done {}")
     assert not (daemon.root / "langchain").exists()
+
+
+def test_a_chat_model_invoked_on_its_own_is_a_run(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    # No chain, no graph: invoke, stream and batch of a bare chat model.
+    model = FakeChat(messages=iter([reply("one"), reply("two"), reply("three"), reply("four")]))
+    handler = FlightlogCallbackHandler(path="bare/model.jsonl", recorder=recorder)
+    config: Any = {"callbacks": [handler]}
+    assert model.invoke("first", config=config).content == "one"
+    assert "".join(str(c.content) for c in model.stream("second", config=config)) == "two"
+    batch = model.batch(["third", "fourth"], config=config)
+    assert sorted(str(m.content) for m in batch) == ["four", "three"]
+    recorder.close()
+    assert recorder.stats.problems == 0
+    outputs = []
+    # The batch's calls run in threads: one started while the other runs is in the
+    # session next to the first (model.2.jsonl).
+    for path in (daemon.root / "bare").glob("*.jsonl"):
+        recs = records(path)
+        assert_every_call_ended(recs)
+        assert gaps(path) == {}
+        for run_records in _runs(recs):
+            (model_call,) = calls(run_records, "model").values()
+            # A streamed response (an AIMessageChunk) is an assistant message too.
+            message = model_call[2]["data"]["message"]
+            assert message["$type"] == "assistant"
+            (end,) = of_type(run_records, "agent_end")
+            assert end["data"]["agent"] == "FakeChat"
+            assert [end["data"]["output"]] == list(texts(message["content"]))
+            outputs.append(end["data"]["output"])
+    assert sorted(outputs) == ["four", "one", "three", "two"]
+
+
+def _runs(recs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        if r.get("run_id"):
+            runs.setdefault(r["run_id"], []).append(r)
+    return list(runs.values())
+
+
+@pytest.mark.anyio
+async def test_astream_events_of_a_chat_model(daemon: DaemonProcess, recorder: Recorder) -> None:
+    model = FakeChat(messages=iter([reply("streamed")]))
+    handler = FlightlogCallbackHandler(path="events.jsonl", recorder=recorder)
+    kinds = [e["event"] async for e in model.astream_events("hi", config={"callbacks": [handler]})]
+    assert kinds[0] == "on_chat_model_start" and kinds[-1] == "on_chat_model_end"
+    await finish(recorder)
+    recs = records(daemon.root / "events.jsonl")
+    assert_every_call_ended(recs)
+    assert of_type(recs, "agent_end")[0]["data"]["output"] == "streamed"
+    assert gaps(daemon.root / "events.jsonl") == {}
+
+
+def test_a_graph_interrupted_and_resumed_on_its_thread(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.types import Command, interrupt
+
+    model = FakeChat(messages=iter([reply("deleted")]))
+
+    def approve(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt({"question": "delete the file?"})
+        return {"messages": [("user", f"approved: {answer}")]}
+
+    def act(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("approve", approve)
+    builder.add_node("act", act)
+    builder.add_edge(START, "approve")
+    builder.add_edge("approve", "act")
+    builder.add_edge("act", END)
+    graph = builder.compile(name="careful", checkpointer=InMemorySaver())
+    handler = FlightlogCallbackHandler(recorder=recorder)
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "hitl-1"}}
+    paused = graph.invoke({"messages": [("user", "delete it")]}, config=config)
+    assert [i.value for i in paused["__interrupt__"]] == [{"question": "delete the file?"}]
+    done = graph.invoke(Command(resume="yes"), config=config)
+    assert done["messages"][-1].content == "deleted"
+    recorder.close()
+    path = daemon.root / "langchain" / "hitl-1.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    first, second = (
+        (e["data"]["ok"], e["data"]["reason"], e["data"]["output"])
+        for e in of_type(recs, "agent_end")
+    )
+    assert first == (True, "interrupted", [{"question": "delete the file?"}])
+    assert second == (True, "completed", "deleted")
+    assert [r["data"]["error"] for r in of_type(recs, "run_close")] == [None, None]

@@ -4,11 +4,11 @@ Install with ``pip install 'flightlog-sdk[langchain]'``.  Or set ``FLIGHTLOG_TRA
 and import this module once: every run is then recorded, as ``LANGSMITH_TRACING=1``
 does for LangSmith.
 
-Each top-level invocation (a graph's ``invoke``, an agent's, a chain's) becomes one run
-of the session ``langchain/<thread id>.jsonl`` (the ``thread_id`` of a LangGraph
-conversation, else the invocation's run id), so a conversation continued on the same
-thread goes on in the same file; ``FlightlogCallbackHandler(path=...)`` names the
-session instead.
+Each top-level invocation (a graph's ``invoke``, an agent's, a chain's, a chat model's
+called on its own) becomes one run of the session ``langchain/<thread id>.jsonl`` (the
+``thread_id`` of a LangGraph conversation, else the invocation's run id), so a
+conversation continued on the same thread goes on in the same file;
+``FlightlogCallbackHandler(path=...)`` names the session instead.
 
 What is recorded: ``agent_start`` (the input messages), each chat model call
 (``model_request`` with the messages, tools and parameters, ``model_exec_start``,
@@ -16,10 +16,11 @@ What is recorded: ``agent_start`` (the input messages), each chat model call
 ``message_end``), one turn per model call of the top-level agent, each tool call
 (``tool_exec_start`` with its tool call id and arguments, ``tool_exec_end`` with its
 result or error), and ``agent_end`` with the final output (the last message's text, or
-the ``structured_response``).  A model call made again after a failed one (``with_retry``,
-a fallback) ``replaces`` it.  An agent invoked from inside a tool is a sub-agent nested
-under that tool call.  Chains and graph nodes in between are not recorded: they are
-structure, not calls.
+the ``structured_response``; a graph paused by ``interrupt()`` ends with reason
+``interrupted`` and the interrupts' values).  A model call made again after a failed
+one (``with_retry``, a fallback) ``replaces`` it.  An agent invoked from inside a tool
+is a sub-agent nested under that tool call.  Chains and graph nodes in between are not
+recorded: they are structure, not calls.
 
 Recording never breaks the run: see :mod:`flightlog.integrations._recorder`.
 """
@@ -47,6 +48,7 @@ __all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
 FLIGHTLOG_TRACING = "FLIGHTLOG_TRACING"
 
 _CONFIG_KEYS = {"ls_temperature": "temperature", "ls_max_tokens": "max_tokens"}
+_CHUNKS = {"AIMessageChunk": "ai", "HumanMessageChunk": "human", "ToolMessageChunk": "tool"}
 
 
 @dataclass
@@ -69,6 +71,8 @@ class _Root:
     agents: dict[UUID, _Agent] = field(default_factory=dict)
     models: dict[UUID, events.Execution] = field(default_factory=dict)
     tools: dict[UUID, tuple[events.Execution, str, str]] = field(default_factory=dict)
+    #: What a LangGraph ``interrupt()`` asked, by the interrupt's id: the run pauses.
+    interrupts: dict[str, Any] = field(default_factory=dict)
 
 
 class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
@@ -154,14 +158,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
         messages = _input_messages(inputs)
         if parent_run_id is None or parent_run_id not in self._root_of:
-            thread = (metadata or {}).get("thread_id")
-            path = self.path or f"langchain/{thread or run_id}.jsonl"
-            top = _Agent(name=name, parent_id=None)
-            new = _Root(run=self.recorder.begin(path, meta=self.meta), agent=top)
-            new.agents[run_id] = top
-            self._roots[run_id] = new
-            self._root_of[run_id] = run_id
-            new.run.record(events.AgentStart(agent=name, messages=messages))
+            self._begin(run_id, name, messages, metadata)
             return
         root = self._root(run_id, parent_run_id)
         if root is None:
@@ -172,6 +169,20 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             agent = _Agent(name=name, parent_id=tool.id)
             root.agents[run_id] = agent
             root.run.record(events.AgentStart(agent=name, messages=messages, parent_id=tool.id))
+
+    def _begin(
+        self, run_id: UUID, name: str, messages: list[Any], metadata: dict[str, Any] | None
+    ) -> _Root:
+        """A top-level invocation: a run of its own, and its agent."""
+        thread = (metadata or {}).get("thread_id")
+        path = self.path or f"langchain/{thread or run_id}.jsonl"
+        top = _Agent(name=name, parent_id=None)
+        root = _Root(run=self.recorder.begin(path, meta=self.meta), agent=top)
+        root.agents[run_id] = top
+        self._roots[run_id] = root
+        self._root_of[run_id] = run_id
+        root.run.record(events.AgentStart(agent=name, messages=messages))
+        return root
 
     def on_chain_end(
         self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
@@ -189,25 +200,43 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         self._safely(self._chain_end, None, run_id, error)
 
     def _chain_end(self, outputs: Any, run_id: UUID, error: BaseException | None) -> None:
-        root_id, root = self._root_of.get(run_id), self._root_for(run_id)
+        root = self._root_for(run_id)
         if root is None:
             return
+        if error is not None and _is_interrupt(error):
+            # A node paused the graph (human in the loop): not a failure of the run.
+            for asked in error.args[0] if error.args else ():
+                root.interrupts[str(getattr(asked, "id", len(root.interrupts)))] = getattr(
+                    asked, "value", asked
+                )
+            error = None
+            if run_id not in root.agents:
+                return
         agent = root.agents.get(run_id)
         if agent is None:
             return
-        output = _final_output(outputs) if error is None else None
+        self._agent_end(root, run_id, agent, _final_output(outputs), error)
+
+    def _agent_end(
+        self, root: _Root, run_id: UUID, agent: _Agent, output: Any, error: BaseException | None
+    ) -> None:
+        """``agent_end`` of ``agent``; the invocation's run closes with its top agent."""
         text = _error_text(error) if error is not None else None
+        reason = "completed" if error is None else "error"
+        if error is None and root.interrupts and agent is root.agent:
+            reason, output = "interrupted", list(root.interrupts.values())
         root.run.record(
             events.AgentEnd(
                 ok=error is None,
-                reason="completed" if error is None else "error",
+                reason=reason,
                 error=text,
                 turns=agent.turn,
-                output=output,
+                output=output if error is None else None,
                 agent=agent.name,
                 parent_id=agent.parent_id,
             )
         )
+        root_id = self._root_of.get(run_id)
         if run_id == root_id:
             del self._roots[run_id]
             for other in [r for r, top in self._root_of.items() if top == root_id]:
@@ -226,10 +255,13 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._safely(self._model_start, messages, run_id, parent_run_id, metadata, kwargs)
+        self._safely(
+            self._model_start, serialized, messages, run_id, parent_run_id, metadata, kwargs
+        )
 
     def _model_start(
         self,
+        serialized: dict[str, Any] | None,
         messages: list[list[BaseMessage]],
         run_id: UUID,
         parent_run_id: UUID | None,
@@ -238,7 +270,11 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
     ) -> None:
         root = self._root(run_id, parent_run_id)
         if root is None:
-            return
+            if parent_run_id is not None and parent_run_id in self._root_of:
+                return
+            # A chat model invoked on its own (invoke, batch, stream): its own run.
+            name = str(kwargs.get("name") or (serialized or {}).get("name") or "chat_model")
+            root = self._begin(run_id, name, [], metadata)
         agent = self._agent_of(root, parent_run_id)
         metadata = metadata or {}
         params = dict(kwargs.get("invocation_params") or {})
@@ -312,8 +348,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
     def _model_end(
         self, response: LLMResult | None, run_id: UUID, error: BaseException | None
     ) -> None:
-        root_id = self._root_of.pop(run_id, None)
-        root = self._roots.get(root_id) if root_id is not None else None
+        root = self._root_for(run_id)
         if root is None:
             return
         execution = root.models.pop(run_id, None)
@@ -337,6 +372,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         agent.failed_model_id = execution.id if error is not None else None
         if converted is not None and error is None:
             root.run.record(events.MessageEnd(message=converted, execution=execution))
+        if run_id in root.agents:
+            self._agent_end(root, run_id, agent, _final_output(message), error)
+        else:
+            del self._root_of[run_id]
 
     # --- tools ------------------------------------------------------------------------
 
@@ -475,6 +514,8 @@ def _tool_content(content: Any) -> list[Any]:
 def _message(message: Any) -> Any:
     """A LangChain message as flightlog's message; other values as they are."""
     kind = getattr(message, "type", None)
+    # A streamed response is a chunk (AIMessageChunk), its pieces added up.
+    kind = _CHUNKS.get(kind, kind) if isinstance(kind, str) else kind
     content = getattr(message, "content", None)
     if kind == "human":
         return events.UserMessage(content=content if isinstance(content, str) else _parts(content))
@@ -516,6 +557,11 @@ def _input_messages(inputs: Any) -> list[Any]:
         else:
             converted.append(_message(item))
     return converted
+
+
+def _is_interrupt(error: BaseException) -> bool:
+    # LangGraph's GraphInterrupt, without importing LangGraph for a LangChain-only user.
+    return any(kind.__name__ == "GraphInterrupt" for kind in type(error).__mro__)
 
 
 def _final_output(outputs: Any) -> Any:

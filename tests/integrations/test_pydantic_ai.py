@@ -7,7 +7,7 @@ import itertools
 import logging
 import signal
 import textwrap
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -460,3 +460,89 @@ async def test_two_runs_of_one_session_at_once_are_both_recorded(
         assert gaps(path) == {}
         (end,) = of_type(recs, "agent_end")
         assert end["data"]["output"] == plain.output
+
+
+async def never_answers(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["task cancelled", "timeout"])
+async def test_a_run_cancelled_while_the_model_is_asked(
+    daemon: DaemonProcess, recorder: Recorder, how: str
+) -> None:
+    flightlog = Flightlog(path="cancelled.jsonl", recorder=recorder)
+    agent = Agent(FunctionModel(never_answers), name="waiting", capabilities=[flightlog])
+    path = daemon.root / "cancelled.jsonl"
+    if how == "timeout":
+        with anyio.move_on_after(0.2) as scope:
+            await agent.run("hi")
+        assert scope.cancelled_caught
+    else:
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.run, "hi")
+            await anyio.to_thread.run_sync(
+                lambda: wait_for(lambda: path.exists() and "model_exec_start" in path.read_text())
+            )
+            group.cancel_scope.cancel()
+    await finish(recorder)
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (model_end,) = of_type(recs, "model_exec_end")
+    assert model_end["data"]["error"] == "cancelled: the run ended before this call did"
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
+
+
+@pytest.mark.anyio
+async def test_a_stream_left_halfway_is_not_a_whole_response(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    async def words(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for n in range(50):
+            await anyio.sleep(0.01)
+            yield f"w{n} "
+
+    agent = Agent(
+        FunctionModel(stream_function=words),
+        name="talker",
+        capabilities=[Flightlog(path="left.jsonl", recorder=recorder)],
+    )
+    async with agent.run_stream("talk") as stream:
+        async for first in stream.stream_text(delta=True):
+            assert first.startswith("w0")
+            break
+    await finish(recorder)
+    path = daemon.root / "left.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (model_end,) = of_type(recs, "model_exec_end")
+    assert model_end["data"]["error"].startswith("the response is incomplete")
+    (text,) = texts(model_end["data"]["message"]["content"])
+    assert text.startswith("w0 ") and "w49" not in text
+    assert of_type(recs, "message_end") == []
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
+
+
+@pytest.mark.anyio
+async def test_an_iteration_left_halfway_ends_the_run_as_aborted(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    agent = tool_agent(Flightlog(path="iter.jsonl", recorder=recorder))
+    async with agent.iter("weather?") as run:
+        async for node in run:
+            if Agent.is_call_tools_node(node):
+                break
+    await finish(recorder)
+    path = daemon.root / "iter.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    assert len(calls(recs, "model")) == 1
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
+    assert of_type(recs, "run_close")[0]["data"]["error"] == end["data"]["error"]

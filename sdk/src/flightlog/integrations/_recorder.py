@@ -44,6 +44,7 @@ from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolEr
 from flightlog.sdk import Client, Run, Session, connect
 
 __all__ = [
+    "CANCELLED",
     "RECONNECT_GRACE",
     "Continuation",
     "Hooks",
@@ -57,6 +58,10 @@ logger: Final = logging.getLogger("flightlog.integrations")
 
 #: Seconds a recorder's client waits for a restarted daemon before it drops events.
 RECONNECT_GRACE: Final = 1.0
+
+#: The error written as the end of a call the run was cancelled in (a task cancelled, a
+#: timeout): the call has an end, and the end says it did not finish.
+CANCELLED: Final = "cancelled: the run ended before this call did"
 
 #: The failures its client gets over by itself (it reconnects).
 _RECONNECTS: Final = frozenset({ErrorCode.CONNECTION_LOST, ErrorCode.DAEMON_UNREACHABLE})

@@ -40,7 +40,7 @@ from agents.tracing import Span, Trace, TracingProcessor
 
 from flightlog.protocol import events, now
 
-from ._recorder import Continuation, Hooks, RecordedRun, Recorder
+from ._recorder import CANCELLED, Continuation, Hooks, RecordedRun, Recorder
 
 __all__ = ["FlightlogProcessor"]
 
@@ -139,7 +139,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             # spans later, if ever; each call is ended here, as cancelled.
             self._cancelled(state)
             if top is not None and top.error is None:
-                top.error, top.reason = _CANCELLED, "aborted"
+                top.error, top.reason = CANCELLED, "aborted"
         if top is not None:
             state.run.record(
                 events.AgentEnd(
@@ -156,7 +156,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
 
     def _cancelled(self, state: _Trace) -> None:
         for span in list(state.models.values()):
-            self._model_call(state, span, error=_CANCELLED)
+            self._model_call(state, span, error=CANCELLED)
         for span_id in list(state.calls):
             execution = state.tools[span_id]
             call_id, name = state.calls.pop(span_id)
@@ -165,7 +165,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                     execution=execution,
                     tool_call_id=call_id,
                     name=name,
-                    content=[events.TextPart(text=_CANCELLED)],
+                    content=[events.TextPart(text=CANCELLED)],
                     is_error=True,
                 )
             )
@@ -424,9 +424,6 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             )
         )
 
-
-#: The error of a call the run ended inside of (its task was cancelled).
-_CANCELLED = "cancelled: the run ended before this call did"
 
 _ModelFacts: TypeAlias = tuple[
     str | None, list[Any], events.AssistantMessage | None, events.Usage | None, dict[str, Any]

@@ -12,7 +12,9 @@ step, each model attempt (``model_request`` with the messages, tools and setting
 the same execution one attempt later, each tool call (``tool_exec_start``,
 ``tool_exec_end`` with its result or error; a call that re-asks a tool after
 ``ModelRetry`` ``replaces`` the failed one), and ``agent_end`` with the final output and
-the run's usage.  An agent run from inside a tool of a recorded agent (an agent used as a
+the run's usage.  A run cancelled or left halfway ends as ``aborted``, the model call
+it cut as cancelled, and a streamed response left before its end is not a success.  An
+agent run from inside a tool of a recorded agent (an agent used as a
 tool) is recorded in the same run, nested under that tool call, when it has the
 capability too.
 
@@ -45,11 +47,15 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
-from ._recorder import Continuation, RecordedRun, Recorder, default_recorder
+from ._recorder import CANCELLED, Continuation, RecordedRun, Recorder, default_recorder
 
 __all__ = ["Flightlog"]
 
 _SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
+_UNFINISHED = (
+    "the response is {state}: its stream was left or cut before the model finished, or the "
+    "run stopped before acting on it"
+)
 
 
 @dataclasses.dataclass
@@ -88,6 +94,8 @@ class Flightlog(AbstractCapability[Any]):
         default=None, init=False, repr=False
     )
     _model_error: str | None = dataclasses.field(default=None, init=False, repr=False)
+    #: Whether the latest model call's end is still to be recorded.
+    _model_open: bool = dataclasses.field(default=False, init=False, repr=False)
     _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _continuation: Continuation = dataclasses.field(
         default_factory=Continuation, init=False, repr=False
@@ -159,6 +167,9 @@ class Flightlog(AbstractCapability[Any]):
 
     def _agent_failed(self, exc: BaseException) -> None:
         cancelled = not isinstance(exc, Exception)
+        if cancelled:
+            # The model request runs in a task of its own, cancelled after the run's.
+            self._model_failed(CANCELLED)
         self._record(
             *self._turn_end(),
             events.AgentEnd(
@@ -187,7 +198,13 @@ class Flightlog(AbstractCapability[Any]):
         handler: WrapModelRequestHandler,
     ) -> ModelResponse:
         self._safely(self._turn_start)
-        return await handler(request_context)
+        try:
+            return await handler(request_context)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Cancelled (a task cancelled, a timeout) while the model was asked.
+                self._safely(self._model_failed, CANCELLED)
+            raise
 
     def _turn_start(self) -> None:
         # Sent with the turn's first model call, in one send.
@@ -221,6 +238,7 @@ class Flightlog(AbstractCapability[Any]):
             )
         self._model_execution = execution
         self._model_error = None
+        self._model_open = True
         model = request.model
         name = getattr(model, "model_name", None)
         provider = getattr(model, "system", None)
@@ -254,21 +272,27 @@ class Flightlog(AbstractCapability[Any]):
 
     def _model_end(self, response: ModelResponse) -> None:
         execution = self._model_execution
-        if execution is None:
+        if execution is None or not self._model_open:
             return
+        self._model_open = False
         message = _assistant(response)
-        state = (
-            {"response_id": response.provider_response_id} if response.provider_response_id else {}
-        )
-        facts = (
-            events.ModelExecEnd(
-                execution=execution,
-                message=message,
-                usage=_usage(response.usage),
-                provider_state=state,
+        end = events.ModelExecEnd(
+            execution=execution,
+            message=message,
+            usage=_usage(response.usage),
+            provider_state=(
+                {"response_id": response.provider_response_id}
+                if response.provider_response_id
+                else {}
             ),
-            events.MessageEnd(message=message, execution=execution),
         )
+        state = getattr(response, "state", "complete")
+        if state != "complete":
+            # A stream its reader left, or cut (or a response over a usage limit): the
+            # message is what came, and the call did not succeed.
+            self._record(msgspec.structs.replace(end, error=_UNFINISHED.format(state=state)))
+            return
+        facts = (end, events.MessageEnd(message=message, execution=execution))
         if response.tool_calls:
             # Sent when the first tool starts (or the output is validated, or the run ends).
             self._hold(*facts)
@@ -285,11 +309,12 @@ class Flightlog(AbstractCapability[Any]):
         self._safely(self._model_failed, error)
         raise error
 
-    def _model_failed(self, error: Exception) -> None:
+    def _model_failed(self, error: Exception | str) -> None:
         execution = self._model_execution
-        if execution is None:
+        if execution is None or not self._model_open:
             return
-        self._model_error = _error_text(error)
+        self._model_open = False
+        self._model_error = error if isinstance(error, str) else _error_text(error)
         self._record(events.ModelExecEnd(execution=execution, error=self._model_error))
 
     # --- tool calls ---------------------------------------------------------------------

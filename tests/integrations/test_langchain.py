@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pydantic
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -466,3 +468,52 @@ def test_a_graph_interrupted_and_resumed_on_its_thread(
     assert first == (True, "interrupted", [{"question": "delete the file?"}])
     assert second == (True, "completed", "deleted")
     assert [r["data"]["error"] for r in of_type(recs, "run_close")] == [None, None]
+
+
+class Unanswering(FakeChat):
+    """A model that never answers: its caller is cancelled first."""
+
+    async def _agenerate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@tool
+async def wait_forever(x: int) -> int:
+    """A tool that never returns."""
+    await anyio.sleep_forever()
+    return x
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("where", ["model", "tool"])
+async def test_a_run_cancelled_in_a_call_ends_the_call_as_cancelled(
+    daemon: DaemonProcess, recorder: Recorder, where: str
+) -> None:
+    if where == "model":
+        model: FakeChat = Unanswering(messages=iter([]))
+    else:
+        model = FakeChat(messages=iter([reply("", ("wait_forever", {"x": 1}))]))
+    graph = create_react_agent(model, [wait_forever], name="waiting")
+    handler = FlightlogCallbackHandler(path="cancelled.jsonl", recorder=recorder)
+    path = daemon.root / "cancelled.jsonl"
+    started = "model_exec_start" if where == "model" else "tool_exec_start"
+    async with anyio.create_task_group() as group:
+        group.start_soon(
+            lambda: graph.ainvoke({"messages": [("user", "go")]}, config={"callbacks": [handler]})
+        )
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(lambda: path.exists() and started in path.read_text())
+        )
+        group.cancel_scope.cancel()
+    await finish(recorder)
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (call,) = calls(recs, where).values()
+    if where == "model":
+        assert call[-1]["data"]["error"] == "cancelled: the run ended before this call did"
+    else:
+        assert call[-1]["data"]["is_error"] is True
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")

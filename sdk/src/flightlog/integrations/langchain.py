@@ -40,7 +40,7 @@ from langchain_core.tracers.context import register_configure_hook
 
 from flightlog.protocol import events
 
-from ._recorder import Continuation, Hooks, RecordedRun, Recorder
+from ._recorder import CANCELLED, Continuation, Hooks, RecordedRun, Recorder
 
 __all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
 
@@ -225,6 +225,13 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         reason = "completed" if error is None else "error"
         if error is None and root.interrupts and agent is root.agent:
             reason, output = "interrupted", list(root.interrupts.values())
+        root_id = self._root_of.get(run_id)
+        if run_id == root_id:
+            # LangChain says nothing of a call its run was cancelled in: each still open
+            # ends here, as cancelled.
+            self._end_open_calls(root)
+            if error is not None and not isinstance(error, Exception):
+                reason = "aborted"
         root.run.record(
             events.AgentEnd(
                 ok=error is None,
@@ -236,12 +243,27 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 parent_id=agent.parent_id,
             )
         )
-        root_id = self._root_of.get(run_id)
         if run_id == root_id:
             del self._roots[run_id]
             for other in [r for r, top in self._root_of.items() if top == root_id]:
                 del self._root_of[other]
             root.run.close(text)
+
+    def _end_open_calls(self, root: _Root) -> None:
+        for model_run in list(root.models):
+            execution = root.models.pop(model_run)
+            root.run.record(events.ModelExecEnd(execution=execution, error=CANCELLED))
+        for execution, call_id, name in root.tools.values():
+            root.run.record(
+                events.ToolExecEnd(
+                    execution=execution,
+                    tool_call_id=call_id,
+                    name=name,
+                    content=[events.TextPart(text=CANCELLED)],
+                    is_error=True,
+                )
+            )
+        root.tools.clear()
 
     # --- chat models ------------------------------------------------------------------
 
@@ -440,7 +462,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         root = self._root_for(run_id)
         if root is None or run_id not in root.tools:
             return
-        execution, call_id, name = root.tools[run_id]
+        execution, call_id, name = root.tools.pop(run_id)
         failed = error is not None or getattr(output, "status", None) == "error"
         if error is not None:
             content: list[Any] = [events.TextPart(text=_error_text(error))]

@@ -24,10 +24,12 @@ from agents import (
     OutputGuardrailTripwireTriggered,
     RunConfig,
     Runner,
+    custom_span,
     function_tool,
     input_guardrail,
     output_guardrail,
     set_trace_processors,
+    trace,
 )
 from agents.retry import ModelRetrySettings, retry_policies
 from openai import AsyncOpenAI
@@ -418,6 +420,52 @@ async def test_runs_of_one_group_at_once_are_all_recorded(
         assert gaps(path) == {}
         found += [e["data"]["output"] for e in of_type(recs, "agent_end")]
     assert sorted(found) == ["one", "two"]
+
+
+@pytest.mark.anyio
+async def test_runs_one_after_the_other_under_one_trace_are_runs_of_its_session(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    agent = Agent(name="chat", model=model([completion("one"), completion("two")]))
+    with trace("conversation", group_id="one-trace"), custom_span("mine", {"k": 1}):
+        first = await Runner.run(agent, "first")
+        second = await Runner.run(agent, "second")
+    assert (first.final_output, second.final_output) == ("one", "two")
+    await finish(recorder)
+    path = session(daemon, "one-trace")
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    assert len(of_type(recs, "run_start")) == 2
+    ends = of_type(recs, "agent_end")
+    assert [(e["data"]["output"], e["data"]["turns"]) for e in ends] == [("one", 1), ("two", 1)]
+    assert [e["data"]["usage"]["input_tokens"] for e in ends] == [100, 100]
+
+
+@pytest.mark.anyio
+async def test_runs_at_once_under_one_trace_are_each_a_run(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    agent = Agent(name="twin", model=model([completion("one"), completion("two")]))
+    with trace("batch", group_id="gathered"):
+        results = await asyncio.gather(Runner.run(agent, "a"), Runner.run(agent, "b"))
+    assert sorted(r.final_output for r in results) == ["one", "two"]
+    await finish(recorder)
+    assert recorder.stats.problems == 0
+    found = []
+    for path in (session(daemon, "gathered"), session(daemon, "gathered.2")):
+        recs = records(path)
+        assert_every_call_ended(recs)
+        assert gaps(path) == {}
+        assert len(of_type(recs, "agent_start")) == 1
+        (end,) = of_type(recs, "agent_end")
+        assert [r["data"]["turn_index"] for r in of_type(recs, "turn_start")] == [1]
+        (request,) = of_type(recs, "model_request")
+        found.append((request["data"]["messages"][0]["content"], end["data"]["output"]))
+    assert sorted(found) in (
+        [("a", "one"), ("b", "two")],
+        [("a", "two"), ("b", "one")],
+    )
 
 
 SCRIPT = textwrap.dedent(

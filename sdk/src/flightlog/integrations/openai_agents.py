@@ -1,9 +1,10 @@
 """Record OpenAI Agents SDK runs: ``add_trace_processor(FlightlogProcessor())``.
 
-Install with ``pip install 'flightlog-sdk[openai-agents]'``.  Each trace (one
-``Runner.run``) becomes one run of the session ``openai-agents/<group id>.jsonl`` (the
+Install with ``pip install 'flightlog-sdk[openai-agents]'``.  Each ``Runner.run`` (its
+task span) becomes one run of the session ``openai-agents/<group id>.jsonl`` (the
 ``RunConfig.group_id`` of a conversation, else the trace id), so the runs of a
-conversation go on in the same file; ``FlightlogProcessor(path=...)`` names the session
+conversation, and those under one ``trace()``, go on in the same file (runs at once,
+each in the session next to it); ``FlightlogProcessor(path=...)`` names the session
 instead.
 
 The processor reads the SDK's spans.  A model call (a generation or response span) is
@@ -64,18 +65,27 @@ class _Agent:
 
 
 @dataclass
-class _Trace:
+class _Task:
+    """One ``Runner.run`` (the SDK's task span): a run of its own."""
+
     run: RecordedRun
+    top: _Agent | None = None
+    usage: events.Usage | None = None
+    #: Each tool span started and not yet ended: its call id and tool name.
+    calls: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Model call spans started and not yet ended.
+    models: dict[str, Span[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class _Trace:
+    path: str
     parents: dict[str, str | None] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
     agents: dict[str, _Agent] = field(default_factory=dict)
     tools: dict[str, events.Execution] = field(default_factory=dict)
-    #: Each tool span's call id and tool name, for its end.
-    calls: dict[str, tuple[str, str]] = field(default_factory=dict)
-    #: Model call spans started and not yet ended.
-    models: dict[str, Span[Any]] = field(default_factory=dict)
-    top: _Agent | None = None
-    usage: events.Usage | None = None
+    #: Its runs, by task span (None: spans outside any task span).
+    tasks: dict[str | None, _Task] = field(default_factory=dict)
 
 
 class FlightlogProcessor(Hooks, TracingProcessor):
@@ -117,7 +127,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         with self._lock:
             traces, self._traces = list(self._traces.values()), {}
         for state in traces:
-            state.run.close("the tracing processor was shut down")
+            for task in state.tasks.values():
+                task.run.close("the tracing processor was shut down")
 
     def force_flush(self) -> None:
         """Nothing to flush: every record went to the daemon when it was made."""
@@ -127,40 +138,60 @@ class FlightlogProcessor(Hooks, TracingProcessor):
     def _trace_start(self, trace: Trace) -> None:
         group = getattr(trace, "group_id", None)
         path = self.path or f"openai-agents/{group or trace.trace_id}.jsonl"
-        self._traces[trace.trace_id] = _Trace(run=self.recorder.begin(path, meta=self.meta))
+        self._traces[trace.trace_id] = _Trace(path=path)
 
     def _trace_end(self, trace: Trace) -> None:
         state = self._traces.pop(trace.trace_id, None)
         if state is None:
             return
-        top = state.top
-        if state.models or state.calls:
+        for task_id in list(state.tasks):
+            self._task_end(state, task_id)
+
+    # --- tasks: each Runner.run of the trace is a run ---------------------------------
+
+    def _task_of(self, state: _Trace, span_id: str | None) -> _Task:
+        task = _enclosing(state, span_id) or state.tasks.get(None)
+        if task is None:
+            task = state.tasks[None] = self._task_start(state)
+        return task
+
+    def _task_start(self, state: _Trace) -> _Task:
+        # Runs of one trace at once (asyncio.gather under one trace()) each take a
+        # session of their own: the recorder opens the one next to the trace's.
+        return _Task(run=self.recorder.begin(state.path, meta=self.meta))
+
+    def _task_end(self, state: _Trace, task_id: str | None) -> None:
+        task = state.tasks.pop(task_id, None)
+        if task is None:
+            return
+        top = task.top
+        if task.models or task.calls:
             # The run ended inside a call (its task was cancelled): the SDK ends those
             # spans later, if ever; each call is ended here, as cancelled.
-            self._cancelled(state)
+            self._cancelled(state, task)
             if top is not None and top.error is None:
                 top.error, top.reason = CANCELLED, "aborted"
         if top is not None:
-            state.run.record(
+            task.run.record(
                 events.AgentEnd(
                     ok=top.error is None,
                     reason="completed" if top.error is None else top.reason,
                     error=top.error,
                     turns=top.turn,
-                    usage=state.usage,
+                    usage=task.usage,
                     output=top.output,
                     agent=top.name,
                 )
             )
-        state.run.close(top.error if top is not None else None)
+        task.run.close(top.error if top is not None else None)
 
-    def _cancelled(self, state: _Trace) -> None:
-        for span in list(state.models.values()):
+    def _cancelled(self, state: _Trace, task: _Task) -> None:
+        for span in list(task.models.values()):
             self._model_call(state, span, error=CANCELLED)
-        for span_id in list(state.calls):
+        for span_id in list(task.calls):
             execution = state.tools[span_id]
-            call_id, name = state.calls.pop(span_id)
-            state.run.record(
+            call_id, name = task.calls.pop(span_id)
+            task.run.record(
                 events.ToolExecEnd(
                     execution=execution,
                     tool_call_id=call_id,
@@ -180,20 +211,24 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         kind = _kind(data)
         state.parents[span.span_id] = span.parent_id
         state.kinds[span.span_id] = kind
-        if kind == "agent":
+        if kind == "task" and _enclosing(state, span.parent_id) is None:
+            # A task inside another (an agent used as a tool) is part of that one's run.
+            state.tasks[span.span_id] = self._task_start(state)
+        elif kind == "agent":
             self._agent_start(state, span)
         elif kind == "turn":
             agent = self._agent_of(state, span.parent_id)
+            task = self._task_of(state, span.parent_id)
             if agent is not None:
                 agent.turn = int(_custom(data).get("turn") or agent.turn + 1)
-                if agent is state.top:
-                    state.run.record(
+                if agent is task.top:
+                    task.run.record(
                         events.TurnStart(turn_index=agent.turn, time=_at(span.started_at))
                     )
         elif kind in ("function", "handoff"):
             self._tool_start(state, span)
         elif kind in ("generation", "response"):
-            state.models[span.span_id] = span
+            self._task_of(state, span.parent_id).models[span.span_id] = span
 
     def _span_end(self, span: Span[Any]) -> None:
         state = self._traces.get(span.trace_id)
@@ -203,22 +238,24 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         kind = state.kinds.get(span.span_id) or _kind(data)
         self._failure(state, span, kind)
         if kind in ("generation", "response"):
-            state.models.pop(span.span_id, None)
-            self._model_call(state, span)
+            if self._task_of(state, span.parent_id).models.pop(span.span_id, None) is not None:
+                self._model_call(state, span)
         elif kind in ("function", "handoff"):
             self._tool_end(state, span)
         elif kind == "turn":
             agent = self._agent_of(state, span.parent_id)
-            if agent is state.top and agent is not None:
-                state.run.record(
+            task = self._task_of(state, span.parent_id)
+            if agent is task.top and agent is not None:
+                task.run.record(
                     events.TurnEnd(
                         turn_index=agent.turn,
                         usage=_usage(_custom(data).get("usage")),
                         time=_at(span.ended_at),
                     )
                 )
-        elif kind == "task":
-            state.usage = _usage(_custom(data).get("usage"))
+        elif kind == "task" and span.span_id in state.tasks:
+            state.tasks[span.span_id].usage = _usage(_custom(data).get("usage"))
+            self._task_end(state, span.span_id)
         elif kind == "agent":
             self._agent_end(state, span)
 
@@ -238,7 +275,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 reason = "max_turns"
         if error is None:
             return
-        agent = self._agent_of(state, span.span_id) or state.top
+        agent = self._agent_of(state, span.span_id) or self._task_of(state, span.span_id).top
         if agent is not None and agent.error is None:
             agent.error, agent.reason = error, reason or "error"
 
@@ -270,26 +307,27 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             output_type=getattr(data, "output_type", None),
         )
         state.agents[span.span_id] = agent
+        task = self._task_of(state, span.parent_id)
         if tool is not None:
-            state.run.record(
+            task.run.record(
                 events.AgentStart(agent=agent.name, parent_id=tool.id, time=_at(span.started_at))
             )
-        elif state.top is None:
-            state.top = agent
-            state.run.record(events.AgentStart(agent=agent.name, time=_at(span.started_at)))
+        elif task.top is None:
+            task.top = agent
+            task.run.record(events.AgentStart(agent=agent.name, time=_at(span.started_at)))
         else:
             # A handoff: the next agent goes on in the same loop, with its own turns.
-            agent.turn = state.top.turn
-            state.top.name = agent.name
-            state.top.output_type = agent.output_type
-            state.agents[span.span_id] = state.top
+            agent.turn = task.top.turn
+            task.top.name = agent.name
+            task.top.output_type = agent.output_type
+            state.agents[span.span_id] = task.top
 
     def _agent_end(self, state: _Trace, span: Span[Any]) -> None:
         agent = state.agents.get(span.span_id)
         if agent is None:
             return
         if agent.parent_id is not None:
-            state.run.record(
+            self._task_of(state, span.span_id).run.record(
                 events.AgentEnd(
                     ok=agent.error is None,
                     reason="completed" if agent.error is None else agent.reason,
@@ -342,7 +380,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             facts.append(
                 events.MessageEnd(message=message, execution=execution, time=_at(span.ended_at))
             )
-        state.run.record(*facts)
+        self._task_of(state, span.parent_id).run.record(*facts)
         if agent is None:
             return
         agent.model_id = execution.id
@@ -380,9 +418,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             turn_index=agent.turn if agent is not None else None,
             agent=agent.name if agent is not None else None,
         )
+        task = self._task_of(state, span.parent_id)
         state.tools[span.span_id] = execution
-        state.calls[span.span_id] = (call_id, name or "handoff")
-        state.run.record(
+        task.calls[span.span_id] = (call_id, name or "handoff")
+        task.run.record(
             events.ToolExecStart(
                 execution=execution,
                 tool_call_id=call_id,
@@ -394,10 +433,11 @@ class FlightlogProcessor(Hooks, TracingProcessor):
 
     def _tool_end(self, state: _Trace, span: Span[Any]) -> None:
         execution = state.tools.get(span.span_id)
-        if execution is None:
+        task = self._task_of(state, span.parent_id)
+        if execution is None or span.span_id not in task.calls:
             return
         data = span.span_data
-        call_id, name = state.calls.pop(span.span_id, ("", "handoff"))
+        call_id, name = task.calls.pop(span.span_id)
         details: Any = None
         if _kind(data) == "handoff":
             content: list[Any] = [events.TextPart(text=f"handed off to {data.to_agent}")]
@@ -412,7 +452,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         error = _span_error(span) if span.error is not None else None
         if error is not None and not content:
             content = [events.TextPart(text=error)]
-        state.run.record(
+        task.run.record(
             events.ToolExecEnd(
                 execution=execution,
                 tool_call_id=call_id,
@@ -423,6 +463,16 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 time=_at(span.ended_at),
             )
         )
+
+
+def _enclosing(state: _Trace, span_id: str | None) -> _Task | None:
+    """The task a span runs in: its own, or its nearest ancestor's."""
+    while span_id is not None:
+        task = state.tasks.get(span_id)
+        if task is not None:
+            return task
+        span_id = state.parents.get(span_id)
+    return None
 
 
 _ModelFacts: TypeAlias = tuple[

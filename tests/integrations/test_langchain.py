@@ -517,3 +517,47 @@ async def test_a_run_cancelled_in_a_call_ends_the_call_as_cancelled(
         assert call[-1]["data"]["is_error"] is True
     (end,) = of_type(recs, "agent_end")
     assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
+
+
+def test_a_tool_that_asks_a_person_is_skipped_then_run_on_resume(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    from langgraph.types import Command, interrupt
+
+    @tool
+    def delete(path: str) -> str:
+        """Delete a file, once a person approves."""
+        answer = interrupt({"delete": path})
+        return f"deleted {path}" if answer == "yes" else "refused"
+
+    graph = agent(
+        reply("", ("delete", {"path": "notes.txt"})),
+        reply("done"),
+        tools=[delete],
+        checkpointer=InMemorySaver(),
+    )
+    handler = FlightlogCallbackHandler(recorder=recorder)
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "approve"}}
+    graph.invoke({"messages": [("user", "delete notes.txt")]}, config=config)
+    assert graph.invoke(Command(resume="yes"), config=config)["messages"][-1].content == "done"
+    recorder.close()
+    path = daemon.root / "langchain" / "approve.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    asked, ran = calls(recs, "tool").values()
+    assert asked[0]["run_id"] != ran[0]["run_id"]
+    assert [t[0]["data"]["tool_call_id"] for t in (asked, ran)] == ["call_0_delete"] * 2
+    paused = asked[-1]["data"]
+    assert (paused["is_error"], paused["disposition"], paused["reason"]) == (
+        False,
+        "skipped",
+        "interrupted",
+    )
+    assert paused["details"] == [{"delete": "notes.txt"}]
+    assert list(texts(ran[-1]["data"]["content"])) == ["deleted notes.txt"]
+    assert ran[-1]["data"]["is_error"] is False
+    assert [e["data"]["reason"] for e in of_type(recs, "agent_end")] == [
+        "interrupted",
+        "completed",
+    ]

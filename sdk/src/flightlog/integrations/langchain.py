@@ -205,10 +205,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             return
         if error is not None and _is_interrupt(error):
             # A node paused the graph (human in the loop): not a failure of the run.
-            for asked in error.args[0] if error.args else ():
-                root.interrupts[str(getattr(asked, "id", len(root.interrupts)))] = getattr(
-                    asked, "value", asked
-                )
+            root.interrupts.update(_interrupts(error))
             error = None
             if run_id not in root.agents:
                 return
@@ -463,6 +460,21 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if root is None or run_id not in root.tools:
             return
         execution, call_id, name = root.tools.pop(run_id)
+        if error is not None and _is_interrupt(error):
+            # The tool asked a person (interrupt()): it did not fail, it did not answer;
+            # resumed, LangGraph runs it again from its start.
+            root.run.record(
+                events.ToolExecEnd(
+                    execution=execution,
+                    tool_call_id=call_id,
+                    name=name,
+                    content=[],
+                    details=list(_interrupts(error).values()),
+                    disposition="skipped",
+                    reason="interrupted",
+                )
+            )
+            return
         failed = error is not None or getattr(output, "status", None) == "error"
         if error is not None:
             content: list[Any] = [events.TextPart(text=_error_text(error))]
@@ -584,6 +596,15 @@ def _input_messages(inputs: Any) -> list[Any]:
 def _is_interrupt(error: BaseException) -> bool:
     # LangGraph's GraphInterrupt, without importing LangGraph for a LangChain-only user.
     return any(kind.__name__ == "GraphInterrupt" for kind in type(error).__mro__)
+
+
+def _interrupts(error: BaseException) -> dict[str, Any]:
+    """What a GraphInterrupt's interrupts asked, by interrupt id."""
+    asked = error.args[0] if error.args and isinstance(error.args[0], Sequence) else ()
+    return {
+        str(getattr(one, "id", index)): getattr(one, "value", one)
+        for index, one in enumerate(asked)
+    }
 
 
 def _final_output(outputs: Any) -> Any:

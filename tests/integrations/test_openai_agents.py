@@ -468,6 +468,37 @@ async def test_runs_at_once_under_one_trace_are_each_a_run(
     )
 
 
+@function_tool(needs_approval=True)
+def delete(path: str) -> str:
+    """Delete a file, once a person approves."""
+    return f"deleted {path}"
+
+
+@pytest.mark.anyio
+async def test_a_run_resumed_after_a_tool_approval_is_recorded(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    script: list[Reply] = [completion(None, ("delete", {"path": "notes.txt"})), completion("done")]
+    agent = Agent(name="careful", model=model(script), tools=[delete])
+    config = RunConfig(group_id="approval")
+    paused = await Runner.run(agent, "delete notes.txt", run_config=config)
+    assert [i.tool_name for i in paused.interruptions] == ["delete"]
+    state = paused.to_state()
+    state.approve(paused.interruptions[0])
+    # The resumed run goes on in the trace of the paused one, which has ended.
+    resumed = await Runner.run(agent, state, run_config=config)
+    assert resumed.final_output == "done"
+    await finish(recorder)
+    path = session(daemon, "approval")
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    assert len(of_type(recs, "run_start")) == 2
+    ran = list(calls(recs, "tool").values())[-1]
+    assert list(texts(ran[-1]["data"]["content"])) == ["deleted notes.txt"]
+    assert of_type(recs, "agent_end")[-1]["data"]["output"] == "done"
+
+
 SCRIPT = textwrap.dedent(
     """
     import asyncio, json, os, signal, socket, sys, time

@@ -32,7 +32,7 @@ Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
 from __future__ import annotations
 
 import json
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -44,6 +44,9 @@ from flightlog.protocol import events, now
 from ._recorder import CANCELLED, Continuation, Hooks, RecordedRun, Recorder
 
 __all__ = ["FlightlogProcessor"]
+
+#: How many ended traces the processor remembers the session of, for resumed runs.
+_ENDED_TRACES = 256
 
 
 @dataclass
@@ -79,7 +82,11 @@ class _Task:
 
 @dataclass
 class _Trace:
+    trace_id: str
     path: str
+    #: Runs resumed in a trace that has ended (``Runner.run`` of a ``RunState``): no
+    #: trace end comes, so it ends with its last task.
+    resumed: bool = False
     parents: dict[str, str | None] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
     agents: dict[str, _Agent] = field(default_factory=dict)
@@ -107,6 +114,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
     ) -> None:
         Hooks.__init__(self, path=path, meta=meta, recorder=recorder)
         self._traces: dict[str, _Trace] = {}
+        #: The session of each trace that ended lately, for a run resumed in it.
+        self._ended: OrderedDict[str, str] = OrderedDict()
 
     # --- the processor interface: every call is safe -----------------------------------
 
@@ -138,7 +147,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
     def _trace_start(self, trace: Trace) -> None:
         group = getattr(trace, "group_id", None)
         path = self.path or f"openai-agents/{group or trace.trace_id}.jsonl"
-        self._traces[trace.trace_id] = _Trace(path=path)
+        self._traces[trace.trace_id] = _Trace(trace_id=trace.trace_id, path=path)
 
     def _trace_end(self, trace: Trace) -> None:
         state = self._traces.pop(trace.trace_id, None)
@@ -146,6 +155,17 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             return
         for task_id in list(state.tasks):
             self._task_end(state, task_id)
+        self._ended[trace.trace_id] = state.path
+        while len(self._ended) > _ENDED_TRACES:
+            self._ended.popitem(last=False)
+
+    def _resumed(self, span: Span[Any]) -> _Trace:
+        # A run resumed from a RunState (after a tool approval) goes on in the trace it
+        # was cut from, which had ended: the processor hears of no new trace.
+        trace_id = span.trace_id
+        path = self._ended.get(trace_id) or self.path or f"openai-agents/{trace_id}.jsonl"
+        state = self._traces[trace_id] = _Trace(trace_id=trace_id, path=path, resumed=True)
+        return state
 
     # --- tasks: each Runner.run of the trace is a run ---------------------------------
 
@@ -184,6 +204,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 )
             )
         task.run.close(top.error if top is not None else None)
+        if state.resumed and not state.tasks:
+            self._traces.pop(state.trace_id, None)
 
     def _cancelled(self, state: _Trace, task: _Task) -> None:
         for span in list(task.models.values()):
@@ -204,11 +226,13 @@ class FlightlogProcessor(Hooks, TracingProcessor):
     # --- spans --------------------------------------------------------------------------
 
     def _span_start(self, span: Span[Any]) -> None:
-        state = self._traces.get(span.trace_id)
-        if state is None:
-            return
         data = span.span_data
         kind = _kind(data)
+        state = self._traces.get(span.trace_id)
+        if state is None and kind == "task":
+            state = self._resumed(span)
+        if state is None:
+            return
         state.parents[span.span_id] = span.parent_id
         state.kinds[span.span_id] = kind
         if kind == "task" and _enclosing(state, span.parent_id) is None:

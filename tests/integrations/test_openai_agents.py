@@ -405,6 +405,26 @@ async def test_a_run_cancelled_in_a_tool_call_ends_the_call_as_cancelled(
 
 
 @pytest.mark.anyio
+async def test_a_streamed_run_cancelled_after_its_first_event_is_aborted(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    agent = Agent(name="talker", model=model([completion("never read")]))
+    result = Runner.run_streamed(agent, "talk", run_config=RunConfig(group_id="stream-cut"))
+    async for event in result.stream_events():
+        assert event.type == "agent_updated_stream_event"
+        result.cancel()
+    assert result.final_output is None
+    await finish(recorder)
+    path = session(daemon, "stream-cut")
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
+    assert end["data"]["output"] is None
+
+
+@pytest.mark.anyio
 async def test_runs_of_one_group_at_once_are_all_recorded(
     daemon: DaemonProcess, recorder: Recorder
 ) -> None:

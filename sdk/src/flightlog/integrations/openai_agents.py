@@ -56,6 +56,8 @@ class _Agent:
     parent_id: str | None
     output_type: str | None
     turn: int = 0
+    #: Model calls of its current turn: every turn that runs to its end makes one.
+    turn_models: int = 0
     #: Tool calls of its latest model response not yet matched to a tool span.
     pending: deque[tuple[str, str, dict[str, Any]]] = field(default_factory=deque)
     model_id: str | None = None
@@ -185,9 +187,11 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         if task is None:
             return
         top = task.top
-        if task.models or task.calls:
-            # The run ended inside a call (its task was cancelled): the SDK ends those
-            # spans later, if ever; each call is ended here, as cancelled.
+        cut = top is not None and top.turn > 0 and top.turn_models == 0
+        if task.models or task.calls or cut:
+            # The run ended inside a call, or in a turn before its model call (its task
+            # was cancelled, a stream cancelled): the SDK ends those spans later, if ever;
+            # each call is ended here, as cancelled.
             self._cancelled(state, task)
             if top is not None and top.error is None:
                 top.error, top.reason = CANCELLED, "aborted"
@@ -245,6 +249,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             task = self._task_of(state, span.parent_id)
             if agent is not None:
                 agent.turn = int(_custom(data).get("turn") or agent.turn + 1)
+                agent.turn_models = 0
                 if agent is task.top:
                     task.run.record(
                         events.TurnStart(turn_index=agent.turn, time=_at(span.started_at))
@@ -408,6 +413,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         if agent is None:
             return
         agent.model_id = execution.id
+        agent.turn_models += 1
         agent.failed_model_id = execution.id if error is not None else None
         if message is None:
             return

@@ -302,7 +302,7 @@ SCRIPT = textwrap.dedent(
     @tool
     def slow(x: int) -> int:
         \"\"\"Slow.\"\"\"
-        if mode == "plain":
+        if mode in ("plain", "both"):
             return x
         if mode == "agent":
             print("in the tool", flush=True)
@@ -323,6 +323,9 @@ SCRIPT = textwrap.dedent(
     ]
     graph = create_react_agent(FakeChat(messages=iter(script)), [slow], name="victim")
     config = {"configurable": {"thread_id": "kill"}}
+    if mode == "both":  # a handler of its own, and FLIGHTLOG_TRACING=1 at once
+        from flightlog.integrations.langchain import FlightlogCallbackHandler
+        config["callbacks"] = [FlightlogCallbackHandler(path="own.jsonl")]
     out = graph.invoke({"messages": [("user", "go")]}, config=config)
     print("output", out["messages"][-1].content, default_recorder().stats.by_code, flush=True)
     """
@@ -561,3 +564,18 @@ def test_a_tool_that_asks_a_person_is_skipped_then_run_on_resume(
         "interrupted",
         "completed",
     ]
+
+
+def test_a_run_with_its_own_handler_under_flightlog_tracing_is_recorded_once(
+    daemon: DaemonProcess,
+) -> None:
+    env = {"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "1"}
+    proc = run_python(SCRIPT, "both", env=env)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().startswith("output done {}")
+    assert not (daemon.root / "langchain").exists()
+    recs = records(daemon.root / "own.jsonl")
+    assert len(of_type(recs, "run_start")) == 1
+    assert len(calls(recs, "model")) == 2
+    assert len(calls(recs, "tool")) == 1

@@ -579,3 +579,39 @@ def test_a_run_with_its_own_handler_under_flightlog_tracing_is_recorded_once(
     assert len(of_type(recs, "run_start")) == 1
     assert len(calls(recs, "model")) == 2
     assert len(calls(recs, "tool")) == 1
+
+
+def test_the_calls_of_agents_run_as_subgraphs_carry_their_names(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    # A multi-agent graph: each agent a compiled graph used as a node.
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    researcher = agent(
+        reply("", ("add", {"a": 20, "b": 1})), reply("it is 21"), tools=[add], name="researcher"
+    )
+    writer = agent(reply("Report: 21."), tools=[add], name="writer")
+    builder = StateGraph(MessagesState)
+    builder.add_node("researcher", researcher)
+    builder.add_node("writer", writer)
+    builder.add_edge(START, "researcher")
+    builder.add_edge("researcher", "writer")
+    builder.add_edge("writer", END)
+    team = builder.compile(name="team", checkpointer=InMemorySaver())
+    handler = FlightlogCallbackHandler(recorder=recorder)
+    config: Any = {"callbacks": [handler], "configurable": {"thread_id": "team-1"}}
+    out = team.invoke({"messages": [("user", "report on 20+1")]}, config=config)
+    assert out["messages"][-1].content == "Report: 21."
+    recorder.close()
+    path = daemon.root / "langchain" / "team-1.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    by = [p[0]["data"]["execution"]["agent"] for p in calls(recs, "model").values()]
+    assert by == ["researcher", "researcher", "writer"]
+    (tool_call,) = calls(recs, "tool").values()
+    assert tool_call[0]["data"]["execution"]["agent"] == "researcher"
+    (start,) = of_type(recs, "agent_start")
+    (end,) = of_type(recs, "agent_end")
+    assert (start["data"]["agent"], end["data"]["agent"]) == ("team", "team")
+    assert end["data"]["output"] == "Report: 21."

@@ -71,6 +71,11 @@ class _Root:
     agents: dict[UUID, _Agent] = field(default_factory=dict)
     models: dict[UUID, events.Execution] = field(default_factory=dict)
     tools: dict[UUID, tuple[events.Execution, str, str]] = field(default_factory=dict)
+    #: The subgraphs run inside (a graph used as a node: an agent of a multi-agent
+    #: graph), by their chain run, to their name: the agent of the calls inside.
+    graphs: dict[UUID, str] = field(default_factory=dict)
+    #: Each chain run's name and LangGraph checkpoint namespace, to find subgraphs.
+    names: dict[UUID, tuple[str, str | None]] = field(default_factory=dict)
     #: What a LangGraph ``interrupt()`` asked, by the interrupt's id: the run pauses.
     interrupts: dict[str, Any] = field(default_factory=dict)
 
@@ -122,6 +127,19 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             run_id = root.parents.get(run_id)
         return root.agent
 
+    def _caller(self, root: _Root, run_id: UUID | None) -> str:
+        """The agent a call made under ``run_id`` belongs to: its (sub-)agent's, or the
+        subgraph's it runs in."""
+        while run_id is not None:
+            agent = root.agents.get(run_id)
+            if agent is not None:
+                return agent.name
+            graph = root.graphs.get(run_id)
+            if graph is not None:
+                return graph
+            run_id = root.parents.get(run_id)
+        return root.agent.name
+
     def _tool_above(self, root: _Root, run_id: UUID | None) -> events.Execution | None:
         while run_id is not None:
             if run_id in root.agents:
@@ -163,6 +181,15 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         root = self._root(run_id, parent_run_id)
         if root is None:
             return
+        # A node of a subgraph runs in a checkpoint namespace nested in the one of the
+        # node that runs the subgraph ("inner:<task>|agent:<task>"): the chain it starts
+        # under, in the outer namespace, is the subgraph.
+        namespace = (metadata or {}).get("langgraph_checkpoint_ns")
+        namespace = namespace if isinstance(namespace, str) else None
+        root.names[run_id] = (name, namespace)
+        parent_name, parent_namespace = root.names.get(parent_run_id, (None, None))
+        if namespace and "|" in namespace and parent_name and parent_namespace != namespace:
+            root.graphs.setdefault(parent_run_id, parent_name)
         # The first chain inside a tool call is an agent used as a tool: a sub-agent.
         tool = self._tool_above(root, parent_run_id)
         if tool is not None:
@@ -314,7 +341,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             kind="model",
             parent_id=agent.parent_id,
             turn_index=agent.turn,
-            agent=agent.name,
+            agent=self._caller(root, parent_run_id),
             replaces=agent.failed_model_id,
         )
         root.models[run_id] = execution
@@ -430,7 +457,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             kind="tool",
             parent_id=agent.model_id or agent.parent_id,
             turn_index=agent.turn,
-            agent=agent.name,
+            agent=self._caller(root, parent_run_id),
         )
         root.tools[run_id] = (execution, call_id, name)
         arguments = dict(inputs) if isinstance(inputs, Mapping) else {"input": input_str}

@@ -546,3 +546,35 @@ async def test_an_iteration_left_halfway_ends_the_run_as_aborted(
     (end,) = of_type(recs, "agent_end")
     assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
     assert of_type(recs, "run_close")[0]["data"]["error"] == end["data"]["error"]
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_raises_cancels_the_one_running_beside_it(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    agent = Agent(
+        TestModel(), name="pair", capabilities=[Flightlog(path="pair.jsonl", recorder=recorder)]
+    )
+
+    @agent.tool_plain
+    async def wait(x: int) -> int:
+        await anyio.sleep_forever()
+        return x
+
+    @agent.tool_plain
+    async def fail(x: int) -> int:
+        raise KeyError("missing")
+
+    with pytest.raises(KeyError):
+        await agent.run("go")
+    await finish(recorder)
+    path = daemon.root / "pair.jsonl"
+    recs = records(path)
+    assert_every_call_ended(recs)
+    assert gaps(path) == {}
+    ends = {p[-1]["data"]["name"]: p[-1]["data"] for p in calls(recs, "tool").values()}
+    assert list(texts(ends["fail"]["content"])) == ["KeyError: 'missing'"]
+    assert list(texts(ends["wait"]["content"])) == ["cancelled: the run ended before this call did"]
+    assert ends["wait"]["is_error"] is True
+    (end,) = of_type(recs, "agent_end")
+    assert (end["data"]["reason"], end["data"]["error"]) == ("error", "KeyError: 'missing'")

@@ -385,12 +385,13 @@ class Flightlog(AbstractCapability[Any]):
         self._failed_tools[call.tool_name] = execution.id
         kind = type(exc).__name__
         deferred = kind in ("CallDeferred", "ApprovalRequired")
+        text = _error_text(exc) if isinstance(exc, Exception) else CANCELLED
         self._tool_done(
             events.ToolExecEnd(
                 execution=execution,
                 tool_call_id=call.tool_call_id,
                 name=call.tool_name,
-                content=[events.TextPart(text=_error_text(exc))],
+                content=[events.TextPart(text=text)],
                 is_error=not deferred,
                 disposition="skipped" if deferred else "ran",
                 reason=kind if deferred else None,

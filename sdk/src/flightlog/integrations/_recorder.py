@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Final
 
-from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolError
+from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolError, events
 from flightlog.sdk import Client, Run, Session, connect
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "RecordedRun",
     "Recorder",
     "RecorderStats",
+    "cancelled_tool_end",
     "default_recorder",
 ]
 
@@ -62,6 +63,18 @@ RECONNECT_GRACE: Final = 1.0
 #: The error written as the end of a call the run was cancelled in (a task cancelled, a
 #: timeout): the call has an end, and the end says it did not finish.
 CANCELLED: Final = "cancelled: the run ended before this call did"
+
+
+def cancelled_tool_end(execution: events.Execution, tool_call_id: str, name: str) -> Event:
+    """The ``tool_exec_end`` of a tool call its run was cancelled in."""
+    return events.ToolExecEnd(
+        execution=execution,
+        tool_call_id=tool_call_id,
+        name=name,
+        content=[events.TextPart(text=CANCELLED)],
+        is_error=True,
+    )
+
 
 #: The failures its client gets over by itself (it reconnects).
 _RECONNECTS: Final = frozenset({ErrorCode.CONNECTION_LOST, ErrorCode.DAEMON_UNREACHABLE})

@@ -40,7 +40,14 @@ from langchain_core.tracers.context import register_configure_hook
 
 from flightlog.protocol import events
 
-from ._recorder import CANCELLED, Continuation, Hooks, RecordedRun, Recorder
+from ._recorder import (
+    CANCELLED,
+    Continuation,
+    Hooks,
+    RecordedRun,
+    Recorder,
+    cancelled_tool_end,
+)
 
 __all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
 
@@ -278,15 +285,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             execution = root.models.pop(model_run)
             root.run.record(events.ModelExecEnd(execution=execution, error=CANCELLED))
         for execution, call_id, name in root.tools.values():
-            root.run.record(
-                events.ToolExecEnd(
-                    execution=execution,
-                    tool_call_id=call_id,
-                    name=name,
-                    content=[events.TextPart(text=CANCELLED)],
-                    is_error=True,
-                )
-            )
+            root.run.record(cancelled_tool_end(execution, call_id, name))
         root.tools.clear()
 
     # --- chat models ------------------------------------------------------------------

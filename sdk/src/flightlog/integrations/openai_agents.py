@@ -41,7 +41,14 @@ from agents.tracing import Span, Trace, TracingProcessor
 
 from flightlog.protocol import events, now
 
-from ._recorder import CANCELLED, Continuation, Hooks, RecordedRun, Recorder
+from ._recorder import (
+    CANCELLED,
+    Continuation,
+    Hooks,
+    RecordedRun,
+    Recorder,
+    cancelled_tool_end,
+)
 
 __all__ = ["FlightlogProcessor"]
 
@@ -217,15 +224,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         for span_id in list(task.calls):
             execution = state.tools[span_id]
             call_id, name = task.calls.pop(span_id)
-            task.run.record(
-                events.ToolExecEnd(
-                    execution=execution,
-                    tool_call_id=call_id,
-                    name=name,
-                    content=[events.TextPart(text=CANCELLED)],
-                    is_error=True,
-                )
-            )
+            task.run.record(cancelled_tool_end(execution, call_id, name))
 
     # --- spans --------------------------------------------------------------------------
 

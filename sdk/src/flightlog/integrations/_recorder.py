@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolError, events
 from flightlog.sdk import Client, Run, Session, connect
@@ -74,6 +74,21 @@ def cancelled_tool_end(execution: events.Execution, tool_call_id: str, name: str
         content=[events.TextPart(text=CANCELLED)],
         is_error=True,
     )
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def nearest(found: Mapping[Any, _V], parents: Mapping[_K, _K | None], key: _K | None) -> _V | None:
+    """What ``found`` holds for ``key`` or its nearest ancestor (``parents`` links a
+    framework's span or run ids to their parents'), or None."""
+    while key is not None:
+        value = found.get(key)
+        if value is not None:
+            return value
+        key = parents.get(key)
+    return None
 
 
 #: The failures its client gets over by itself (it reconnects).

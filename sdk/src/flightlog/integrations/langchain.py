@@ -47,6 +47,7 @@ from ._recorder import (
     RecordedRun,
     Recorder,
     cancelled_tool_end,
+    nearest,
 )
 
 __all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
@@ -127,12 +128,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         return root
 
     def _agent_of(self, root: _Root, run_id: UUID | None) -> _Agent:
-        while run_id is not None:
-            agent = root.agents.get(run_id)
-            if agent is not None:
-                return agent
-            run_id = root.parents.get(run_id)
-        return root.agent
+        return nearest(root.agents, root.parents, run_id) or root.agent
 
     def _caller(self, root: _Root, run_id: UUID | None) -> str:
         """The agent a call made under ``run_id`` belongs to: its (sub-)agent's, or the

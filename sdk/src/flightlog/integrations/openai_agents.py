@@ -48,6 +48,7 @@ from ._recorder import (
     RecordedRun,
     Recorder,
     cancelled_tool_end,
+    nearest,
 )
 
 __all__ = ["FlightlogProcessor"]
@@ -308,12 +309,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             agent.error, agent.reason = error, reason or "error"
 
     def _agent_of(self, state: _Trace, span_id: str | None) -> _Agent | None:
-        while span_id is not None:
-            agent = state.agents.get(span_id)
-            if agent is not None:
-                return agent
-            span_id = state.parents.get(span_id)
-        return None
+        return nearest(state.agents, state.parents, span_id)
 
     def _tool_above(self, state: _Trace, span_id: str | None) -> events.Execution | None:
         # The tool call a span runs inside, unless an agent span comes first.
@@ -496,12 +492,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
 
 def _enclosing(state: _Trace, span_id: str | None) -> _Task | None:
     """The task a span runs in: its own, or its nearest ancestor's."""
-    while span_id is not None:
-        task = state.tasks.get(span_id)
-        if task is not None:
-            return task
-        span_id = state.parents.get(span_id)
-    return None
+    return nearest(state.tasks, state.parents, span_id)
 
 
 _ModelFacts: TypeAlias = tuple[

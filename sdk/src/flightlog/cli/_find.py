@@ -9,19 +9,29 @@ blocks, and most lines are never decoded:
 1. Line 1 is read with the protocol's :class:`~flightlog.protocol.Reader`: a file that
    is not a session is refused, and a meta filter that does not match skips the whole
    file.
-2. **Prefilter, on bytes.**  Each filter that names a value says which quoted JSON
-   string a matching line must contain (``"tool_exec_end"``, ``"get_weather"``); the
-   first of them drives the scan: ``bytes.find`` jumps from one occurrence to the next,
-   and only the line around it is looked at.  A line is decoded only when it holds
-   every such string (and, for ``--error``, bytes that a failure of its type holds:
-   ``true`` for ``is_error``, ``false`` for ``ok``, ``"error"``, ...).
-3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.parse_line`, which
-   also checks the file's session id): its type, run, time and data.
+2. **Prefilter, on bytes** (:class:`_Prefilter`).  Each filter says what bytes a
+   matching line must hold: the quoted JSON string of a tool, a model, a run prefix or
+   a single type (``"get_weather"``); for a time range, a ``"time"`` member whose
+   value starts with a second inside the range, or is not in the writer's form
+   (``2026-11-29T20:00:00.123456Z``); for ``--error``, a member that can report a
+   failure with a value other than the one that says "none" (``"is_error"`` not
+   followed by ``:false``).  The first of them drives the scan through the block
+   (``bytes.find`` or a regular expression with a literal prefix, both in C), so most
+   lines are never looked at one by one; the others are tested on each line it finds.
+3. **A typed decode of the few members the filters read** (:class:`_Line`): the
+   envelope's type, time and run, and of ``data`` only the members a filter needs.
+   Only a line that passes is parsed as a record (:func:`~flightlog.protocol.parse_line`,
+   which also checks the file's session id) and printed.  A line whose shape the typed
+   decode does not fit is parsed and tested on its plain JSON (:meth:`Query.matches`).
 
-The prefilter can only let through too much, never too little: a value that appears in
-a line for another reason is thrown out by step 3.  Only complete lines are read (an
-unfinished tail is ignored, as every reader does); lines that the prefilter skips are
-not checked: ``flightlog check`` verifies whole files.
+The prefilter may let through a line that does not match, never drop one that does:
+a JSON string is spelled the way the writer spells it (msgspec: raw UTF-8, ``\\"``,
+``\\\\`` and the five short escapes) unless it holds a ``\\u`` or ``\\/`` escape, so
+a line holding one of these skips the byte tests and goes to step 3; keys are
+looked for without the colon or with a look-ahead that lets anything unusual through
+(whitespace, a duplicate member, a value in another form).  Only complete lines are read
+(an unfinished tail is ignored, as every reader does); lines that the prefilter skips
+are not checked: ``flightlog check`` verifies whole files.
 """
 
 from __future__ import annotations
@@ -56,23 +66,36 @@ from ._sessions import session_files
 __all__ = ["Query", "add_find_arguments", "cmd_find", "find_epilog", "search"]
 
 _BLOCK: Final = 8 * 1024 * 1024
-#: Bytes of which a failed record of a type holds at least one (see ``failed``); a
-#: type that is always a failure has none to look for (None), and a type missing here
-#: never reports one.
-_FAILURE_BYTES: Final[dict[str, tuple[bytes, ...] | None]] = {
-    "error": None,
-    "retry": None,
-    "model_exec_end": (b'"error"',),
-    "context_prepare_end": (b'"error"',),
-    "run_close": (b'"error"',),
-    "agent_end": (b"false",),
-    "tool_exec_end": (b"true", b'"refused"', b'"skipped"', b'"short_circuited"'),
-    "tool_invoke_end": (b"true", b'"refused"', b'"skipped"', b'"short_circuited"'),
+#: For each record type that can report a failure (see ``failed``): patterns of which a
+#: failed record of the type holds at least one.  Each names the member that reports it,
+#: not followed by the value that says "no failure" (so whitespace, another spelling
+#: or any other value lets the line through); ``"retry"`` is the type itself.
+_FAILED_CALL: Final = (rb'"is_error"(?!:(?:false|null))', rb'"disposition"(?!:(?:"ran"|null))')
+_FAILURE_PATTERNS: Final[dict[str, tuple[bytes, ...]]] = {
+    "error": (rb'"error"(?!:null)',),
+    "retry": (rb'"retry"',),
+    "model_exec_end": (rb'"error"(?!:null)',),
+    "context_prepare_end": (rb'"error"(?!:null)',),
+    "run_close": (rb'"error"(?!:null)',),
+    "agent_end": (rb'"ok"(?!:true)',),
+    "tool_exec_end": _FAILED_CALL,
+    "tool_invoke_end": _FAILED_CALL,
 }
+#: A ``\u`` or ``\/`` escape: a line that holds one may spell a string otherwise than
+#: the writer does, so it skips the byte tests.
+_ESCAPE: Final = re.compile(rb"\\[u/]")
+#: A time in the writer's form, as the rest of a ``"time"`` member.
+_WRITER_TIME: Final = rb':"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"'
+#: The same, as a string: its seconds and its fraction.
+_WRITER_TIME_TEXT: Final = re.compile(
+    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z", re.ASCII
+)
 #: The record types whose data can name a model (``_models``).
 _NAMES_MODEL: Final = frozenset(
     {"model_request", "model_exec_start", "model_exec_end", "model_response", "message_end"}
 )
+#: No line holds it: the test of a question no record can answer.
+_NOTHING: Final = re.compile(rb"(?!)")
 _RELATIVE: Final = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -133,6 +156,56 @@ def add_find_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON lines with a path member")
 
 
+class _HasModel(msgspec.Struct):
+    model: Any = None
+
+
+class _Data(msgspec.Struct):
+    """The members of a record's ``data`` that the filters read, each with the value
+    ``dict.get`` gives when it is missing (or the one that means the same)."""
+
+    name: Any = None
+    model: Any = None
+    config: _HasModel | None = None
+    message: _HasModel | None = None
+    error: Any = None
+    is_error: Any = None
+    disposition: Any = "ran"
+    ok: Any = True
+
+    def plain(self) -> dict[str, Any]:
+        """As the plain JSON values :meth:`Query.matches` reads."""
+        config, message = self.config, self.message
+        return {
+            "name": self.name,
+            "model": self.model,
+            "config": None if config is None else {"model": config.model},
+            "message": None if message is None else {"model": message.model},
+            "error": self.error,
+            "is_error": self.is_error,
+            "disposition": self.disposition,
+            "ok": self.ok,
+        }
+
+
+class _Line(msgspec.Struct):
+    """What the filters read of a line's envelope (``data`` is skipped undecoded)."""
+
+    type: str
+    time: str
+    run_id: str | None = None
+
+
+class _LineData(_Line, kw_only=True):
+    """The same, with the members of ``data`` the filters read."""
+
+    data: _Data
+
+
+_line_decoder: Final = msgspec.json.Decoder(_Line)
+_line_data_decoder: Final = msgspec.json.Decoder(_LineData)
+
+
 @dataclass
 class Query:
     """What ``find`` looks for; every filter that is set must match."""
@@ -146,64 +219,85 @@ class Query:
     meta: dict[str, str] = field(default_factory=dict)
     run: str | None = None
 
-    def needles(self) -> list[bytes]:
-        """Quoted JSON strings every matching line holds, the most selective first."""
-        needles: list[bytes] = []
+    def __post_init__(self) -> None:
+        self._since = None if self.since is None else _instant_text(format_time(self.since))
+        self._until = None if self.until is None else _instant_text(format_time(self.until))
+        self._second = ""  # the seconds of the last record time known to be valid
+
+    def tests(self) -> list[bytes | re.Pattern[bytes]]:
+        """What every matching line holds, unless it has a ``\\u`` or ``\\/`` escape: a
+        string (its bytes), or a match of a pattern; the most selective first."""
+        tests: list[bytes | re.Pattern[bytes]] = []
         for value in (self.tool, self.model):
             if value is not None:
-                needles.append(msgspec.json.encode(value))
+                tests.append(msgspec.json.encode(value))
         if self.run is not None:
-            needles.append(b'"' + self.run.encode())
-        if self.types is not None and len(self.types) == 1:
-            needles.append(msgspec.json.encode(next(iter(self.types))))
-        return needles
+            tests.append(msgspec.json.encode(self.run)[:-1])  # without the closing quote
+        if self.types is not None:
+            quoted = sorted(msgspec.json.encode(type) for type in self.types)
+            if len(quoted) == 1:
+                tests.append(quoted[0])
+            else:
+                tests.append(re.compile(b"|".join(re.escape(type) for type in quoted)))
+        if self.since is not None or self.until is not None:
+            tests.append(self._time_pattern())
+        if self.error:
+            tests.append(self._failure_pattern())
+        return tests
 
-    def failure_bytes(self) -> tuple[bytes, ...] | None:
-        """Bytes of which a matching line holds one, for ``--error``; None: no test."""
-        if not self.error:
-            return None
-        wanted = self.types if self.types is not None else _FAILURE_BYTES.keys()
+    def _time_pattern(self) -> re.Pattern[bytes]:
+        """A ``"time"`` member whose value is, by its second, inside [since, until], or
+        is not in the writer's form (any other, or whitespace, lets the line through)."""
+
+        def second(moment: datetime | None) -> str | None:
+            return None if moment is None else format_time(moment)[:19]
+
+        inside = _between(second(self.since), second(self.until)).encode()
+        return re.compile(b'"time"(?::"(?:' + inside + b")|(?!" + _WRITER_TIME + b"))")
+
+    def _failure_pattern(self) -> re.Pattern[bytes]:
+        """What a line that reports a failure holds, for ``--error``."""
+        wanted = sorted(self.types if self.types is not None else _FAILURE_PATTERNS)
         found: list[bytes] = []
         for type in wanted:
-            if type not in _FAILURE_BYTES:
-                continue
-            needles = _FAILURE_BYTES[type]
-            if needles is None:
-                return None
-            found.extend(n for n in needles if n not in found)
-        return tuple(found)
-
-    def window(self) -> tuple[bytes | None, bytes | None] | None:
-        """The time range by its seconds (``YYYY-MM-DDTHH:MM:SS``) for the prefilter."""
-        if self.since is None and self.until is None:
-            return None
-
-        def second(moment: datetime | None) -> bytes | None:
-            return None if moment is None else format_time(moment)[:19].encode()
-
-        return second(self.since), second(self.until)
+            for pattern in _FAILURE_PATTERNS.get(type, ()):
+                if pattern not in found:
+                    found.append(pattern)
+        return re.compile(b"|".join(found)) if found else _NOTHING
 
     def matches_meta(self, meta: dict[str, Any]) -> bool:
         return all(_meta_text(meta.get(key)) == value for key, value in self.meta.items())
 
     def matches(self, record: Record) -> bool:
         """The exact test, on a decoded record."""
-        if not self.type_can_match(record.type):
+        reads_data = self.tool is not None or self.model is not None or self.error is not None
+        data = record_data(record) if reads_data else {}
+        return self._accepts(record.type, record.time, record.run_id, data)
+
+    def line_matches(self, line: bytes) -> bool | None:
+        """The exact test, on the members of a line the filters read; None when the
+        line does not have the shape of a record (:meth:`matches` decides)."""
+        try:
+            if self.tool is None and self.model is None and self.error is None:
+                envelope = _line_decoder.decode(line)
+                return self._accepts(envelope.type, envelope.time, envelope.run_id, {})
+            full = _line_data_decoder.decode(line)
+        except (msgspec.DecodeError, UnicodeDecodeError, ValueError, RecursionError):
+            return None
+        return self._accepts(full.type, full.time, full.run_id, full.data.plain())
+
+    def _accepts(self, type: str, time: str, run_id: str | None, data: dict[str, Any]) -> bool:
+        if not self.type_can_match(type):
             return False
-        if self.run is not None and not (record.run_id or "").startswith(self.run):
+        if self.run is not None and not (run_id or "").startswith(self.run):
             return False
-        if (self.since is not None or self.until is not None) and not self._in_time(record):
+        if (self.since is not None or self.until is not None) and not self._in_time(time):
             return False
-        if self.tool is None and self.model is None and self.error is None:
-            return True
-        data = record_data(record)
-        if self.tool is not None and not (
-            record.type.startswith("tool_") and data.get("name") == self.tool
-        ):
+        if self.tool is not None and data.get("name") != self.tool:
             return False
         if self.model is not None and self.model not in _models(data):
             return False
-        return self.error is None or failed(record.type, data) == self.error
+        return self.error is None or failed(type, data) == self.error
 
     def type_can_match(self, type: str) -> bool:
         """Whether a record of ``type`` can match, before its data is looked at."""
@@ -213,16 +307,96 @@ class Query:
             return False
         if self.model is not None and type not in _NAMES_MODEL:
             return False
-        return not self.error or type in _FAILURE_BYTES
+        return not self.error or type in _FAILURE_PATTERNS
 
-    def _in_time(self, record: Record) -> bool:
-        try:
-            moment = parse_time(record.time)
-        except ValueError:
+    def _in_time(self, time: str) -> bool:
+        instant = self._instant(time)
+        if instant is None:
+            try:
+                instant = _instant_text(format_time(parse_time(time)))
+            except ValueError:
+                return False
+        if self._since is not None and instant < self._since:
             return False
-        if self.since is not None and moment < self.since:
-            return False
-        return self.until is None or moment < self.until
+        return self._until is None or instant < self._until
+
+    def _instant(self, time: str) -> str | None:
+        """A time in the writer's form as text that sorts as the moment
+        :func:`~flightlog.protocol.parse_time` reads (its seconds, then the first six
+        digits of its fraction); None for another form, or seconds that are no date."""
+        match = _WRITER_TIME_TEXT.fullmatch(time)
+        if match is None:
+            return None
+        second, fraction = match.groups()
+        if second != self._second:
+            try:
+                datetime.fromisoformat(second)
+            except ValueError:
+                return None
+            self._second = second
+        return second + ((fraction or "") + "000000")[:6]
+
+
+def _instant_text(text: str) -> str:
+    """``format_time``'s text as :meth:`Query._instant` gives it."""
+    return text[:19] + text[20:26]
+
+
+def _between(low: str | None, high: str | None) -> str:
+    """A pattern of the seconds (``YYYY-MM-DDTHH:MM:SS``) from ``low`` to ``high``, both
+    included; None is no bound."""
+    if low is None and high is None:
+        return _any(_SECOND_FORM)
+    if low is None:
+        return _at_most(high or "")
+    if high is None:
+        return _at_least(low)
+    if low > high:
+        return "(?!)"
+    same = 0
+    while same < len(low) and low[same] == high[same]:
+        same += 1
+    if same == len(low):
+        return re.escape(low)
+    first, last = int(low[same]), int(high[same])
+    rest = same + 1
+    options = [low[same] + _at_least(low[rest:])]
+    if last - first > 1:
+        options.append(f"[{first + 1}-{last - 1}]" + _any(low[rest:]))
+    options.append(high[same] + _at_most(high[rest:]))
+    return re.escape(low[:same]) + "(?:" + "|".join(options) + ")"
+
+
+_SECOND_FORM: Final = "0000-00-00T00:00:00"
+
+
+def _any(form: str) -> str:
+    """Any text of the form of ``form``: a digit where it has one, else its character."""
+    return "".join(r"\d" if char.isdigit() else re.escape(char) for char in form)
+
+
+def _at_least(low: str) -> str:
+    if not low:
+        return ""
+    head, rest = low[0], low[1:]
+    if not head.isdigit():
+        return re.escape(head) + _at_least(rest)
+    options = [head + _at_least(rest)]
+    if head != "9":
+        options.append(f"[{int(head) + 1}-9]" + _any(rest))
+    return "(?:" + "|".join(options) + ")"
+
+
+def _at_most(high: str) -> str:
+    if not high:
+        return ""
+    head, rest = high[0], high[1:]
+    if not head.isdigit():
+        return re.escape(head) + _at_most(rest)
+    options = [head + _at_most(rest)]
+    if head != "0":
+        options.append(f"[0-{int(head) - 1}]" + _any(rest))
+    return "(?:" + "|".join(options) + ")"
 
 
 def _meta_text(value: Any) -> str | None:
@@ -258,9 +432,10 @@ def search(query: Query, paths: Sequence[str], *, on_error: Any = None) -> Itera
     or breaks a reading rule (:class:`FileFormatError`); the search goes on with the
     next file.  Without ``on_error`` the error is raised.
     """
+    prefilter = _Prefilter(query.tests())
     for path in session_files(paths):
         try:
-            for record in _search_file(query, path):
+            for record in _search_file(query, prefilter, path):
                 yield Found(path, record)
         except (OSError, FileFormatError) as exc:
             if on_error is None:
@@ -268,7 +443,7 @@ def search(query: Query, paths: Sequence[str], *, on_error: Any = None) -> Itera
             on_error(path, exc)
 
 
-def _search_file(query: Query, path: str) -> Iterator[Record]:
+def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Record]:
     with open(path, "rb") as fileobj:
         reader = Reader(fileobj)
         header = reader.read_header()
@@ -277,38 +452,27 @@ def _search_file(query: Query, path: str) -> Iterator[Record]:
         if query.matches(header):
             yield header
         fileobj.seek(reader.offset)
-        yield from _scan(query, fileobj, header.session_id)
+        yield from _scan(query, prefilter, fileobj, header.session_id)
 
 
-def _scan(query: Query, fileobj: Any, session_id: str) -> Iterator[Record]:
-    needles = query.needles()
-    driver = needles[0] if needles else None
-    others = needles[1:]
-    failures = query.failure_bytes()
-    window = query.window()
+def _scan(query: Query, prefilter: _Prefilter, fileobj: Any, session_id: str) -> Iterator[Record]:
     offset = fileobj.tell()  # of the current block in the file
     rest = b""
     while block := fileobj.read(_BLOCK):
         block = rest + block
         end = block.rfind(b"\n") + 1  # only complete lines; the rest waits for more
         rest = block[end:]
-        for start, stop in _candidates(block, end, driver):
+        for start, stop in prefilter.lines(block, end):
             line = block[start:stop]
-            if any(n not in line for n in others):
-                continue
-            if failures is not None and not any(member in line for member in failures):
-                continue
-            if window is not None and _outside(line, *window):
-                continue
-            type = _envelope_type(line)
-            if type is not None and not query.type_can_match(type):
+            verdict = query.line_matches(line)
+            if verdict is False:
                 continue
             try:
                 record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
             except FileFormatError as exc:
                 # Lines are not counted while scanning: only an error needs its number.
                 raise FileFormatError(_line_number(fileobj, offset + start), exc.reason) from None
-            if query.matches(record):
+            if verdict or query.matches(record):
                 yield record
         offset += end
 
@@ -323,54 +487,57 @@ def _line_number(fileobj: Any, position: int) -> int:
     return lines
 
 
-def _envelope_type(line: bytes) -> str | None:
-    """The record type, read from the line's bytes when the writer's compact envelope is
-    there (``"type":"..."`` before ``"data"``), else None (the decoded record decides)."""
-    at = line.find(b'"type":"')
-    if at == -1:
-        return None
-    data = line.find(b'"data":')
-    if data != -1 and data < at:
-        return None
-    end = line.find(b'"', at + 8)
-    type = line[at + 8 : end]
-    if end == -1 or b"\\" in type:  # an escape: let the decoder read it
-        return None
-    return type.decode("ascii", "replace")
+class _Prefilter:
+    """Step 2 of the theory of operation: the lines of a block that may match."""
 
+    def __init__(self, tests: list[bytes | re.Pattern[bytes]]) -> None:
+        self._driver = tests[0] if tests else None
+        self._others = tests[1:]
 
-def _outside(line: bytes, since: bytes | None, until: bytes | None) -> bool:
-    """Whether the line's time is, by its second, surely outside [since, until): read
-    from the envelope's bytes when the writer's compact form is there (else False, and
-    the decoded record decides)."""
-    at = line.find(b'"time":"')
-    if at == -1:
-        return False
-    data = line.find(b'"data":')
-    if data != -1 and data < at:
-        return False
-    second = line[at + 8 : at + 27]
-    if b"\\" in second:
-        return False
-    return (since is not None and second < since) or (until is not None and second > until)
+    def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        """(start, stop) of each line of ``block[:end]`` that may match, in order,
+        without its ``\\n``."""
+        if block.find(b"\\", 0, end) == -1:
+            return self._tested(block, end)
+        escaped = list(self._escaped(block, end))
+        if not escaped:
+            return self._tested(block, end)
+        return iter(sorted({*escaped, *self._tested(block, end)}))
 
+    def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        driver, others = self._driver, self._others
+        if driver is None:
+            start = 0
+            while start < end:
+                stop = block.index(b"\n", start)
+                yield start, stop
+                start = stop + 1
+            return
+        at = self._next(driver, block, 0, end)
+        while at != -1:
+            start = block.rfind(b"\n", 0, at) + 1
+            stop = block.index(b"\n", at)
+            if all(self._next(test, block, start, stop) != -1 for test in others):
+                yield start, stop
+            at = self._next(driver, block, stop + 1, end)
 
-def _candidates(block: bytes, end: int, driver: bytes | None) -> Iterator[tuple[int, int]]:
-    """(start, stop) of each line of ``block[:end]`` that holds ``driver`` (every line
-    when it is None), without its ``\\n``."""
-    if driver is None:
-        start = 0
-        while start < end:
-            stop = block.index(b"\n", start)
+    @staticmethod
+    def _next(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
+        """Where ``test`` is first found in ``block[start:end]``; -1 if nowhere."""
+        if isinstance(test, bytes):
+            return block.find(test, start, end)
+        match = test.search(block, start, end)
+        return -1 if match is None else match.start()
+
+    @staticmethod
+    def _escaped(block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        """The lines of ``block[:end]`` with a ``\\u`` or ``\\/`` escape."""
+        match = _ESCAPE.search(block, 0, end)
+        while match is not None:
+            start = block.rfind(b"\n", 0, match.start()) + 1
+            stop = block.index(b"\n", match.start())
             yield start, stop
-            start = stop + 1
-        return
-    at = block.find(driver, 0, end)
-    while at != -1:
-        start = block.rfind(b"\n", 0, at) + 1
-        stop = block.index(b"\n", at)
-        yield start, stop
-        at = block.find(driver, stop + 1, end)
+            match = _ESCAPE.search(block, stop + 1, end)
 
 
 # ---------------------------------------------------------------------------- command

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
-from flightlog.protocol import parse_time
+from flightlog.cli._find import Query, _between
+from flightlog.protocol import format_time, parse_time
 from flightlog.sdk import read
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,9 +74,9 @@ def is_failure(record: dict[str, Any]) -> bool:
     if type in ("model_exec_end", "context_prepare_end", "run_close"):
         return bool(data.get("error"))
     if type in ("tool_exec_end", "tool_invoke_end"):
-        return bool(data.get("is_error")) or data.get("disposition", "ran") != "ran"
+        return bool(data.get("is_error")) or data.get("disposition", "ran") not in (None, "ran")
     if type == "agent_end":
-        return data.get("ok") is False
+        return not data.get("ok", True)
     return False
 
 
@@ -199,6 +203,199 @@ def test_a_damaged_file_is_named_and_the_others_are_searched(
     refused = find("--error", str(not_a_session))
     assert refused.returncode == 1
     assert "line 1" in refused.stderr
+
+
+# Lines spelled as other writers may spell them, each the body of a record after
+# ``{"session_id":"…","seq":N,`` (a raw string: ``\\u0061`` is the JSON escape itself).
+# The byte prefilter must let through every line that matches (a string written with
+# \\u or \\/ escapes, a key with whitespace, a duplicate member, which JSON readers take
+# the last of, a time with an offset) and the exact test must not take a look-alike
+# nested in data for the member itself.
+TRICKY = [
+    r'"type":"session_start","time":"2026-11-29T00:04:59Z","run_id":null,'
+    r'"data":{"format_version":1,"meta":{"team":"tricky"}}',
+    # Tool names: escaped, nested look-alikes, quotes and backslashes, a slash.
+    r'"type":"tool_exec_start","time":"2026-11-29T00:05:01.5Z","run_id":"r1",'
+    r'"data":{"name":"se\u0061rch"}',
+    r'"type":"tool_exec_start","time":"2026-11-29T00:05:02Z","run_id":"r1",'
+    r'"data":{"name":"other","arguments":{"name":"search","is_error":true,"time":"x"}}',
+    r'"type":"tool_exec_end","time":"2026-11-29T00:05:03Z","run_id":"r1",'
+    r'"data":{"arguments":{"name":"other"},"name":"search","is_error":1}',
+    r'"type":"model_exec_end","time":"2026-11-29T00:05:04Z","run_id":"r1",'
+    r'"data":{"message":{"content":[{"$type":"tool_call","name":"search"}],'
+    r'"model":"gpt\u002dy"},"error":null}',
+    r'"type":"tool_exec_end","time":"2026-11-29T00:05:05Z","run_id":"r1",'
+    r'"data":{"name":"we\"ird\\name","is_error":false,"disposition":"cancelled"}',
+    r'"type":"tool_exec_start","time":"2026-11-29T00:05:06Z","run_id":"r1",'
+    r'"data":{"name":"we\u0022ird\u005cname"}',
+    r'"type":"tool_exec_start","time":"2026-11-29T00:05:07Z","run_id":"r1","data":{"name":"a\/b"}',
+    r'"type":"tool_exec_\u0065nd","time":"2026-11-29T00:05:08Z","run_id":"r1",'
+    r'"data":{"name":"search","is_error":true}',
+    r'"type":"turn_start","time":"2026-11-29T00:05:09Z","run_id":"r1",'
+    r'"data":{"name":"search","model":"gpt-y"},"type":"tool_exec_start"',
+    r'"type": "tool_exec_end" ,"time":"2026-11-29T00:05:09.5Z","run_id":"r1",'
+    r'"data":{"name" : "search","is_error" :true}',
+    # Times: one in data, one after data, offsets and other RFC 3339 spellings,
+    # duplicates, nine fraction digits at the bounds.
+    r'"type":"turn_start","time":"2026-11-29T01:00:00Z","run_id":"r1",'
+    r'"data":{"time":"2026-11-29T00:05:10Z"}',
+    r'"type":"turn_start","run_id":"r1","data":{"time":"2026-11-29T09:00:00Z"},'
+    r'"time":"2026-11-29T00:05:11Z"',
+    r'"type":"turn_end","time":"2026-11-29T02:05:12+02:00","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-28T23:05:12-01:00","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-29 00:05:13z","run_id":"r1","data":{}',
+    r'"type": "turn_end", "time" : "2026-11-29T00:05:14Z", "run_id": "r1", "data": {}',
+    r'"type":"turn_end","ti\u006de":"2026-11-29T00:05:15Z","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-29T00:05:16Z","run_id":"r1","data":{},'
+    r'"time":"2026-11-29T03:00:00Z"',
+    r'"type":"turn_end","time":"2026-11-29T03:00:00Z","run_id":"r1","data":{},'
+    r'"time":"2026-11-29T00:05:17Z"',
+    r'"type":"turn_end","time":"2026-11-29T00:05:00Z","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-29T00:04:59.9999999Z","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-29T00:05:19.9999999Z","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-29T00:05:20.0000001Z","run_id":"r1","data":{}',
+    r'"type":"turn_end","time":"2026-11-29T00:05:2\u0031Z","run_id":"r1","data":{}',
+    # Failures reported by values other than true and false.
+    r'"type":"agent_end","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{"ok":null}',
+    r'"type":"agent_end","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{"ok":0}',
+    r'"type":"agent_end","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{"ok" : false}',
+    r'"type":"agent_end","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{"ok":true}',
+    r'"type":"model_exec_end","time":"2026-11-29T00:05:18Z","run_id":"r1",'
+    r'"data":{"error":{"message":"boom"},"model":"gpt-y"}',
+    r'"type":"run_close","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{"error":"x"}',
+    r'"type":"retry","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{}',
+    r'"type":"\u0065rror","time":"2026-11-29T00:05:18Z","run_id":"r1","data":{}',
+    r'"type":"tool_invoke_end","time":"2026-11-29T00:05:18Z","run_id":"r1",'
+    r'"data":{"name":"search","is_error":"yes","disposition":null}',
+    # Run ids written with escapes.
+    r'"type":"turn_start","time":"2026-11-29T00:05:19Z","run_id":"\u0072un-\"q\"","data":{}',
+    r'"type":"turn_start","time":"2026-11-29T00:05:19Z","run_id":"run-\"q\"x","data":{}',
+]
+# An unfinished last line that would match every question: never read.
+UNFINISHED = (
+    r'"type":"tool_exec_end","time":"2026-11-29T00:05:10Z","run_id":"r1",'
+    r'"data":{"name":"search","is_error":true,"model":"gpt-y"}'
+)
+# The record types that name a model (docs/cli.md: requests, starts, responses).
+NAMES_MODEL = {
+    "model_request",
+    "model_exec_start",
+    "model_exec_end",
+    "model_response",
+    "message_end",
+}
+WINDOW = ("2026-11-29T00:05:00Z", "2026-11-29T00:05:20Z")
+
+
+def in_window(record: dict[str, Any], since: str | None, until: str | None) -> bool:
+    try:
+        moment = parse_time(record["time"])
+    except ValueError:
+        return False
+    return (since is None or at(since) <= moment) and (until is None or moment < at(until))
+
+
+TRICKY_QUESTIONS: dict[str, tuple[list[str], Callable[[dict[str, Any]], bool]]] = {
+    "one tool": (
+        ["--tool", "search"],
+        lambda r: r["type"].startswith("tool_") and r["data"].get("name") == "search",
+    ),
+    "a tool with quotes and backslashes": (
+        ["--tool", 'we"ird\\name'],
+        lambda r: r["type"].startswith("tool_") and r["data"].get("name") == 'we"ird\\name',
+    ),
+    "a tool with a slash": (["--tool", "a/b"], lambda r: r["data"].get("name") == "a/b"),
+    "one model": (
+        ["--model", "gpt-y"],
+        lambda r: r["type"] in NAMES_MODEL and "gpt-y" in models_of(r["data"]),
+    ),
+    "one type": (["--type", "tool_exec_end"], lambda r: r["type"] == "tool_exec_end"),
+    "two types": (
+        ["--type", "turn_end,error"],
+        lambda r: r["type"] in ("turn_end", "error"),
+    ),
+    "every failure": (["--error"], is_failure),
+    "failed calls": (
+        ["--type", "tool_exec_end,tool_invoke_end", "--error"],
+        lambda r: r["type"] in ("tool_exec_end", "tool_invoke_end") and is_failure(r),
+    ),
+    "no failure": (["--no-error"], lambda r: not is_failure(r)),
+    "a time window": (
+        ["--since", WINDOW[0], "--until", WINDOW[1]],
+        lambda r: in_window(r, *WINDOW),
+    ),
+    "since": (
+        ["--since", "2026-11-29T00:05:11Z"],
+        lambda r: in_window(r, "2026-11-29T00:05:11Z", None),
+    ),
+    "until": (
+        ["--until", "2026-11-29T00:05:03Z"],
+        lambda r: in_window(r, None, "2026-11-29T00:05:03Z"),
+    ),
+    "a tool in a window": (
+        ["--tool", "search", "--since", WINDOW[0], "--until", "2026-11-29T00:05:09Z"],
+        lambda r: (
+            r["type"].startswith("tool_")
+            and r["data"].get("name") == "search"
+            and in_window(r, WINDOW[0], "2026-11-29T00:05:09Z")
+        ),
+    ),
+    "a run": (["--run", 'run-"q"'], lambda r: (r["run_id"] or "").startswith('run-"q"')),
+}
+
+
+@pytest.fixture(scope="module")
+def tricky(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tricky")
+    head = '{"session_id":"' + "a" * 32 + '","seq":%d,'
+    lines = [head % seq + body + "}\n" for seq, body in enumerate(TRICKY, 1)]
+    unfinished = head % (len(TRICKY) + 1) + UNFINISHED + "}"
+    (directory / "tricky.jsonl").write_text("".join(lines) + unfinished)
+    return directory
+
+
+@pytest.mark.parametrize("question", TRICKY_QUESTIONS)
+def test_find_misses_no_line_however_it_is_spelled(tricky: Path, question: str) -> None:
+    args, keep = TRICKY_QUESTIONS[question]
+    expected = oracle([tricky / "tricky.jsonl"], lambda record, meta: keep(record))
+    assert expected, "every question has an answer in the file"
+    got = found(find(*args, "--json", str(tricky)))
+    assert got == expected
+
+
+# The fast paths of the exact test and of the time prefilter, against what they stand for.
+moments = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+)
+seconds = moments.map(lambda moment: format_time(moment)[:19])
+
+
+@given(st.none() | seconds, st.none() | seconds, seconds)
+def test_the_pattern_of_seconds_holds_those_between_its_bounds(
+    low: str | None, high: str | None, second: str
+) -> None:
+    inside = (low is None or low <= second) and (high is None or second <= high)
+    assert (re.fullmatch(_between(low, high), second) is not None) == inside
+
+
+@given(
+    st.none() | moments,
+    st.none() | moments,
+    seconds,
+    st.text("0123456789", max_size=10),
+    st.sampled_from(["", "2026-02-29", "2024-02-29", "0000-01-01", "2026-13-01", "2026-04-31"]),
+)
+def test_a_time_in_the_writers_form_is_compared_as_parse_time_reads_it(
+    since: datetime | None, until: datetime | None, second: str, fraction: str, date: str
+) -> None:
+    text = (date + second[10:] if date else second) + ("." + fraction if fraction else "") + "Z"
+    try:
+        moment = parse_time(text)
+    except ValueError:
+        expected = False
+    else:
+        expected = (since is None or since <= moment) and (until is None or moment < until)
+    assert Query(since=since, until=until)._in_time(text) == expected
 
 
 @pytest.mark.parametrize(

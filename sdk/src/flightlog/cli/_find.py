@@ -84,8 +84,9 @@ _FAILURE_PATTERNS: Final[dict[str, tuple[bytes, ...]]] = {
 #: A ``\u`` or ``\/`` escape: a line that holds one may spell a string otherwise than
 #: the writer does, so it skips the byte tests.
 _ESCAPE: Final = re.compile(rb"\\[u/]")
-#: A time in the writer's form, as the rest of a ``"time"`` member.
-_WRITER_TIME: Final = rb':"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"'
+#: A time in the writer's form, as the rest of a ``"time"`` member.  Its digits are
+#: not checked (quicker): a time with other characters there is no time at all.
+_WRITER_TIME: Final = rb':".{10}T.{8}(?:\.\d{1,9})?Z"'
 #: The same, as a string: its seconds and its fraction.
 _WRITER_TIME_TEXT: Final = re.compile(
     r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z", re.ASCII
@@ -233,17 +234,33 @@ class Query:
                 tests.append(msgspec.json.encode(value))
         if self.run is not None:
             tests.append(msgspec.json.encode(self.run)[:-1])  # without the closing quote
-        if self.types is not None:
-            quoted = sorted(msgspec.json.encode(type) for type in self.types)
-            if len(quoted) == 1:
-                tests.append(quoted[0])
-            else:
-                tests.append(re.compile(b"|".join(re.escape(type) for type in quoted)))
+        if self.types is not None and len(self.types) == 1:
+            # The type itself: quicker to look for, and rarely anywhere else.
+            tests.append(msgspec.json.encode(next(iter(self.types))))
+        elif (types := self._type_pattern()) is not None:
+            tests.append(types)
         if self.since is not None or self.until is not None:
             tests.append(self._time_pattern())
         if self.error:
             tests.append(self._failure_pattern())
         return tests
+
+    def _type_pattern(self) -> re.Pattern[bytes] | None:
+        """A ``"type"`` member whose value is a type that can match, or is spelled so
+        that another pattern would not tell (whitespace); None when every type can."""
+        if self.types is not None:
+            allowed = sorted(type for type in self.types if self.type_can_match(type))
+        elif self.model is not None or self.error:
+            possible = _NAMES_MODEL if self.model is not None else _FAILURE_PATTERNS.keys()
+            allowed = sorted(type for type in possible if self.type_can_match(type))
+        elif self.tool is not None:
+            return re.compile(rb'"type"(?!:"(?!tool_))')
+        else:
+            return None
+        if not allowed:
+            return _NOTHING
+        values = b"|".join(re.escape(msgspec.json.encode(type)[1:]) for type in allowed)
+        return re.compile(b'"type"(?!:"(?!(?:' + values + b")))")
 
     def _time_pattern(self) -> re.Pattern[bytes]:
         """A ``"time"`` member whose value is, by its second, inside [since, until], or
@@ -505,7 +522,7 @@ class _Prefilter:
         return iter(sorted({*escaped, *self._tested(block, end)}))
 
     def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        driver, others = self._driver, self._others
+        driver, others, next = self._driver, self._others, self._next
         if driver is None:
             start = 0
             while start < end:
@@ -513,13 +530,13 @@ class _Prefilter:
                 yield start, stop
                 start = stop + 1
             return
-        at = self._next(driver, block, 0, end)
+        at = next(driver, block, 0, end)
         while at != -1:
             start = block.rfind(b"\n", 0, at) + 1
             stop = block.index(b"\n", at)
-            if all(self._next(test, block, start, stop) != -1 for test in others):
+            if not others or all(next(test, block, start, stop) != -1 for test in others):
                 yield start, stop
-            at = self._next(driver, block, stop + 1, end)
+            at = next(driver, block, stop + 1, end)
 
     @staticmethod
     def _next(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
@@ -605,11 +622,13 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
             sys.stderr.write(f"flightlog: {path}: cannot read: {reason}\n")
 
     out = sys.stdout
+    path, head = "", b""  # the last path, and the start of its lines in JSON
     for count, found in enumerate(search(query, paths, on_error=on_error), 1):
         if args.json:
             # The line as in the file (data never decoded), with the path as first member.
-            line = encode_line(found.record)
-            out.buffer.write(b'{"path":' + msgspec.json.encode(found.path) + b"," + line[1:])
+            if found.path != path:
+                path, head = found.path, b'{"path":' + msgspec.json.encode(found.path) + b","
+            out.buffer.write(head + encode_line(found.record)[1:])
         else:
             record = found.record
             out.write(f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}\n")

@@ -11,18 +11,19 @@ blocks, and most lines are never decoded:
    file.
 2. **Prefilter, on bytes** (:class:`_Prefilter`).  Each filter says what bytes a
    matching line must hold: the quoted JSON string of a tool, a model, a run prefix or
-   a single type (``"get_weather"``); for a time range, a ``"time"`` member whose
+   a single type (``"get_weather"``); a ``"type"`` member naming a type the question
+   allows (``--tool`` allows ``tool_*``, ``--model`` the types that name one, several
+   ``--type`` those); for a time range, a ``"time"`` member whose
    value starts with a second inside the range, or is not in the writer's form
    (``2026-11-29T20:00:00.123456Z``); for ``--error``, a member that can report a
    failure with a value other than the one that says "none" (``"is_error"`` not
    followed by ``:false``).  The first of them drives the scan through the block
    (``bytes.find`` or a regular expression with a literal prefix, both in C), so most
    lines are never looked at one by one; the others are tested on each line it finds.
-3. **A typed decode of the few members the filters read** (:class:`_Line`): the
-   envelope's type, time and run, and of ``data`` only the members a filter needs.
-   Only a line that passes is parsed as a record (:func:`~flightlog.protocol.parse_line`,
-   which also checks the file's session id) and printed.  A line whose shape the typed
-   decode does not fit is parsed and tested on its plain JSON (:meth:`Query.matches`).
+3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.parse_line`, which
+   also checks the file's session id): its type, run and time, and of its ``data``
+   only the members a filter reads (:class:`_Data`, a typed decode that skips the
+   rest; a member of another shape sends the record to a plain decode).
 
 The prefilter may let through a line that does not match, never drop one that does:
 a JSON string is spelled the way the writer spells it (msgspec: raw UTF-8, ``\\"``,
@@ -163,7 +164,8 @@ class _HasModel(msgspec.Struct):
 
 class _Data(msgspec.Struct):
     """The members of a record's ``data`` that the filters read, each with the value
-    ``dict.get`` gives when it is missing (or the one that means the same)."""
+    ``dict.get`` gives when it is missing (or the one that means the same): decoding
+    only these skips the rest of ``data`` without building it."""
 
     name: Any = None
     model: Any = None
@@ -189,22 +191,7 @@ class _Data(msgspec.Struct):
         }
 
 
-class _Line(msgspec.Struct):
-    """What the filters read of a line's envelope (``data`` is skipped undecoded)."""
-
-    type: str
-    time: str
-    run_id: str | None = None
-
-
-class _LineData(_Line, kw_only=True):
-    """The same, with the members of ``data`` the filters read."""
-
-    data: _Data
-
-
-_line_decoder: Final = msgspec.json.Decoder(_Line)
-_line_data_decoder: Final = msgspec.json.Decoder(_LineData)
+_data_decoder: Final = msgspec.json.Decoder(_Data)
 
 
 @dataclass
@@ -287,21 +274,13 @@ class Query:
 
     def matches(self, record: Record) -> bool:
         """The exact test, on a decoded record."""
-        reads_data = self.tool is not None or self.model is not None or self.error is not None
-        data = record_data(record) if reads_data else {}
-        return self._accepts(record.type, record.time, record.run_id, data)
-
-    def line_matches(self, line: bytes) -> bool | None:
-        """The exact test, on the members of a line the filters read; None when the
-        line does not have the shape of a record (:meth:`matches` decides)."""
+        if self.tool is None and self.model is None and self.error is None:
+            return self._accepts(record.type, record.time, record.run_id, {})
         try:
-            if self.tool is None and self.model is None and self.error is None:
-                envelope = _line_decoder.decode(line)
-                return self._accepts(envelope.type, envelope.time, envelope.run_id, {})
-            full = _line_data_decoder.decode(line)
+            data = _data_decoder.decode(record.data).plain()
         except (msgspec.DecodeError, UnicodeDecodeError, ValueError, RecursionError):
-            return None
-        return self._accepts(full.type, full.time, full.run_id, full.data.plain())
+            data = record_data(record)  # a member of another shape: as plain JSON
+        return self._accepts(record.type, record.time, record.run_id, data)
 
     def _accepts(self, type: str, time: str, run_id: str | None, data: dict[str, Any]) -> bool:
         if not self.type_can_match(type):
@@ -481,15 +460,12 @@ def _scan(query: Query, prefilter: _Prefilter, fileobj: Any, session_id: str) ->
         rest = block[end:]
         for start, stop in prefilter.lines(block, end):
             line = block[start:stop]
-            verdict = query.line_matches(line)
-            if verdict is False:
-                continue
             try:
                 record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
             except FileFormatError as exc:
                 # Lines are not counted while scanning: only an error needs its number.
                 raise FileFormatError(_line_number(fileobj, offset + start), exc.reason) from None
-            if verdict or query.matches(record):
+            if query.matches(record):
                 yield record
         offset += end
 

@@ -67,6 +67,7 @@ from ._sessions import session_files
 __all__ = ["Query", "add_find_arguments", "cmd_find", "find_epilog", "search"]
 
 _BLOCK: Final = 8 * 1024 * 1024
+_OUTPUT: Final = 256 * 1024
 #: For each record type that can report a failure (see ``failed``): patterns of which a
 #: failed record of the type holds at least one.  Each names the member that reports it,
 #: not followed by the value that says "no failure" (so whitespace, another spelling
@@ -480,12 +481,23 @@ def _line_number(fileobj: Any, position: int) -> int:
     return lines
 
 
+def _first(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
+    """Where ``test`` is first found in ``block[start:end]``; -1 if nowhere."""
+    if isinstance(test, bytes):
+        return block.find(test, start, end)
+    match = test.search(block, start, end)
+    return -1 if match is None else match.start()
+
+
 class _Prefilter:
     """Step 2 of the theory of operation: the lines of a block that may match."""
 
     def __init__(self, tests: list[bytes | re.Pattern[bytes]]) -> None:
         self._driver = tests[0] if tests else None
-        self._others = tests[1:]
+        # Tested within one line each: as patterns, one call whatever the test.
+        self._others = [
+            re.compile(re.escape(test)) if isinstance(test, bytes) else test for test in tests[1:]
+        ]
 
     def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
         """(start, stop) of each line of ``block[:end]`` that may match, in order,
@@ -498,7 +510,7 @@ class _Prefilter:
         return iter(sorted({*escaped, *self._tested(block, end)}))
 
     def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        driver, others, next = self._driver, self._others, self._next
+        driver, others = self._driver, self._others
         if driver is None:
             start = 0
             while start < end:
@@ -506,21 +518,16 @@ class _Prefilter:
                 yield start, stop
                 start = stop + 1
             return
-        at = next(driver, block, 0, end)
+        at = _first(driver, block, 0, end)
         while at != -1:
             start = block.rfind(b"\n", 0, at) + 1
             stop = block.index(b"\n", at)
-            if not others or all(next(test, block, start, stop) != -1 for test in others):
+            for test in others:
+                if test.search(block, start, stop) is None:
+                    break
+            else:
                 yield start, stop
-            at = next(driver, block, stop + 1, end)
-
-    @staticmethod
-    def _next(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
-        """Where ``test`` is first found in ``block[start:end]``; -1 if nowhere."""
-        if isinstance(test, bytes):
-            return block.find(test, start, end)
-        match = test.search(block, start, end)
-        return -1 if match is None else match.start()
+            at = _first(driver, block, stop + 1, end)
 
     @staticmethod
     def _escaped(block: bytes, end: int) -> Iterator[tuple[int, int]]:
@@ -598,18 +605,30 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
             sys.stderr.write(f"flightlog: {path}: cannot read: {reason}\n")
 
     out = sys.stdout
+    # --json lines are written in pieces of _OUTPUT bytes, and at the end of each file
+    # (one write per line costs as much as finding it when stdout is unbuffered); to a
+    # terminal, line by line.
+    pending = bytearray()
+    each_line = out.isatty()
     path, head = "", b""  # the last path, and the start of its lines in JSON
     for count, found in enumerate(search(query, paths, on_error=on_error), 1):
         if args.json:
             # The line as in the file (data never decoded), with the path as first member.
             if found.path != path:
+                out.buffer.write(pending)
+                pending.clear()
                 path, head = found.path, b'{"path":' + msgspec.json.encode(found.path) + b","
-            out.buffer.write(head + encode_line(found.record)[1:])
+            pending += head
+            pending += memoryview(encode_line(found.record))[1:]
+            if each_line or len(pending) >= _OUTPUT:
+                out.buffer.write(pending)
+                pending.clear()
         else:
             record = found.record
             out.write(f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}\n")
         if args.limit is not None and count >= args.limit:
             break
+    out.buffer.write(pending)
     out.flush()
     out.buffer.flush()
     if unsound:

@@ -345,9 +345,9 @@ def _between(low: str | None, high: str | None) -> str:
     if low is None and high is None:
         return _any(_SECOND_FORM)
     if low is None:
-        return _at_most(high or "")
+        return _beyond(high or "", up=False)
     if high is None:
-        return _at_least(low)
+        return _beyond(low, up=True)
     if low > high:
         return "(?!)"
     same = 0
@@ -357,10 +357,10 @@ def _between(low: str | None, high: str | None) -> str:
         return re.escape(low)
     first, last = int(low[same]), int(high[same])
     rest = same + 1
-    options = [low[same] + _at_least(low[rest:])]
+    options = [low[same] + _beyond(low[rest:], up=True)]
     if last - first > 1:
         options.append(f"[{first + 1}-{last - 1}]" + _any(low[rest:]))
-    options.append(high[same] + _at_most(high[rest:]))
+    options.append(high[same] + _beyond(high[rest:], up=False))
     return re.escape(low[:same]) + "(?:" + "|".join(options) + ")"
 
 
@@ -372,27 +372,19 @@ def _any(form: str) -> str:
     return "".join(r"\d" if char.isdigit() else re.escape(char) for char in form)
 
 
-def _at_least(low: str) -> str:
-    if not low:
+def _beyond(bound: str, *, up: bool) -> str:
+    """A pattern of the texts of ``bound``'s form from it up (``up``) or down."""
+    if not bound:
         return ""
-    head, rest = low[0], low[1:]
+    head, rest = bound[0], bound[1:]
     if not head.isdigit():
-        return re.escape(head) + _at_least(rest)
-    options = [head + _at_least(rest)]
-    if head != "9":
-        options.append(f"[{int(head) + 1}-9]" + _any(rest))
-    return "(?:" + "|".join(options) + ")"
-
-
-def _at_most(high: str) -> str:
-    if not high:
-        return ""
-    head, rest = high[0], high[1:]
-    if not head.isdigit():
-        return re.escape(head) + _at_most(rest)
-    options = [head + _at_most(rest)]
-    if head != "0":
-        options.append(f"[0-{int(head) - 1}]" + _any(rest))
+        return re.escape(head) + _beyond(rest, up=up)
+    options = [head + _beyond(rest, up=up)]
+    digit = int(head)
+    if up and digit < 9:
+        options.append(f"[{digit + 1}-9]" + _any(rest))
+    if not up and digit > 0:
+        options.append(f"[0-{digit - 1}]" + _any(rest))
     return "(?:" + "|".join(options) + ")"
 
 

@@ -44,6 +44,7 @@ from flightlog.protocol import (
     now,
     server_decoder,
 )
+from flightlog.protocol._wire import SessionStatus
 from flightlog.sdk import ConnectionLost, DaemonError, MemoryDaemon
 from flightlog.sdk._connection import ClientConnection, Pending
 
@@ -330,57 +331,75 @@ def test_a_run_started_reply_opens_the_run(link: Link) -> None:
 # ------------------------------------------------------------------------------- tails
 
 
-def line(seq: int) -> bytes:
-    record = {"session_id": "s", "seq": seq, "type": "agent_start", "time": "t", "data": {}}
+def line(seq: int, session_id: str = "s") -> bytes:
+    record = {"session_id": session_id, "seq": seq, "type": "agent_start", "time": "t", "data": {}}
     return msgspec.json.encode(record)
 
 
-def test_tail_pushes_queue_per_subscription(link: Link) -> None:
+def tailing(link: Link, route: int, path: str | None = "p", **options: Any) -> int:
+    """A tail the daemon answered with subscription ``route``: the tail's number."""
+    pending = link.conn.subscribe(path, **options)
+    link.push(Subscribed(id=pending.id, subscription=route, path=path))
+    return link.conn.result(pending)
+
+
+def sent(link: Link, data: bytes) -> list[Any]:
+    decoder = server_decoder()
+    decoder.feed(data)
+    return list(decoder)
+
+
+def test_tail_pushes_queue_per_tail(link: Link) -> None:
     link.push(Subscribed(id=99, subscription=1))  # a stray reply is dropped
-    link.push(TailBatch(subscription=1, lines=[line(1), line(2)], path="p"))
-    link.push(TailBatch(subscription=2, lines=[line(7)]))
-    link.push(TailEnd(subscription=1, reason="end_of_file", last_seq=2))
-    assert link.conn.tail_ready(1)
-    assert [(p, r.seq) for p, r in link.conn.next_tail(1) or []] == [("p", 1), ("p", 2)]
-    assert link.conn.next_tail(1) is None
-    assert link.conn.tail_ended(1)
-    assert [r.seq for _, r in link.conn.next_tail(2) or []] == [7]
-    assert not link.conn.tail_ready(2)
-    assert link.conn.next_tail(2) == []
+    first, second = tailing(link, 5), tailing(link, 6)
+    link.push(TailBatch(subscription=5, lines=[line(1), line(2)], path="p"))
+    link.push(TailBatch(subscription=6, lines=[line(7)]))
+    link.push(TailBatch(subscription=9, lines=[line(8)]))  # no tail's: dropped
+    link.push(TailEnd(subscription=5, reason="end_of_file", last_seq=2))
+    assert link.conn.tail_ready(first)
+    assert [(p, r.seq) for p, r in link.conn.next_tail(first) or []] == [("p", 1), ("p", 2)]
+    assert link.conn.next_tail(first) is None
+    assert link.conn.tail_ended(first)
+    assert [r.seq for _, r in link.conn.next_tail(second) or []] == [7]
+    assert not link.conn.tail_ready(second)
+    assert link.conn.next_tail(second) == []
 
 
-def test_a_tailed_line_that_is_no_record(link: Link) -> None:
+def test_a_tailed_line_that_is_no_record_fails_the_connection(link: Link) -> None:
+    tail = tailing(link, 1)
     link.push(TailBatch(subscription=1, lines=[b"{}"]))
+    assert isinstance(link.conn.failure, RemoteProtocolError)
     with pytest.raises(RemoteProtocolError):
-        link.conn.next_tail(1)
+        link.conn.next_tail(tail)
 
 
 def test_a_tail_ended_by_an_error(link: Link) -> None:
-    link.push(TailEnd(subscription=1, reason="error", code="shutting_down", message="bye"))
+    tail = tailing(link, 1)
+    link.push(TailEnd(subscription=1, reason="error", code="session_corrupt", message="bad"))
     with pytest.raises(DaemonError) as caught:
-        link.conn.next_tail(1)
-    assert caught.value.code == "shutting_down"
-    assert link.conn.next_tail(1) is None
+        link.conn.next_tail(tail)
+    assert caught.value.code == "session_corrupt"
+    assert link.conn.next_tail(tail) is None
 
 
 def test_a_failed_connection_ends_waiting_tails(link: Link) -> None:
+    tail = tailing(link, 1)
     link.push(TailBatch(subscription=1, lines=[line(1)]))
     link.conn.receive_data(b"")
-    assert link.conn.next_tail(1)
-    assert link.conn.tail_ready(1)
+    assert link.conn.next_tail(tail)
+    assert link.conn.tail_ready(tail)
     with pytest.raises(ConnectionLost):
-        link.conn.next_tail(1)
+        link.conn.next_tail(tail)
 
 
 def test_an_abandoned_tail_is_unsubscribed_and_dropped(link: Link) -> None:
     sub = link.call(link.conn.subscribe("s.jsonl", follow=True))
-    link.push(TailBatch(subscription=sub, lines=[line(1)]))
+    link.call(link.conn.create("s.jsonl", {}))
     link.conn.abandon_tail(sub)
     link.conn.abandon_tail(sub)
-    link.push(TailBatch(subscription=sub, lines=[line(2)]))
     assert link.conn.next_tail(sub) is None
     outbox = link.conn.take_outbox()
-    assert link.send(outbox) == [Unsubscribe(id=3, subscription=sub)]
+    assert link.send(outbox) == [Unsubscribe(id=4, subscription=1)]
     assert link.conn.take_outbox() == b""
     # The TailEnd and the Ack of that unsubscribe have no caller and are dropped.
     assert link.inbox
@@ -389,14 +408,143 @@ def test_an_abandoned_tail_is_unsubscribed_and_dropped(link: Link) -> None:
     assert link.conn.next_tail(sub) is None
 
 
-def test_a_subscription_number_used_again_is_not_dropped(link: Link) -> None:
-    link.push(TailBatch(subscription=4, lines=[line(1)]))
-    link.conn.abandon_tail(4)
-    pending = link.conn.subscribe("s.jsonl")
-    link.push(Subscribed(id=pending.id, subscription=4))
-    link.push(TailBatch(subscription=4, lines=[line(5)]))
-    assert link.conn.result(pending) == 4
-    assert [r.seq for _, r in link.conn.next_tail(4) or []] == [5]
+def test_a_subscription_nobody_waits_for_is_unsubscribed(link: Link) -> None:
+    pending = link.conn.subscribe("p", follow=True)
+    link.conn.forget(pending)
+    link.push(Subscribed(id=pending.id, subscription=3))
+    link.push(TailBatch(subscription=3, lines=[line(1)]))
+    assert link.conn.tails() == []
+    assert sent(link, link.conn.take_outbox()) == [Unsubscribe(id=pending.id + 1, subscription=3)]
+
+
+def test_a_tail_of_one_session_goes_on_after_its_last_seq(link: Link) -> None:
+    link.conn.tails_resume = True
+    tail = tailing(link, 1, follow=True, types=["agent_start"])
+    link.push(TailBatch(subscription=1, lines=[line(1), line(4)], path="p"))
+    link.conn.receive_data(b"")
+    link.conn.reset()
+    assert link.conn.tails() == [tail]
+    again = link.conn.resubscribe(tail)
+    [subscribe] = sent(link, again.data)
+    assert (subscribe.path, subscribe.after, subscribe.follow) == ("p", 4, True)
+    assert subscribe.types == ["agent_start"]
+    # The new daemon numbers its subscriptions anew: the tail is the same.
+    link.push(Subscribed(id=again.id, subscription=1))
+    assert link.conn.result(again) == tail
+    link.push(TailBatch(subscription=1, lines=[line(5)], path="p"))
+    batches = [link.conn.next_tail(tail), link.conn.next_tail(tail)]
+    assert [[r.seq for _, r in batch or []] for batch in batches] == [[1, 4], [5]]
+
+
+def test_a_request_to_subscribe_whose_reply_was_lost(link: Link) -> None:
+    link.conn.tails_resume = True
+    pending = link.conn.subscribe("p", follow=True)
+    link.conn.receive_data(b"")
+    link.conn.reset()
+    # Never answered: sent again as it was.
+    again = link.conn.retry(pending)
+    assert again.settled is None and again.id != pending.id
+    link.push(Subscribed(id=again.id, subscription=2))
+    tail = link.conn.result(again)
+    # Answered, then the connection broke: the reconnect subscribed it again.
+    link.conn.receive_data(b"")
+    link.conn.reset()
+    assert link.conn.tails() == [tail]
+    assert link.conn.retry(again).settled == (tail,)
+
+
+def test_a_daemon_shutting_down_ends_a_tail_only_without_reconnects(memory: MemoryDaemon) -> None:
+    ending, riding = connected(memory), connected(memory)
+    riding.conn.tails_resume = True
+    for link in (ending, riding):
+        tail = tailing(link, 1)
+        link.push(TailEnd(subscription=1, reason="shutting_down"))
+        if link is ending:
+            assert link.conn.next_tail(tail) is None
+            assert link.conn.pop_tail_end(tail) == TailEnd(subscription=1, reason="shutting_down")
+        else:
+            # Subscribed again once the daemon is back.
+            assert link.conn.next_tail(tail) == []
+            assert link.conn.tails() == [tail]
+
+
+def test_a_refused_resubscribe_ends_the_tail(link: Link) -> None:
+    link.conn.tails_resume = True
+    tail = tailing(link, 1)
+    link.conn.receive_data(b"")
+    link.conn.reset()
+    again = link.conn.resubscribe(tail)
+    link.push(ErrorReply(id=again.id, code="permission_denied", message="not yours"))
+    with pytest.raises(DaemonError) as refused:
+        link.conn.result(again)
+    link.conn.end_tail(tail, refused.value)
+    with pytest.raises(DaemonError) as caught:
+        link.conn.next_tail(tail)
+    assert (caught.value.code, caught.value.message) == ("permission_denied", "not yours")
+    assert link.conn.tails() == []
+
+
+def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link) -> None:
+    link.conn.tails_resume = True
+    a, b, c = "a" * 32, "b" * 32, "c" * 32
+    tail = tailing(link, 1, None, follow=True)
+    link.push(TailBatch(subscription=1, lines=[line(1, a), line(2, a)], path="/p"))
+    link.push(TailBatch(subscription=1, lines=[line(6, b)], path="/q"))
+    link.push(TailBatch(subscription=1, lines=[line(3, c)], path="/r"))
+    link.conn.receive_data(b"")
+    link.conn.reset()
+    again = link.conn.resubscribe(tail)
+    link.push(Subscribed(id=again.id, subscription=4))
+    link.conn.result(again)
+    status = link.conn.catch_up(tail)
+    assert status is not None and link.conn.catch_up(999) is None
+    # Live records before the status reply are held: /p's 3 and 4 were written in the
+    # gap, its 5 arrives live first.
+    link.push(TailBatch(subscription=4, lines=[line(5, a)], path="/p"))
+    link.push(
+        StatusReply(
+            id=status.id,
+            pid=1,
+            version="1",
+            uptime=0.0,
+            connections=1,
+            subscribers=1,
+            records_written=6,
+            bytes_written=0,
+            sessions=[
+                SessionStatus(path="/p", session_id=a, last_seq=5, records=3),
+                # Nothing new in /q; /s was created while the tail was away.
+                SessionStatus(path="/q", session_id=b, last_seq=6, records=1),
+                SessionStatus(path="/s", session_id="d" * 32, last_seq=2, records=2),
+            ],
+        )
+    )
+    link.conn.result(status)
+    # /r is not open: read after its position; /q is skipped.
+    reads = {m.path: m for m in sent(link, link.conn.take_outbox())}
+    assert sorted((m.path, m.after, m.follow) for m in reads.values()) == [
+        ("/p", 2, False),
+        ("/r", 3, False),
+        ("/s", 0, False),
+    ]
+    for route, path in enumerate(["/p", "/r", "/s"], start=10):
+        link.push(Subscribed(id=reads[path].id, subscription=route, path=path))
+    link.push(TailBatch(subscription=4, lines=[line(6, a)], path="/p"))  # held too
+    link.push(TailBatch(subscription=10, lines=[line(3, a), line(4, a), line(5, a)], path="/p"))
+    link.push(TailEnd(subscription=10, reason="end_of_file", last_seq=5))
+    link.push(TailEnd(subscription=11, reason="end_of_file", last_seq=3))
+    link.push(TailBatch(subscription=12, lines=[line(1, "d" * 32), line(2, "d" * 32)], path="/s"))
+    link.push(TailEnd(subscription=12, reason="end_of_file", last_seq=2))
+    link.push(TailBatch(subscription=4, lines=[line(7, a)], path="/p"))
+    got: list[tuple[str | None, int]] = []
+    while batch := link.conn.next_tail(tail):
+        got += [(path, record.seq) for path, record in batch]
+    # Every session's records once, in order; /p's held ones after its file's.
+    assert [n for p, n in got if p == "/p"] == [1, 2, 3, 4, 5, 6, 7]
+    assert [n for p, n in got if p == "/q"] == [6]
+    assert [n for p, n in got if p == "/r"] == [3]
+    assert [n for p, n in got if p == "/s"] == [1, 2]
+    assert link.conn.tails() == [tail]
 
 
 # ------------------------------------------------- the client's rules and the server's
@@ -556,8 +704,10 @@ def test_a_follow_ended_by_the_writer_while_the_reader_unsubscribes(
     assert reader.conn.tail_ended(sub)
     # Any other refusal of an unsubscribe is still raised.
     rude = Link(memory)  # no hello
+    unsubscribe = rude.conn.unsubscribe(tailing(rude, sub))
+    assert unsubscribe is not None
     with pytest.raises(DaemonError) as caught:
-        rude.call(rude.conn.unsubscribe(sub))
+        rude.call(unsubscribe)
     assert caught.value.code == ErrorCode.HELLO_REQUIRED
 
 

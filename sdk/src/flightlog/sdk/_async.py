@@ -205,6 +205,8 @@ class AsyncClient(_AsyncResource):
         self.dropped: dict[str, int] = {}
         #: Best effort, after a grace ran out: the monotonic() of the next attempt.
         self._retry_due = 0.0
+        # Tails ride through a reconnect too (only a client that reconnects makes one).
+        self._conn.tails_resume = reconnect_grace > 0 and self.path is not None
 
     @classmethod
     async def _connect(
@@ -417,6 +419,11 @@ class AsyncClient(_AsyncResource):
                 self._conn.connection_lost(exc)
                 raise
 
+    async def _flush(self) -> None:
+        """Send the frames queued without a caller (a tail's next file to read)."""
+        if self._conn.has_outbox:
+            await self._send(b"")
+
     async def _send_records(self, session_id: str, frames: Sequence[bytes]) -> None:
         conn = self._conn
         generation = self._generation
@@ -516,7 +523,8 @@ class AsyncClient(_AsyncResource):
 
     async def _replay(self, transport: AsyncTransport) -> None:
         """On a new connection: hello, then each session opened again, its run
-        continued and its unacknowledged records sent again."""
+        continued and its unacknowledged records sent again; then each tail
+        subscribed again where it was."""
         conn = self._conn
         conn.reset()
         await self._exchange(transport, conn.hello())
@@ -534,6 +542,20 @@ class AsyncClient(_AsyncResource):
                 data = conn.replay(session_id)
                 if data:
                     await transport.send(data)
+        for subscription in conn.tails():
+            try:
+                await self._exchange(transport, conn.resubscribe(subscription))
+            except DaemonError as exc:
+                if exc.code in _TRANSIENT:
+                    raise
+                conn.end_tail(subscription, exc)
+                continue
+            catch_up = conn.catch_up(subscription)
+            if catch_up is not None:
+                await self._exchange(transport, catch_up)
+        data = conn.take_outbox()
+        if data:
+            await transport.send(data)
 
     async def _exchange(self, transport: AsyncTransport, pending: Pending[T]) -> T:
         await transport.send(pending.data)
@@ -872,20 +894,41 @@ class AsyncTail(_AsyncResource, Generic[T]):
         return self
 
     async def __anext__(self) -> T:
+        client = self._client
         while not self._buffer:
             if self._done:
                 raise StopAsyncIteration
-            subscription = await self._start()
-            await self._client._receive_until(partial(self._conn.tail_ready, subscription))
+            generation = client._generation
             try:
-                batch = self._conn.next_tail(subscription)
-            finally:
-                self.end = self.end or self._conn.pop_tail_end(subscription)
+                subscription = await self._start()
+                await client._flush()
+                await client._receive_until(partial(self._conn.tail_ready, subscription))
+                try:
+                    batch = self._conn.next_tail(subscription)
+                finally:
+                    self.end = self.end or self._conn.pop_tail_end(subscription)
+            except ConnectionLost as exc:
+                # The client reconnects and subscribes again where the tail was; past
+                # the grace its error ends the tail.
+                if exc.code != ErrorCode.CONNECTION_LOST or not client._reconnecting():
+                    self._give_up()
+                    raise
+                try:
+                    await client._recover(generation)
+                except BaseException:
+                    self._give_up()
+                    raise
+                continue
             if batch is None:
                 self._done = True
             else:
                 self._buffer.extend(self._convert(path, record) for path, record in batch)
         return self._buffer.popleft()
+
+    def _give_up(self) -> None:
+        self._done = True
+        if self._subscription is not None:
+            self._conn.abandon_tail(self._subscription)
 
     async def aclose(self) -> None:
         """Unsubscribe (when the daemon has not ended the subscription); safe to call again."""
@@ -895,8 +938,12 @@ class AsyncTail(_AsyncResource, Generic[T]):
         subscription = self._subscription
         if subscription is None or self._conn.tail_ended(subscription):
             return
-        if self._conn.failure is None:
-            await self._client._call(self._conn.unsubscribe(subscription))
+        if self._conn.failure is not None:
+            self._conn.abandon_tail(subscription)
+            return
+        pending = self._conn.unsubscribe(subscription)
+        if pending is not None:
+            await self._client._call(pending)
 
     async def __aenter__(self) -> Self:
         await self._start()

@@ -22,8 +22,8 @@ it receives; it never touches a socket.  The sync and async clients only move by
 * Pushes are kept: :class:`RecordFailed` becomes a sticky :class:`RecordingError`:
   the run's, which every later write of that run raises, or the session's failure
   (``write_failed``, or no run named), which every later write of the session raises;
-  :class:`TailBatch` and :class:`TailEnd` queue up per subscription until the
-  subscriber takes them.
+  :class:`TailBatch` and :class:`TailEnd` queue up per tail until the subscriber
+  takes them (see below).
 * End of stream, a transport failure or a frame that breaks the protocol leaves the
   connection failed: every answer not yet received and every later request raises
   that failure, until :meth:`ClientConnection.reset` starts a new connection.
@@ -46,6 +46,28 @@ file says how many of the run's items it holds (``SessionOpened.last_run_items``
 only the frames after them are sent again, and each item is in the file exactly once.
 A request that was waiting for its reply is sent again through
 :meth:`~ClientConnection.retry`.
+
+Tails ride through as well
+--------------------------
+
+A tail is known to the subscriber by a number of the client's own (a
+:class:`_Tail`), which outlives the daemon's subscriptions: each daemon subscription
+that feeds it is a *route* (the daemon numbers them anew on every connection).  A
+tail remembers how far it got: the seq of the last record received, for a tail of one
+session; the last ``(session_id, seq)`` of each path, for a tail of every session.
+
+After a reconnect, :meth:`~ClientConnection.resubscribe` subscribes again with the
+same filters.  A tail of one session goes on with ``after`` its last seq: the daemon
+reads the file from there, then follows, so nothing is lost and nothing repeated.  A
+tail of every session only gets what is written from its new subscription on, so
+:meth:`~ClientConnection.catch_up` asks ``status`` and reads the rest from the files,
+one ``subscribe`` without ``follow`` per path: each path it delivered from, after its
+position, and each session the new daemon holds that it never delivered from, after
+the lines the old daemon wrote (``last_seq - records``: what the new daemon wrote was
+written while the tail was away, a session created since included).  While a path is
+read so, its live records are held, then released past what the read delivered: each
+session's records come once and in order.  A daemon that ends the subscription with
+``shutting_down`` (SIGTERM) is going away: the tail waits for the reconnect too.
 """
 
 from __future__ import annotations
@@ -54,6 +76,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 import msgspec
@@ -206,13 +229,67 @@ class _Writer:
 
 
 class _Tail:
-    """Pushes of one subscription, waiting for the subscriber."""
+    """One tail as its subscriber sees it, across the daemon subscriptions that feed it
+    (see the module docstring)."""
 
-    __slots__ = ("ended", "items")
+    __slots__ = (
+        "after",
+        "ended",
+        "follow",
+        "held",
+        "holding",
+        "items",
+        "number",
+        "path",
+        "positions",
+        "queued",
+        "route",
+        "run_id",
+        "types",
+    )
 
-    def __init__(self) -> None:
-        self.items: deque[TailBatch | TailEnd] = deque()
+    def __init__(
+        self,
+        number: int,
+        path: str | None,
+        after: int,
+        follow: bool,
+        types: list[str] | None,
+        run_id: str | None,
+    ) -> None:
+        self.number = number
+        self.path = path
+        #: A tail of one session: the seq of the last record received.
+        self.after = after
+        self.follow = follow
+        self.types = types
+        self.run_id = run_id
+        self.items: deque[list[tuple[str | None, Record]] | TailEnd] = deque()
         self.ended = False
+        #: The daemon's subscription that follows, while there is one.
+        self.route: int | None = None
+        #: A tail of every session: the last (session_id, seq) received, per path.
+        self.positions: dict[str, tuple[str, int]] = {}
+        #: Paths read from the file after a reconnect: their live records, held.
+        self.held: dict[str, list[Record]] = {}
+        #: Subscribed again, not yet told what to read from the files: every live
+        #: record is held.
+        self.holding = False
+        #: Paths still to read from the file, and after which seq.
+        self.queued: deque[tuple[str, int]] = deque()
+
+    def advance(self, path: str, record: Record) -> bool:
+        """Whether ``record`` is new to a tail of every session (it moves the path's
+        position), or was received already."""
+        position = self.positions.get(path)
+        if position is not None and position[0] == record.session_id and record.seq <= position[1]:
+            return False
+        self.positions[path] = (record.session_id, record.seq)
+        return True
+
+
+#: Paths a tail of every session reads from the files at once after a reconnect.
+_CATCH_UPS = 16
 
 
 _record_decoder = msgspec.json.Decoder(Record)
@@ -255,9 +332,17 @@ class ClientConnection:
         self._replies: dict[int, Message] = {}
         self._failure: FlightlogError | None = None
         self._sessions: dict[str, SessionMachine[RecordingError]] = {}
+        #: Whether tails are subscribed again after a reconnect (the client reconnects);
+        #: else a break ends them with ``connection_lost``.
+        self.tails_resume = False
         self._tails: dict[int, _Tail] = {}
+        self._tail_numbers = itertools.count(1)
+        #: The daemon's subscription -> the tail it feeds, and the path it reads from
+        #: the file after a reconnect (None: the tail's own subscription).
+        self._routes: dict[int, tuple[_Tail, str | None]] = {}
+        #: Subscribe requests on their way, the same way.
+        self._subscribing: dict[int, tuple[_Tail, str | None]] = {}
         self._tail_ends: dict[int, TailEnd] = {}
-        self._abandoned: set[int] = set()
         self._outbox = bytearray()
 
     # ------------------------------------------------------------------ receiving
@@ -334,11 +419,9 @@ class ClientConnection:
             case RecordFailed(session_id=session_id, run_id=run_id, code=code):
                 self._stick(session_id, run_id, RecordingError(message.message, code=code))
             case TailBatch(subscription=sub) | TailEnd(subscription=sub):
-                if sub in self._abandoned:
-                    if isinstance(message, TailEnd):
-                        self._abandoned.discard(sub)
-                    return
-                self._tails.setdefault(sub, _Tail()).items.append(message)
+                route = self._routes.get(sub)
+                if route is not None:
+                    self._pushed(sub, *route, message)
             case ErrorReply(id=0, session_id=str(session_id), code=code):
                 # An error about no request, but about a session: a record it refused.
                 self._stick(session_id, None, RecordingError(message.message, code=code))
@@ -346,11 +429,12 @@ class ClientConnection:
                 self.connection_lost(
                     DaemonError(message.message, code=message.code, session_id=None)
                 )
-            case Subscribed(id=subscribe_id, subscription=sub) if subscribe_id in self._waiting:
-                # Its pushes follow right behind it: they must find their queue.
-                self._abandoned.discard(sub)
-                self._tails.setdefault(sub, _Tail())
-                self._replies[subscribe_id] = message
+            case Subscribed(id=subscribe_id) | ErrorReply(id=subscribe_id) if (
+                subscribe_id in self._subscribing
+            ):
+                self._subscribed(message)
+                if subscribe_id in self._waiting:
+                    self._replies[subscribe_id] = message
             case _:
                 request_id = getattr(message, "id", None)
                 # Replies to requests given up on are dropped, never mismatched.
@@ -643,34 +727,49 @@ class ClientConnection:
         types: list[str] | None = None,
         run_id: str | None = None,
     ) -> Pending[int]:
-        """Tail ``path`` (every session when None); the result is the subscription."""
+        """Tail ``path`` (every session when None); the result is the tail's number."""
+        tail = _Tail(next(self._tail_numbers), path, after, follow, types, run_id)
+        return self._subscribe(tail)
 
-        def subscribed(reply: Subscribed) -> int:
-            return reply.subscription
-
-        return self._request(
+    def _subscribe(self, tail: _Tail) -> Pending[int]:
+        pending = self._request(
             lambda id: Subscribe(
-                id=id, path=path, after=after, follow=follow, types=types, run_id=run_id
+                id=id,
+                path=tail.path,
+                after=tail.after,
+                follow=tail.follow,
+                types=tail.types,
+                run_id=tail.run_id,
             ),
-            subscribed,
+            lambda reply: tail.number,
             Subscribed,
         )
+        self._subscribing[pending.id] = (tail, None)
+        pending.kind, pending.item = "subscribe", tail.number
+        pending._rebuild = partial(self._subscribe, tail)
+        return pending
 
-    def unsubscribe(self, subscription: int) -> Pending[None]:
-        """End a subscription; pushes still in flight for it are dropped.
+    def unsubscribe(self, subscription: int) -> Pending[None] | None:
+        """End the tail ``subscription``; pushes still in flight for it are dropped.
+        None when no subscription of the daemon feeds it now.
 
         One the daemon ended meanwhile (its TailEnd crossed the unsubscribe on the way,
         say when the writer closed the session) is over all the same: no error.
         """
-        self._drop_tail(subscription)
+        tail = self._tails.pop(subscription, None)
+        if tail is None or tail.route is None:
+            return None
+        route = tail.route
 
         def over(reply: ErrorReply) -> None:
             if reply.code != ErrorCode.SUBSCRIPTION_NOT_FOUND:
                 raise self._refusal(reply, None)
 
-        return self._request(
-            lambda id: Unsubscribe(id=id, subscription=subscription), _ack_none, Ack, None, over
+        pending = self._request(
+            lambda id: Unsubscribe(id=id, subscription=route), _ack_none, Ack, None, over
         )
+        pending.kind = "unsubscribe"
+        return pending
 
     def status(self) -> Pending[StatusReply]:
         """What the daemon holds."""
@@ -768,7 +867,8 @@ class ClientConnection:
         """Start over on a new connection: the sessions and their runs are kept.
 
         Replies still awaited will never come: their callers :meth:`retry` them.  Tails
-        end with a ``connection_lost`` error.
+        are subscribed again (:meth:`resubscribe`), unless :attr:`tails_resume` is false:
+        then they end with a ``connection_lost`` error.
         """
         self._failure = None
         self.welcome = None
@@ -779,16 +879,18 @@ class ClientConnection:
         self._outbox.clear()
         for writer in self._writers.values():
             writer.acking = False
-        for subscription, tail in self._tails.items():
-            tail.items.append(
-                TailEnd(
-                    subscription=subscription,
-                    reason="error",
-                    code=ErrorCode.CONNECTION_LOST,
-                    message="the connection to the daemon broke; the subscription ended",
+        self._routes.clear()
+        self._subscribing.clear()
+        for tail in self._tails.values():
+            tail.route = None
+            # Held records are read again from the file, after the tail's positions.
+            tail.held.clear()
+            tail.queued.clear()
+            if not self.tails_resume and not tail.ended:
+                self.end_tail(
+                    tail.number,
+                    ConnectionLost("the connection to the daemon broke; the subscription ended"),
                 )
-            )
-        self._abandoned.clear()
 
     def writing(self) -> list[str]:
         """The sessions to open again after a reconnect, in the order they were opened."""
@@ -852,6 +954,12 @@ class ClientConnection:
         the caller opens the file instead (see :meth:`open_instead`), which may be the one the
         request whose reply was lost created.
         """
+        if request.kind == "unsubscribe":
+            # Its subscription ended with the connection, and nothing subscribes again.
+            return _settled(request, None)
+        if request.kind == "subscribe" and request.item in self._tails:
+            # Subscribed again by :meth:`resubscribe`.
+            return _settled(request, request.item)
         if request.path is not None and request._rebuild is not None:
             again = request._rebuild()
             again.path, again.kind = request.path, "recreate"
@@ -905,9 +1013,15 @@ class ClientConnection:
         return session.failure
 
     def tail_ready(self, subscription: int) -> bool:
-        """Whether :meth:`next_tail` has something (or the connection failed)."""
+        """Whether :meth:`next_tail` has something (or the connection failed, or frames
+        wait in the outbox: a tail reading files after a reconnect asks for the next)."""
         tail = self._tails.get(subscription)
-        return tail is None or bool(tail.items) or self._failure is not None
+        return tail is None or bool(tail.items) or self._failure is not None or self.has_outbox
+
+    @property
+    def has_outbox(self) -> bool:
+        """Whether :meth:`take_outbox` has frames to send."""
+        return bool(self._outbox)
 
     def next_tail(self, subscription: int) -> list[tuple[str | None, Record]] | None:
         """The records of the next batch with their session path, or None at the end.
@@ -916,16 +1030,15 @@ class ClientConnection:
         error, and the connection's failure when it broke.
         """
         tail = self._tails.get(subscription)
-        if tail is None or tail.ended:
+        if tail is None:
             return None
         if not tail.items:
             if self._failure is not None:
                 raise self._failure
             return []
         item = tail.items.popleft()
-        if isinstance(item, TailBatch):
-            return [(item.path, _decode_line(line)) for line in item.lines]
-        tail.ended = True
+        if not isinstance(item, TailEnd):
+            return item
         del self._tails[subscription]
         self._tail_ends[subscription] = item
         if item.reason == "error":
@@ -949,17 +1062,151 @@ class ClientConnection:
         Safe to call at any time (a finaliser may): the unsubscribe goes out before
         the next frame this connection sends, and its reply is dropped.
         """
-        if subscription not in self._tails or self._failure is not None:
+        tail = self._tails.pop(subscription, None)
+        if tail is not None and tail.route is not None and self._failure is None:
+            self._unsubscribe_later(tail.route)
+
+    def end_tail(self, subscription: int, error: FlightlogError) -> None:
+        """End the tail with ``error`` (a subscribe again refused, the connection gone),
+        after the records it has."""
+        tail = self._tails.get(subscription)
+        if tail is None or tail.ended:
             return
-        self._drop_tail(subscription)
-        request_id = next(self._ids)
-        self._encoder.encode_into(
-            Unsubscribe(id=request_id, subscription=subscription), self._outbox
+        tail.ended = True
+        tail.items.append(
+            TailEnd(
+                subscription=subscription, reason="error", code=error.code, message=error.message
+            )
         )
 
-    def _drop_tail(self, subscription: int) -> None:
-        if self._tails.pop(subscription, None) is not None:
-            self._abandoned.add(subscription)
+    def _unsubscribe_later(self, route: int) -> None:
+        request_id = next(self._ids)
+        self._encoder.encode_into(Unsubscribe(id=request_id, subscription=route), self._outbox)
+
+    def _subscribed(self, reply: Subscribed | ErrorReply) -> None:
+        tail, path = self._subscribing.pop(reply.id)
+        if isinstance(reply, ErrorReply):
+            if path is not None:
+                # A session no longer there to read (or no longer to this client): its
+                # live records, if any come, are what there is of it.
+                self._caught_up(tail, path)
+            return
+        if path is None and reply.id in self._waiting:
+            # Its pushes follow right behind the reply: they must find the tail.
+            self._tails[tail.number] = tail
+        if self._tails.get(tail.number) is not tail:
+            self._unsubscribe_later(reply.subscription)  # nobody waits for it any more
+            return
+        self._routes[reply.subscription] = (tail, path)
+        if path is None:
+            tail.route = reply.subscription
+
+    def _pushed(
+        self, route: int, tail: _Tail, path: str | None, message: TailBatch | TailEnd
+    ) -> None:
+        if isinstance(message, TailEnd):
+            del self._routes[route]
+        if self._tails.get(tail.number) is not tail:
+            return  # abandoned
+        if isinstance(message, TailEnd):
+            if path is not None:
+                self._caught_up(tail, path)
+                return
+            tail.route = None
+            if not (message.reason == "shutting_down" and self.tails_resume):
+                tail.ended = True
+                tail.items.append(message)
+            # else the daemon is going away: the tail is subscribed again once it is back.
+            return
+        records = [_decode_line(line) for line in message.lines]
+        if tail.path is not None:
+            if records:
+                tail.after = records[-1].seq
+                tail.items.append([(message.path, record) for record in records])
+            return
+        where = path or message.path or ""
+        if path is None and (tail.holding or where in tail.held):
+            tail.held.setdefault(where, []).extend(records)
+            return
+        batch = [(message.path, record) for record in records if tail.advance(where, record)]
+        if batch:
+            tail.items.append(batch)
+
+    # ------------------------------------------------------------ tails again
+
+    def tails(self) -> list[int]:
+        """The tails to subscribe again after a reconnect."""
+        if not self.tails_resume:
+            return []
+        return [number for number, tail in self._tails.items() if not tail.ended]
+
+    def resubscribe(self, subscription: int) -> Pending[int]:
+        """Subscribe the tail again, on a new connection, with its filters: a tail of one
+        session after the last seq it received; a tail of every session for what is
+        written from now on, holding it until :meth:`catch_up` has been answered."""
+        tail = self._tails[subscription]
+        tail.holding = tail.path is None
+        return self._subscribe(tail)
+
+    def catch_up(self, subscription: int) -> Pending[None] | None:
+        """For a tail of every session subscribed again: ``status``, whose answer tells
+        which paths to read from the files (their subscriptions, without ``follow``, go
+        to the outbox, a few at a time).  None for a tail of one session."""
+        tail = self._tails.get(subscription)
+        if tail is None or tail.path is not None:
+            return None
+
+        def planned(reply: StatusReply) -> None:
+            self._plan(tail, reply)
+
+        return self._request(lambda id: Status(id=id), planned, StatusReply)
+
+    def _plan(self, tail: _Tail, reply: StatusReply) -> None:
+        after = {path: seq for path, (_, seq) in tail.positions.items()}
+        for session in reply.sessions:
+            position = tail.positions.get(session.path)
+            if position is not None and position[0] == session.session_id:
+                if session.last_seq <= position[1] and session.path not in tail.held:
+                    del after[session.path]  # nothing new: the rest comes live
+            elif session.records or session.path in tail.held:
+                # Never received from: what the new daemon wrote is new to the tail.
+                after[session.path] = max(session.last_seq - session.records, 0)
+        for path, records in tail.held.items():
+            if path not in after:
+                after[path] = records[0].seq - 1
+        tail.holding = False
+        for path, seq in after.items():
+            tail.held.setdefault(path, [])
+            tail.queued.append((path, seq))
+        for _ in range(_CATCH_UPS):
+            self._next_catch_up(tail)
+
+    def _next_catch_up(self, tail: _Tail) -> None:
+        if not tail.queued or self._failure is not None:
+            return
+        path, after = tail.queued.popleft()
+        request_id = next(self._ids)
+        self._subscribing[request_id] = (tail, path)
+        self._encoder.encode_into(
+            Subscribe(
+                id=request_id,
+                path=path,
+                after=after,
+                follow=False,
+                types=tail.types,
+                run_id=tail.run_id,
+            ),
+            self._outbox,
+        )
+
+    def _caught_up(self, tail: _Tail, path: str) -> None:
+        held = tail.held.pop(path, [])
+        batch: list[tuple[str | None, Record]] = [
+            (path, record) for record in held if tail.advance(path, record)
+        ]
+        if batch:
+            tail.items.append(batch)
+        self._next_catch_up(tail)
 
     # ------------------------------------------------------------------ rules
 

@@ -199,6 +199,8 @@ class Client(_Resource):
         self.dropped: dict[str, int] = {}
         #: Best effort, after a grace ran out: the monotonic() of the next attempt.
         self._retry_due = 0.0
+        # Tails ride through a reconnect too (only a client that reconnects makes one).
+        self._conn.tails_resume = reconnect_grace > 0 and self.path is not None
 
     @classmethod
     def _connect(
@@ -407,6 +409,11 @@ class Client(_Resource):
                 self._conn.connection_lost(exc)
                 raise
 
+    def _flush(self) -> None:
+        """Send the frames queued without a caller (a tail's next file to read)."""
+        if self._conn.has_outbox:
+            self._send(b"")
+
     def _send_records(self, session_id: str, frames: Sequence[bytes]) -> None:
         conn = self._conn
         generation = self._generation
@@ -506,7 +513,8 @@ class Client(_Resource):
 
     def _replay(self, transport: Transport) -> None:
         """On a new connection: hello, then each session opened again, its run
-        continued and its unacknowledged records sent again."""
+        continued and its unacknowledged records sent again; then each tail
+        subscribed again where it was."""
         conn = self._conn
         conn.reset()
         self._exchange(transport, conn.hello())
@@ -524,6 +532,20 @@ class Client(_Resource):
                 data = conn.replay(session_id)
                 if data:
                     transport.send(data)
+        for subscription in conn.tails():
+            try:
+                self._exchange(transport, conn.resubscribe(subscription))
+            except DaemonError as exc:
+                if exc.code in _TRANSIENT:
+                    raise
+                conn.end_tail(subscription, exc)
+                continue
+            catch_up = conn.catch_up(subscription)
+            if catch_up is not None:
+                self._exchange(transport, catch_up)
+        data = conn.take_outbox()
+        if data:
+            transport.send(data)
 
     def _exchange(self, transport: Transport, pending: Pending[T]) -> T:
         transport.send(pending.data)
@@ -862,20 +884,41 @@ class Tail(_Resource, Generic[T]):
         return self
 
     def __next__(self) -> T:
+        client = self._client
         while not self._buffer:
             if self._done:
                 raise StopIteration
-            subscription = self._start()
-            self._client._receive_until(partial(self._conn.tail_ready, subscription))
+            generation = client._generation
             try:
-                batch = self._conn.next_tail(subscription)
-            finally:
-                self.end = self.end or self._conn.pop_tail_end(subscription)
+                subscription = self._start()
+                client._flush()
+                client._receive_until(partial(self._conn.tail_ready, subscription))
+                try:
+                    batch = self._conn.next_tail(subscription)
+                finally:
+                    self.end = self.end or self._conn.pop_tail_end(subscription)
+            except ConnectionLost as exc:
+                # The client reconnects and subscribes again where the tail was; past
+                # the grace its error ends the tail.
+                if exc.code != ErrorCode.CONNECTION_LOST or not client._reconnecting():
+                    self._give_up()
+                    raise
+                try:
+                    client._recover(generation)
+                except BaseException:
+                    self._give_up()
+                    raise
+                continue
             if batch is None:
                 self._done = True
             else:
                 self._buffer.extend(self._convert(path, record) for path, record in batch)
         return self._buffer.popleft()
+
+    def _give_up(self) -> None:
+        self._done = True
+        if self._subscription is not None:
+            self._conn.abandon_tail(self._subscription)
 
     def close(self) -> None:
         """Unsubscribe (when the daemon has not ended the subscription); safe to call again."""
@@ -885,8 +928,12 @@ class Tail(_Resource, Generic[T]):
         subscription = self._subscription
         if subscription is None or self._conn.tail_ended(subscription):
             return
-        if self._conn.failure is None:
-            self._client._call(self._conn.unsubscribe(subscription))
+        if self._conn.failure is not None:
+            self._conn.abandon_tail(subscription)
+            return
+        pending = self._conn.unsubscribe(subscription)
+        if pending is not None:
+            self._client._call(pending)
 
     def __enter__(self) -> Self:
         self._start()

@@ -1,0 +1,222 @@
+"""Tails ride through daemon restarts: every record once, in order.
+
+Agent processes (``restart_agent.py``) record while a follower process
+(``tail_follower.py``) tails one session or every session, with the sync or the async
+client, and the daemon is killed (SIGKILL, and once stopped with SIGTERM) and started
+again on the same socket and root.  Afterwards the follower has every line of each
+file exactly once, in order: what was written while it was away included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support import DaemonProcess, read_lines, wait_for
+
+from .harness import assert_every_file_sound
+from .test_restarts import grown, spawn_agent, written
+
+FOLLOWER = Path(__file__).with_name("tail_follower.py")
+#: Restarts per test: SIGKILL but for one SIGTERM.
+RESTARTS = 5
+SIGTERM_AT = 2
+
+
+def spawn_follower(
+    socket: str, out: Path, target: str, flavour: str, grace: float = 30.0
+) -> subprocess.Popen[str]:
+    follower = subprocess.Popen(
+        [sys.executable, str(FOLLOWER), socket, str(out), target, flavour, str(grace)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: bool(followed(out)) or follower.poll() is not None, timeout=30)
+    assert follower.poll() is None, follower.communicate()[1]
+    return follower
+
+
+def followed(out: Path) -> list[dict[str, Any]]:
+    if not out.exists():
+        return []
+    return [json.loads(line) for line in out.read_text().splitlines() if line.endswith("}")]
+
+
+def has_all_of(out: Path, files: list[Path]) -> bool:
+    """Whether the follower has the last line of each file (it may be cut by a kill)."""
+    got = {(item.get("path"), item.get("seq")) for item in followed(out)}
+    return all((str(path), read_lines(path)[-1]["seq"]) in got for path in files)
+
+
+def assert_every_line_once(out: Path, files: list[Path], *, key: str) -> None:
+    items = [item for item in followed(out) if "seq" in item]
+    for path in files:
+        lines = read_lines(path)
+        seqs = [item["seq"] for item in items if item[key] == str(path)]
+        assert seqs == [line["seq"] for line in lines], (path, seqs[:5], len(seqs), len(lines))
+        assert {item["session_id"] for item in items if item[key] == str(path)} == {
+            lines[0]["session_id"]
+        }
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    if process.poll() is None:
+        process.kill()
+    return process.communicate()[1]
+
+
+def restart(
+    base: Path, daemon: DaemonProcess, rng: random.Random, how: signal.Signals
+) -> DaemonProcess:
+    goal = written(daemon.root) + rng.randrange(20_000, 80_000)
+    wait_for(partial(grown, daemon.root, goal), timeout=60)
+    if how is signal.SIGKILL:
+        daemon.kill()
+    else:
+        daemon.terminate()
+    return DaemonProcess(base).start()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_tail_of_one_session_rides_through_restarts(short_tmp: Path, flavour: str) -> None:
+    rng = random.Random(flavour)
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    out = short_tmp / "followed.jsonl"
+    path = daemon.root / "restart" / "agent-0.jsonl"
+    # Started first: it waits for the session, then reads it from its start.
+    follower = spawn_follower(daemon.socket, out, str(path), flavour)
+    agent = spawn_agent(daemon.socket, 0, stop_file)
+    try:
+        # Connecting the first time is not retried: the agent is in before the kills.
+        wait_for(path.exists, timeout=60)
+        for n in range(RESTARTS):
+            how = signal.SIGTERM if n == SIGTERM_AT else signal.SIGKILL
+            daemon = restart(short_tmp, daemon, rng, how)
+        wait_for(partial(grown, daemon.root, written(daemon.root) + 20_000), timeout=60)
+        stop_file.touch()
+        report = json.loads(agent.communicate(timeout=120)[0])
+        # The agent closed its session: the tail ends there, having had every line.
+        assert follower.wait(timeout=60) == 0
+    finally:
+        stop_file.touch()
+        errors = stop(agent), stop(follower)
+        daemon.stop()
+    assert report["error"] is None, (report, errors)
+    assert_every_file_sound(daemon.root, tail_allowed=False)
+    assert_every_line_once(out, [path], key="path")
+    assert followed(out)[-1] == {"end": "session_closed"}
+    assert max(item.get("reconnects", 0) for item in followed(out)) >= RESTARTS - 1
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_tail_of_every_session_rides_through_restarts(short_tmp: Path, flavour: str) -> None:
+    rng = random.Random(flavour)
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    out = short_tmp / "followed.jsonl"
+    follower = spawn_follower(daemon.socket, out, "all", flavour)
+    agents = [spawn_agent(daemon.socket, n, stop_file) for n in range(2)]
+    files = [daemon.root / "restart" / f"agent-{n}.jsonl" for n in range(3)]
+    try:
+        wait_for(lambda: files[0].exists() and files[1].exists(), timeout=60)
+        for n in range(RESTARTS):
+            how = signal.SIGTERM if n == SIGTERM_AT else signal.SIGKILL
+            daemon = restart(short_tmp, daemon, rng, how)
+        # Away while the daemon restarts and a third agent creates its session and
+        # records: the follower reads it from its start once it is back.
+        wait_for(partial(grown, daemon.root, written(daemon.root) + 20_000), timeout=60)
+        os.kill(follower.pid, signal.SIGSTOP)
+        daemon.kill()
+        daemon = DaemonProcess(short_tmp).start()
+        agents.append(spawn_agent(daemon.socket, 2, stop_file))
+        wait_for(files[2].exists, timeout=30)
+        wait_for(partial(grown, daemon.root, written(daemon.root) + 50_000), timeout=60)
+        os.kill(follower.pid, signal.SIGCONT)
+        wait_for(partial(grown, daemon.root, written(daemon.root) + 20_000), timeout=60)
+        stop_file.touch()
+        reports = [json.loads(agent.communicate(timeout=120)[0]) for agent in agents]
+        wait_for(partial(has_all_of, out, files), timeout=60)
+    finally:
+        stop_file.touch()
+        os.kill(follower.pid, signal.SIGCONT)
+        errors = [stop(agent) for agent in agents], stop(follower)
+        daemon.stop()
+    assert [report["error"] for report in reports] == [None] * 3, (reports, errors)
+    assert_every_file_sound(daemon.root, tail_allowed=False)
+    assert_every_line_once(out, files, key="path")
+    assert max(item.get("reconnects", 0) for item in followed(out)) >= RESTARTS
+
+
+def test_a_tail_whose_daemon_stays_away_past_the_grace_ends_with_one_error(
+    short_tmp: Path,
+) -> None:
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    out = short_tmp / "followed.jsonl"
+    path = daemon.root / "restart" / "agent-0.jsonl"
+    agent = spawn_agent(daemon.socket, 0, stop_file, grace=0.5)
+    follower = spawn_follower(daemon.socket, out, str(path), "sync", grace=0.5)
+    try:
+        wait_for(partial(grown, daemon.root, 50_000), timeout=60)
+        daemon.kill()
+        assert follower.wait(timeout=60) == 0
+    finally:
+        stop_file.touch()
+        errors = stop(agent), stop(follower)
+    ends = [item for item in followed(out) if "seq" not in item and "ready" not in item]
+    assert len(ends) == 1, (ends, errors)
+    error = ends[0].get("error", "")
+    assert error.startswith("ConnectionLost: the daemon at "), ends
+    assert "within 0.5 s" in error and "[daemon_unreachable]" in error, error
+    seqs = [item["seq"] for item in followed(out) if "seq" in item]
+    assert seqs == list(range(1, len(seqs) + 1)) and seqs
+
+
+def test_flightlog_tail_f_keeps_printing_across_a_restart(short_tmp: Path) -> None:
+    rng = random.Random(3)
+    daemon = DaemonProcess(short_tmp).start()
+    stop_file = short_tmp / "stop"
+    path = daemon.root / "restart" / "agent-0.jsonl"
+    out = short_tmp / "tail.out"
+    command = ["tail", "-f", "--json", str(path)]
+    with out.open("wb") as stdout:
+        tail = subprocess.Popen(
+            [sys.executable, "-m", "flightlog.cli", "--socket", daemon.socket, *command],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+        )
+    agent = spawn_agent(daemon.socket, 0, stop_file)
+    try:
+        wait_for(path.exists, timeout=60)
+        # Connecting the first time is not retried: it is in before the restarts.
+        wait_for(lambda: len(out.read_bytes().splitlines()) > 100, timeout=60)
+        printed = len(out.read_bytes().splitlines())
+        for how in (signal.SIGKILL, signal.SIGTERM):
+            daemon = restart(short_tmp, daemon, rng, how)
+        # It goes on printing what the new daemon writes.
+        wait_for(lambda: len(out.read_bytes().splitlines()) > printed + 100, timeout=60)
+        stop_file.touch()
+        assert json.loads(agent.communicate(timeout=120)[0])["error"] is None
+        _, err = tail.communicate(timeout=60)
+    finally:
+        stop_file.touch()
+        stop(agent)
+        if tail.poll() is None:
+            tail.kill()
+            tail.communicate()
+        daemon.stop()
+    assert tail.returncode == 0, err
+    assert b"the writer closed the session" in err, err
+    seqs = [json.loads(line)["seq"] for line in out.read_bytes().splitlines()]
+    assert seqs == [line["seq"] for line in read_lines(path)]

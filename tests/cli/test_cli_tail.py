@@ -99,6 +99,13 @@ def test_a_file_under_the_root_reads_the_same_with_or_without_a_daemon(
     assert with_daemon.stdout == without.stdout == (daemon.root / "t.jsonl").read_text()
 
 
+@pytest.mark.parametrize("grace", ["-1", "nan"])
+def test_a_negative_reconnect_grace_exits_2(daemon: DaemonProcess, grace: str) -> None:
+    result = flightlog(daemon, "tail", "-f", "--reconnect-grace", grace, "g.jsonl")
+    assert result.returncode == 2
+    assert "--reconnect-grace takes a number of seconds, 0 or more" in result.stderr
+
+
 def test_run_matching_nothing_exits_2(daemon: DaemonProcess) -> None:
     run_id = _record(daemon, "r.jsonl", runs=2)
     result = flightlog(daemon, "tail", "--run", "ffff", "r.jsonl")
@@ -131,9 +138,11 @@ def test_a_follow_whose_run_never_came_exits_2(daemon: DaemonProcess) -> None:
 def test_a_follow_cut_short_by_the_daemons_shutdown_exits_4(
     daemon: DaemonProcess, args: list[str]
 ) -> None:
+    # The daemon does not come back within the grace (a restart within it is ridden
+    # through: tests/faults/test_tail_restarts.py).
     with connect(daemon.socket) as client:
         session = client.create("d.jsonl")
-        with _following(daemon, *args) as proc:
+        with _following(daemon, "--reconnect-grace", "0.2", *args) as proc:
             with session.begin_run() as run:
                 run.record(TurnStart(turn_index=0))
             session.sync()

@@ -314,7 +314,9 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
         return EXIT_OK
     # A whole run id filters in the daemon; a prefix of one filters here.
     server_run = args.run if args.run is not None and len(args.run) == 32 else None
-    with connect(_socket(args), client_name=_CLIENT_NAME) as client:
+    with connect(
+        _socket(args), client_name=_CLIENT_NAME, reconnect_grace=args.reconnect_grace
+    ) as client:
         if args.all:
             tail_all = client.tail_all(follow=True, types=types, run_id=server_run)
             # A daemon that goes away may close the connection before it ends the tail.

@@ -425,7 +425,9 @@ def _follow(args: argparse.Namespace, style: Style) -> int:
         _err(f"flightlog export: {path}: {_why(exc)}; skipped")
 
     def subscribe() -> tuple[Iterable[tuple[str, Record]], Any]:
-        client = connect(socket, client_name="flightlog-export")
+        # No reconnect: when the subscription ends the files are scanned again, after
+        # this exporter's own cursors, which a tail riding through would read twice.
+        client = connect(socket, client_name="flightlog-export", reconnect_grace=0)
         try:
             tail = client.tail_all(follow=True).__enter__()
         except BaseException:

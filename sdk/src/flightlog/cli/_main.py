@@ -21,6 +21,7 @@ from typing import Final, NoReturn
 
 from flightlog.protocol import FileFormatError, FlightlogError
 from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
+from flightlog.sdk._sync import DEFAULT_RECONNECT_GRACE
 
 from ._commands import (
     EXIT_CODES,
@@ -96,8 +97,9 @@ examples:
 
 Each line: time (UTC), seq, type, [call: kind id#attempt], a short summary.
 Without -f the file is read directly when this user may read it, else through the
-daemon.  A follow cut short by the daemon's shutdown exits 4: follow again once it is
-back.  --run matching no record exits 2.
+daemon.  A follow rides through a daemon restart: it goes on where it was once the
+daemon is back.  One that stays away longer than --reconnect-grace exits 4: follow
+again once it is back.  --run matching no record exits 2.
 
 {_EXIT_HELP}
 """
@@ -198,6 +200,8 @@ def _version() -> str:
 
 
 def _tail(args: argparse.Namespace, style: Style) -> int:
+    if not args.reconnect_grace >= 0:
+        raise CommandError("--reconnect-grace takes a number of seconds, 0 or more", EXIT_USAGE)
     # A cursor for --after (SESSION_ID:SEQ pairs) replays every session from it.
     if isinstance(args.after, dict):
         return tail_all_after(args, style, args.after)
@@ -247,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--json", action="store_true", help="print raw JSONL lines (for jq)")
     tail.add_argument(
         "--all", action="store_true", help="follow every session the daemon writes from now on"
+    )
+    tail.add_argument(
+        "--reconnect-grace",
+        type=float,
+        default=DEFAULT_RECONNECT_GRACE,
+        metavar="SECONDS",
+        help="with -f or --all, how long to wait for a daemon that went away (default: "
+        "%(default)g; 0: stop at once)",
     )
 
     show = command("show", cmd_show, "A readable timeline of a session.", _SHOW_EPILOG)

@@ -83,7 +83,7 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
         sys.stderr.write(f"flightlog: {path}: {reason}; skipped\n")
 
     signal.signal(signal.SIGTERM, _stop)
-    client = connect(_socket(args), client_name="flightlog")
+    client = connect(_socket(args), client_name="flightlog", reconnect_grace=args.reconnect_grace)
     # Unfiltered: the merge needs every seq; the filters apply when printing.
     tail = client.tail_all(follow=True).__enter__()
 

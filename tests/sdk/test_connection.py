@@ -547,6 +547,50 @@ def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link)
     assert link.conn.tails() == [tail]
 
 
+def test_a_read_of_a_file_cut_short_by_a_shutdown_is_made_again(link: Link) -> None:
+    link.conn.tails_resume = True
+    a = "a" * 32
+    tail = tailing(link, 1, None, follow=True)
+    link.push(TailBatch(subscription=1, lines=[line(1, a)], path="/p"))
+    for attempt in range(2):
+        link.conn.receive_data(b"")
+        link.conn.reset()
+        again = link.conn.resubscribe(tail)
+        link.push(Subscribed(id=again.id, subscription=10 * attempt + 2))
+        link.conn.result(again)
+        status = link.conn.catch_up(tail)
+        assert status is not None
+        link.push(
+            StatusReply(
+                id=status.id,
+                pid=1,
+                version="1",
+                uptime=0.0,
+                connections=1,
+                subscribers=1,
+                records_written=0,
+                bytes_written=0,
+            )
+        )
+        link.conn.result(status)
+        [read] = sent(link, link.conn.take_outbox())
+        # After what was received: from the last read too.
+        assert (read.path, read.after) == ("/p", 1 + attempt)
+        link.push(Subscribed(id=read.id, subscription=10 * attempt + 3))
+        link.push(TailBatch(subscription=10 * attempt + 2, lines=[line(5, a)], path="/p"))
+        if attempt == 0:
+            # The daemon stops before the read is done: what it holds waits.
+            link.push(TailBatch(subscription=3, lines=[line(2, a)], path="/p"))
+            link.push(TailEnd(subscription=3, reason="shutting_down"))
+            link.push(TailEnd(subscription=2, reason="shutting_down"))
+    link.push(TailBatch(subscription=13, lines=[line(3, a), line(4, a)], path="/p"))
+    link.push(TailEnd(subscription=13, reason="end_of_file"))
+    got = []
+    while batch := link.conn.next_tail(tail):
+        got += [record.seq for _, record in batch]
+    assert got == [1, 2, 3, 4, 5]
+
+
 # ------------------------------------------------- the client's rules and the server's
 
 

@@ -1086,7 +1086,7 @@ class ClientConnection:
     def _subscribed(self, reply: Subscribed | ErrorReply) -> None:
         tail, path = self._subscribing.pop(reply.id)
         if isinstance(reply, ErrorReply):
-            if path is not None:
+            if path is not None and reply.code != ErrorCode.SHUTTING_DOWN:
                 # A session no longer there to read (or no longer to this client): its
                 # live records, if any come, are what there is of it.
                 self._caught_up(tail, path)
@@ -1110,7 +1110,10 @@ class ClientConnection:
             return  # abandoned
         if isinstance(message, TailEnd):
             if path is not None:
-                self._caught_up(tail, path)
+                # Cut short by the daemon going away: read again after the reconnect
+                # (releasing what is held now would leave out the rest of the file).
+                if message.reason != "shutting_down":
+                    self._caught_up(tail, path)
                 return
             tail.route = None
             if not (message.reason == "shutting_down" and self.tails_resume):

@@ -330,9 +330,12 @@ class AsyncClient(_AsyncResource):
         it goes on until the writer closes the session (or :meth:`AsyncTail.aclose`),
         and a session that does not exist yet is waited for, then read from its start
         (like ``tail -F``).  ``types`` and ``run_id`` filter the records.  The
-        subscription starts at the first iteration or at ``async with``.  Raises
-        :class:`DaemonError` (for instance ``session_not_found`` without ``follow``)
-        while iterating.
+        subscription starts at the first iteration or at ``async with``.  A daemon
+        restart does not end it: once the client has reconnected, it goes on after the
+        last record it delivered.  Raises :class:`DaemonError` (for instance
+        ``session_not_found`` without ``follow``, or a subscription refused after a
+        reconnect) and, past the reconnect grace, :class:`ConnectionLost`
+        (``daemon_unreachable``) while iterating.
         """
         return AsyncTail(
             self,
@@ -350,7 +353,11 @@ class AsyncClient(_AsyncResource):
         types: list[str] | None = None,
         run_id: str | None = None,
     ) -> AsyncTail[tuple[str, Record]]:
-        """Like :meth:`tail`, for every session written from now on: ``(path, record)``."""
+        """Like :meth:`tail`, for every session written from now on: ``(path, record)``.
+
+        After a reconnect, what was written while the client was away is read from
+        the files, each session after the last record delivered (docs/protocol.md).
+        """
         return AsyncTail(
             self,
             lambda: self._conn.subscribe(

@@ -78,7 +78,9 @@ def assert_every_line_once(out: Path, files: list[Path]) -> None:
         }
 
 
-def stop(process: subprocess.Popen[str]) -> str:
+def stop(process: subprocess.Popen[str] | None) -> str:
+    if process is None:
+        return ""
     if process.poll() is None:
         process.kill()
     return process.communicate()[1]
@@ -110,10 +112,11 @@ def test_a_tail_of_one_session_rides_through_restarts(short_tmp: Path, flavour: 
     stop_file = short_tmp / "stop"
     out = short_tmp / "followed.jsonl"
     path = daemon.root / "restart" / "agent-0.jsonl"
-    # Started first: it waits for the session, then reads it from its start.
-    follower = spawn_follower(daemon.socket, out, str(path), flavour)
-    agent = spawn_agent(daemon.socket, 0, stop_file)
+    follower = agent = None
     try:
+        # Started first: it waits for the session, then reads it from its start.
+        follower = spawn_follower(daemon.socket, out, str(path), flavour)
+        agent = spawn_agent(daemon.socket, 0, stop_file)
         # Connecting the first time is not retried: the agent is in before the kills.
         wait_for(path.exists, timeout=60)
         daemon = restarts(short_tmp, daemon, flavour)
@@ -151,11 +154,11 @@ def test_a_tail_of_every_session_rides_through_restarts(short_tmp: Path, flavour
             run.record(TurnStart(turn_index=0))
         session.close()
     before = read_lines(early)[-1]["seq"]
-    follower = spawn_follower(daemon.socket, out, "all", flavour)
-    agents = [spawn_agent(daemon.socket, n, stop_file) for n in range(2)]
     files = [daemon.root / "restart" / f"agent-{n}.jsonl" for n in range(3)]
-    writer = None
+    follower, agents, writer = None, [], None
     try:
+        follower = spawn_follower(daemon.socket, out, "all", flavour)
+        agents = [spawn_agent(daemon.socket, n, stop_file) for n in range(2)]
         wait_for(lambda: files[0].exists() and files[1].exists(), timeout=60)
         daemon = restarts(short_tmp, daemon, flavour)
         # Away while the daemon restarts, a third agent creates its session and
@@ -183,7 +186,8 @@ def test_a_tail_of_every_session_rides_through_restarts(short_tmp: Path, flavour
         stop_file.touch()
         if writer is not None:
             writer.close()
-        os.kill(follower.pid, signal.SIGCONT)
+        if follower is not None:
+            os.kill(follower.pid, signal.SIGCONT)
         errors = [stop(agent) for agent in agents], stop(follower)
         daemon.stop()
     assert [report["error"] for report in reports] == [None] * 3, (reports, errors)
@@ -205,15 +209,17 @@ def test_a_tail_whose_daemon_stays_away_past_the_grace_ends_with_one_error(
     stop_file = short_tmp / "stop"
     out = short_tmp / "followed.jsonl"
     path = daemon.root / "restart" / "agent-0.jsonl"
-    agent = spawn_agent(daemon.socket, 0, stop_file, grace=0.5)
-    follower = spawn_follower(daemon.socket, out, str(path), "sync", grace=0.5)
+    follower = agent = None
     try:
+        agent = spawn_agent(daemon.socket, 0, stop_file, grace=0.5)
+        follower = spawn_follower(daemon.socket, out, str(path), "sync", grace=0.5)
         wait_for(partial(grown, daemon.root, 50_000), timeout=60)
         daemon.kill()
         assert follower.wait(timeout=60) == 0
     finally:
         stop_file.touch()
         errors = stop(agent), stop(follower)
+        daemon.stop()
     ends = [item for item in followed(out) if "seq" not in item and "ready" not in item]
     assert len(ends) == 1, (ends, errors)
     error = ends[0].get("error", "")
@@ -236,8 +242,9 @@ def test_flightlog_tail_f_keeps_printing_across_a_restart(short_tmp: Path) -> No
             stdout=stdout,
             stderr=subprocess.PIPE,
         )
-    agent = spawn_agent(daemon.socket, 0, stop_file)
+    agent = None
     try:
+        agent = spawn_agent(daemon.socket, 0, stop_file)
         wait_for(path.exists, timeout=60)
         # Connecting the first time is not retried: it is in before the restarts.
         wait_for(lambda: len(out.read_bytes().splitlines()) > 100, timeout=60)

@@ -65,6 +65,7 @@ __all__ = [
     "cmd_status",
     "cmd_tail",
     "daemon_path",
+    "installed_version",
     "local_path",
 ]
 
@@ -121,6 +122,20 @@ def _socket(args: argparse.Namespace) -> str:
 
 def _data_root() -> str:
     return default_root(os.environ, os.path.expanduser("~"))
+
+
+def installed_version(missing: str) -> str:
+    """flightlog-sdk's installed version, or ``missing`` when it is not installed.
+
+    ``importlib.metadata`` is imported here, when a version is asked for: imported with
+    the CLI, it cost every command's start ~30 ms.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flightlog-sdk")
+    except PackageNotFoundError:
+        return missing
 
 
 def local_path(path: str) -> str:

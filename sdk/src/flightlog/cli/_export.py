@@ -28,13 +28,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Final
 
 from flightlog.protocol import FileFormatError, Record, default_root
 from flightlog.sdk._sync import connect
 
-from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
+from ._commands import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNSOUND,
+    EXIT_USAGE,
+    CommandError,
+    installed_version,
+    local_path,
+)
 from ._render import Style
 from ._sessions import AllSessions, Doorbell, Rescan, SessionFile, session_files
 from ._spans import Span, SpanBuilder
@@ -143,11 +150,7 @@ class _Otel:
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": "flightlog"}))
         self.resource: Resource = resource
-        try:
-            sdk_version = version("flightlog-sdk")
-        except PackageNotFoundError:
-            sdk_version = "0"
-        self.scope: InstrumentationScope = InstrumentationScope("flightlog", sdk_version)
+        self.scope: InstrumentationScope = InstrumentationScope("flightlog", installed_version("0"))
         self.exporter, self.endpoint = _span_exporter(endpoint)
 
     def convert(self, span: Span) -> ReadableSpan:

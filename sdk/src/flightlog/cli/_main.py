@@ -16,8 +16,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 from flightlog.protocol import FileFormatError, FlightlogError
 from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
@@ -37,6 +36,7 @@ from ._commands import (
     cmd_show,
     cmd_status,
     cmd_tail,
+    installed_version,
 )
 from ._demo import cmd_demo
 from ._export import add_export_arguments, cmd_export, export_epilog
@@ -192,11 +192,23 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
-def _version() -> str:
-    try:
-        return version("flightlog-sdk")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        sys.stdout.write(f"{parser.prog} {installed_version('unknown (not installed)')}\n")
+        parser.exit()
 
 
 def _tail(args: argparse.Namespace, style: Style) -> int:
@@ -216,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     _common(parser, suppress=False)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     def command(

@@ -343,6 +343,21 @@ def tailing(link: Link, route: int, path: str | None = "p", **options: Any) -> i
     return link.conn.result(pending)
 
 
+def status_reply(request_id: int, *sessions: SessionStatus) -> StatusReply:
+    """The daemon's answer to a tail's catch-up ``status``: the sessions it holds."""
+    return StatusReply(
+        id=request_id,
+        pid=1,
+        version="1",
+        uptime=0.0,
+        connections=1,
+        subscribers=1,
+        records_written=sum(session.records for session in sessions),
+        bytes_written=0,
+        sessions=list(sessions),
+    )
+
+
 def sent(link: Link, data: bytes) -> list[Any]:
     decoder = server_decoder()
     decoder.feed(data)
@@ -502,21 +517,12 @@ def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link)
     # gap, its 5 arrives live first.
     link.push(TailBatch(subscription=4, lines=[line(5, a)], path="/p"))
     link.push(
-        StatusReply(
-            id=status.id,
-            pid=1,
-            version="1",
-            uptime=0.0,
-            connections=1,
-            subscribers=1,
-            records_written=6,
-            bytes_written=0,
-            sessions=[
-                SessionStatus(path="/p", session_id=a, last_seq=5, records=3),
-                # Nothing new in /q; /s was created while the tail was away.
-                SessionStatus(path="/q", session_id=b, last_seq=6, records=1),
-                SessionStatus(path="/s", session_id="d" * 32, last_seq=2, records=2),
-            ],
+        status_reply(
+            status.id,
+            SessionStatus(path="/p", session_id=a, last_seq=5, records=3),
+            # Nothing new in /q; /s was created while the tail was away.
+            SessionStatus(path="/q", session_id=b, last_seq=6, records=1),
+            SessionStatus(path="/s", session_id="d" * 32, last_seq=2, records=2),
         )
     )
     link.conn.result(status)
@@ -560,18 +566,7 @@ def test_a_read_of_a_file_cut_short_by_a_shutdown_is_made_again(link: Link) -> N
         link.conn.result(again)
         status = link.conn.catch_up(tail)
         assert status is not None
-        link.push(
-            StatusReply(
-                id=status.id,
-                pid=1,
-                version="1",
-                uptime=0.0,
-                connections=1,
-                subscribers=1,
-                records_written=0,
-                bytes_written=0,
-            )
-        )
+        link.push(status_reply(status.id))
         link.conn.result(status)
         [read] = sent(link, link.conn.take_outbox())
         # After what was received: from the last read too.

@@ -10,12 +10,13 @@ from flightlog.protocol import (
     CloseSession,
     Open,
     SessionOpened,
+    SessionStatus,
     Status,
     StatusReply,
     Sync,
     now,
 )
-from support import DaemonProcess, RawClient
+from support import DaemonProcess, RawClient, wait_for
 
 
 def _status(client: RawClient, path: str) -> tuple[int, int, int]:
@@ -62,3 +63,31 @@ def test_a_reopened_session_counts_the_lines_written_since(daemon: DaemonProcess
         assert synced == Ack(id=synced.id, seq=3)
         size = (daemon.root / "again.jsonl").stat().st_size
         assert _status(client, reopened.path) == (2, size - before, 3)
+
+
+def _closed(client: RawClient) -> list[SessionStatus]:
+    reply = client.request(Status(id=client.next_id(), closed=True))
+    assert isinstance(reply, StatusReply)
+    return reply.closed
+
+
+def test_status_lists_the_sessions_closed_when_asked(daemon: DaemonProcess) -> None:
+    path = str(daemon.root / "closed.jsonl")
+    with RawClient(daemon.socket) as client:
+        opened = create(client, "closed.jsonl")
+        client.request(CloseSession(id=client.next_id(), session_id=opened.session_id))
+        wait_for(lambda: bool(_closed(client)))
+        reopened = client.request(Open(id=client.next_id(), path="closed.jsonl"))
+        assert isinstance(reopened, SessionOpened)
+        run = begin(client, reopened.session_id)
+        client.send(fact(reopened.session_id, run.run_id))
+        client.request(CloseSession(id=client.next_id(), session_id=reopened.session_id))
+        # Listed once, counting the lines written over both openings.
+        wait_for(lambda: [s.last_seq for s in _closed(client)] == [3])
+        (closed,) = _closed(client)
+        size = (daemon.root / "closed.jsonl").stat().st_size
+        assert (closed.path, closed.session_id) == (path, opened.session_id)
+        assert (closed.records, closed.bytes, closed.file_open) == (3, size, False)
+        plain = client.request(Status(id=client.next_id()))
+        assert isinstance(plain, StatusReply)
+        assert (plain.sessions, plain.closed) == ([], [])

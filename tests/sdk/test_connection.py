@@ -343,18 +343,25 @@ def tailing(link: Link, route: int, path: str | None = "p", **options: Any) -> i
     return link.conn.result(pending)
 
 
-def status_reply(request_id: int, *sessions: SessionStatus) -> StatusReply:
-    """The daemon's answer to a tail's catch-up ``status``: the sessions it holds."""
+def status_reply(
+    request_id: int,
+    *sessions: SessionStatus,
+    closed: tuple[SessionStatus, ...] = (),
+    uptime: float = 0.0,
+) -> StatusReply:
+    """The daemon's answer to a tail's catch-up ``status``: the sessions it holds and
+    those it closed; up for ``uptime`` seconds (0: started since the tail was on)."""
     return StatusReply(
         id=request_id,
         pid=1,
         version="1",
-        uptime=0.0,
+        uptime=uptime,
         connections=1,
         subscribers=1,
         records_written=sum(session.records for session in sessions),
         bytes_written=0,
         sessions=list(sessions),
+        closed=list(closed),
     )
 
 
@@ -551,6 +558,59 @@ def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link)
     assert [n for p, n in got if p == "/r"] == [3]
     assert [n for p, n in got if p == "/s"] == [1, 2]
     assert link.conn.tails() == [tail]
+
+
+def reconnected(link: Link, tail: int, route: int) -> Pending[None]:
+    """The tail subscribed again after a reconnect; its catch-up ``status`` sent."""
+    link.conn.receive_data(b"")
+    link.conn.reset()
+    again = link.conn.resubscribe(tail)
+    link.push(Subscribed(id=again.id, subscription=route))
+    link.conn.result(again)
+    status = link.conn.catch_up(tail)
+    assert status is not None
+    [request] = sent(link, status.data)
+    assert request.closed
+    return status
+
+
+def test_sessions_a_new_daemon_closed_while_a_tail_was_away_are_read(link: Link) -> None:
+    link.conn.tails_resume = True
+    a, m, n = "a" * 32, "m" * 32, "n" * 32
+    tail = tailing(link, 1, None, follow=True)
+    link.push(TailBatch(subscription=1, lines=[line(1, a), line(2, a)], path="/a"))
+    status = reconnected(link, tail, 2)
+    link.push(
+        status_reply(
+            status.id,
+            # /m: created, closed and opened again by the new daemon (3 + 1 lines).
+            SessionStatus(path="/m", session_id=m, last_seq=4, records=1),
+            closed=(
+                SessionStatus(path="/a", session_id=a, last_seq=5, records=3),
+                # /n: created and closed while the tail was away.
+                SessionStatus(path="/n", session_id=n, last_seq=3, records=3),
+                SessionStatus(path="/m", session_id=m, last_seq=3, records=3),
+                # Another session was at /m before: not the one there now.
+                SessionStatus(path="/m", session_id="x" * 32, last_seq=9, records=9),
+            ),
+        )
+    )
+    link.conn.result(status)
+    reads = sorted((m.path, m.after) for m in sent(link, link.conn.take_outbox()))
+    assert reads == [("/a", 2), ("/m", 0), ("/n", 0)]
+
+
+def test_sessions_closed_by_the_daemon_the_tail_was_on_are_not_read(link: Link) -> None:
+    link.conn.tails_resume = True
+    a = "a" * 32
+    tail = tailing(link, 1, None, follow=True)
+    link.push(TailBatch(subscription=1, lines=[line(1, a)], path="/a"))
+    status = reconnected(link, tail, 2)
+    # Up since before the tail subscribed: it may have closed /old before the tail came.
+    closed = SessionStatus(path="/old", session_id="o" * 32, last_seq=3, records=3)
+    link.push(status_reply(status.id, closed=(closed,), uptime=3600.0))
+    link.conn.result(status)
+    assert [(m.path, m.after) for m in sent(link, link.conn.take_outbox())] == [("/a", 1)]
 
 
 def test_a_read_of_a_file_cut_short_by_a_shutdown_is_made_again(link: Link) -> None:

@@ -117,7 +117,7 @@ class Connection:
         sessions: Sessions,
         tails: Tails,
         server: tuple[int, str],
-        status: Callable[[int, Connection], StatusReply],
+        status: Callable[[int, Connection, bool], StatusReply],
         share: UidShare,
         budget: MemoryBudget,
     ) -> None:
@@ -407,7 +407,7 @@ class Connection:
                 else:
                     await self._claim(event)
             case Status():
-                await self.send(self._status(event.id, self))
+                await self.send(self._status(event.id, self, event.closed))
             case Subscribe():
                 await self._tails.subscribe(self, event, self._registry.live)
             case Unsubscribe():

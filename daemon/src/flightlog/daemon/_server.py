@@ -112,8 +112,9 @@ class Daemon:
         self._accepting: list[anyio.CancelScope] = []
         self.draining = False
 
-    def status(self, request_id: int, viewer: Who) -> StatusReply:
-        """The daemon's status as ``viewer`` may see it: the sessions it may read."""
+    def status(self, request_id: int, viewer: Who, closed: bool = False) -> StatusReply:
+        """The daemon's status as ``viewer`` may see it: the sessions it may read (with
+        ``closed``, those closed lately too)."""
         sessions = self.sessions
         return StatusReply(
             id=request_id,
@@ -129,6 +130,7 @@ class Daemon:
             open_files=sessions.open_files,
             sessions=sessions.status(viewer),
             uid_limits=self.fairness.share(viewer.uid).status(),
+            closed=sessions.closed(viewer) if closed else [],
         )
 
     def status_line(self) -> str:

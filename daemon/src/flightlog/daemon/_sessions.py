@@ -37,11 +37,15 @@ from ._peers import Peer, Shutdown
 from ._primitives import DISK_THREADS, Disks
 from ._storage import SessionFile
 
-__all__ = ["DISK_THREADS", "Sessions", "Watcher"]
+__all__ = ["CLOSED_KEPT", "DISK_THREADS", "Sessions", "Watcher"]
 
 log = structlog.get_logger("flightlogd.sessions")
 
 _encode_json = msgspec.json.Encoder().encode
+
+#: Closed sessions the daemon remembers for ``status`` (a tail of every session that
+#: was away reads those it missed): about 300 bytes each.
+CLOSED_KEPT = 1024
 
 #: Seconds an open waits for the session's previous writer to be done with it (its
 #: close written, synced and answered) before it is refused with ``session_busy``.
@@ -83,6 +87,8 @@ class Sessions:
         self.by_id: dict[str, SessionActor] = {}
         self._opening: dict[str, anyio.Event] = {}
         self._open_files: OrderedDict[SessionActor, None] = OrderedDict()
+        #: The last ``CLOSED_KEPT`` sessions closed, by path, the latest last.
+        self._closed: OrderedDict[str, SessionStatus] = OrderedDict()
         self.records_written = 0
         self.bytes_written = 0
         self.errors = 0
@@ -272,12 +278,33 @@ class Sessions:
         self.errors += 1
 
     def session_finished(self, actor: SessionActor) -> None:
-        """The actor closed its file and stopped: forget it."""
+        """The actor closed its file and stopped: forget it, but for what ``status``
+        tells of the sessions closed lately."""
         self._open_files.pop(actor, None)
         if self.by_path.get(actor.path) is actor:
             del self.by_path[actor.path]
         if self.by_id.get(actor.session_id) is actor:
             del self.by_id[actor.session_id]
+        self._remember_closed(actor)
+
+    def _remember_closed(self, actor: SessionActor) -> None:
+        records, nbytes = actor.records_written, actor.bytes_written
+        before = self._closed.pop(actor.path, None)
+        if before is not None and before.session_id == actor.session_id:
+            # Closed before by this daemon: what it wrote then counts too.
+            records += before.records
+            nbytes += before.bytes
+        self._closed[actor.path] = SessionStatus(
+            path=actor.path,
+            session_id=actor.session_id,
+            last_seq=actor.file.last_seq,
+            records=records,
+            bytes=nbytes,
+            file_open=False,
+            error=actor.error.message if actor.error else None,
+        )
+        while len(self._closed) > CLOSED_KEPT:
+            self._closed.popitem(last=False)
 
     # -------------------------------------------------------------- status
 
@@ -311,6 +338,15 @@ class Sessions:
             )
             for actor in self.by_path.values()
             if everything or self.access.may_read(viewer, actor.path)
+        ]
+
+    def closed(self, viewer: Who) -> list[SessionStatus]:
+        """The sessions closed lately that ``viewer`` may read, the latest last."""
+        everything = self.access.reads_all(viewer)
+        return [
+            status
+            for status in self._closed.values()
+            if everything or self.access.may_read(viewer, status.path)
         ]
 
     # --------------------------------------------------------------- shutdown

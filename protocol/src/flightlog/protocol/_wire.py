@@ -186,8 +186,12 @@ class Unsubscribe(Request, tag="unsubscribe", frozen=True):
     subscription: int
 
 
-class Status(Request, tag="status", frozen=True):
-    """What the daemon holds.  Reply: StatusReply."""
+class Status(Request, tag="status", frozen=True, omit_defaults=True):
+    """What the daemon holds.  Reply: StatusReply; with ``closed``, its ``closed``
+    lists the sessions this daemon closed lately as well (left out when false: the
+    plain request is the one it always was)."""
+
+    closed: bool = False
 
 
 ClientMessage = (
@@ -276,7 +280,8 @@ class Subscribed(Message, tag="subscribed", frozen=True):
 
 
 class SessionStatus(msgspec.Struct, kw_only=True, frozen=True):
-    """One open session, as StatusReply lists it."""
+    """One session, as StatusReply lists it: open, or closed lately (then ``records``
+    and ``bytes`` count every line this daemon wrote to it, over all its openings)."""
 
     path: str
     session_id: str
@@ -318,6 +323,9 @@ class StatusReply(Message, tag="status_reply", frozen=True):
     open_files: int = 0
     sessions: list[SessionStatus] = []
     uid_limits: UidLimits | None = None
+    #: Asked for with ``Status.closed``: the sessions this daemon closed, the most
+    #: recently closed last, at most the last 1024 of them.
+    closed: list[SessionStatus] = []
 
 
 class ErrorReply(Message, tag="error", frozen=True):

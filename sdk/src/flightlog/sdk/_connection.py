@@ -64,7 +64,11 @@ tail of every session only gets what is written from its new subscription on, so
 one ``subscribe`` without ``follow`` per path: each path it delivered from, after its
 position, and each session the new daemon holds that it never delivered from, after
 the lines the old daemon wrote (``last_seq - records``: what the new daemon wrote was
-written while the tail was away, a session created since included).  While a path is
+written while the tail was away, a session created since included).  ``status`` also
+lists the sessions the daemon closed lately: a daemon up for less time than since the
+tail last caught up closed them all while the tail was away, so those it never
+delivered from are read the same way (one created and closed meanwhile included); on
+the daemon it was on, some were closed before it subscribed, so none.  While a path is
 read so, its live records are held, then released past what the read delivered: each
 session's records come once and in order.  A daemon that ends the subscription with
 ``shutting_down`` (SIGTERM) is going away: the tail waits for the reconnect too.
@@ -77,6 +81,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
+from time import monotonic
 from typing import Any, Generic, TypeVar, cast
 
 import msgspec
@@ -245,6 +250,7 @@ class _Tail:
         "queued",
         "route",
         "run_id",
+        "since",
         "types",
     )
 
@@ -277,6 +283,9 @@ class _Tail:
         self.holding = False
         #: Paths still to read from the file, and after which seq.
         self.queued: deque[tuple[str, int]] = deque()
+        #: A tail of every session: when (monotonic) it was last subscribed and caught
+        #: up; a daemon up for less time than since then is not the one it was on.
+        self.since: float | None = None
 
     def advance(self, path: str, record: Record) -> bool:
         """Whether ``record`` is new to a tail of every session (it moves the path's
@@ -1100,6 +1109,8 @@ class ClientConnection:
         self._routes[reply.subscription] = (tail, path)
         if path is None:
             tail.route = reply.subscription
+            if not tail.holding:
+                tail.since = monotonic()
 
     def _pushed(
         self, route: int, tail: _Tail, path: str | None, message: TailBatch | TailEnd
@@ -1162,10 +1173,13 @@ class ClientConnection:
         def planned(reply: StatusReply) -> None:
             self._plan(tail, reply)
 
-        return self._request(lambda id: Status(id=id), planned, StatusReply)
+        return self._request(lambda id: Status(id=id, closed=True), planned, StatusReply)
 
     def _plan(self, tail: _Tail, reply: StatusReply) -> None:
         after = {path: seq for path, (_, seq) in tail.positions.items()}
+        # Sessions never received from, and the seq after which the new daemon wrote.
+        fresh: dict[str, tuple[str, int]] = {}
+        opened = {session.path: session.session_id for session in reply.sessions}
         for session in reply.sessions:
             position = tail.positions.get(session.path)
             if position is not None and position[0] == session.session_id:
@@ -1173,11 +1187,29 @@ class ClientConnection:
                     del after[session.path]  # nothing new: the rest comes live
             elif session.records or session.path in tail.held:
                 # Never received from: what the new daemon wrote is new to the tail.
-                after[session.path] = max(session.last_seq - session.records, 0)
+                fresh[session.path] = (session.session_id, session.last_seq - session.records)
+        # A daemon started since the tail was last caught up closed its sessions while
+        # the tail was away, one created in that time included: each never received
+        # from is read after the lines that daemon wrote to it (over all its openings).
+        # The daemon the tail was on closed some before: nothing tells which, so none.
+        restarted = tail.since is None or reply.uptime <= monotonic() - tail.since
+        for session in reply.closed if restarted else ():
+            path, session_id = session.path, session.session_id
+            position = tail.positions.get(path)
+            if (position is not None and position[0] == session_id) or opened.get(
+                path, session_id
+            ) != session_id:
+                continue  # read after its position, or another session is there now
+            start = session.last_seq - session.records
+            known = fresh.get(path)
+            fresh[path] = (session_id, start if known is None else min(known[1], start))
+        for path, (_, start) in fresh.items():
+            after[path] = max(start, 0)
         for path, records in tail.held.items():
             if path not in after:
                 after[path] = records[0].seq - 1
         tail.holding = False
+        tail.since = monotonic()
         for path, seq in after.items():
             tail.held.setdefault(path, [])
             tail.queued.append((path, seq))

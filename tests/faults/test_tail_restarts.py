@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from flightlog.protocol import TurnStart
+from flightlog.protocol import Execution, ToolExecStart, TurnStart
 from flightlog.sdk import connect
 from flightlog.sdk.aio import aconnect
 from support import DaemonProcess, read_lines, wait_for
@@ -316,4 +316,45 @@ def test_flightlog_tail_f_keeps_printing_across_a_restart(short_tmp: Path) -> No
     assert tail.returncode == 0, err
     assert b"the writer closed the session" in err, err
     seqs = [json.loads(line)["seq"] for line in out.read_bytes().splitlines()]
+    assert seqs == [line["seq"] for line in read_lines(path)]
+
+
+def test_a_tail_of_every_session_that_falls_behind_reads_on_from_the_files(
+    short_tmp: Path,
+) -> None:
+    # Frames of at most 1 MiB: a subscriber of every session falls behind past about
+    # 6 MiB of live lines (4 MiB and room for two of the longest), past 8 MiB of
+    # pushes queued for its connection.
+    daemon = DaemonProcess(
+        short_tmp, "--max-frame-size", str(1 << 20), "--send-timeout", "120"
+    ).start()
+    path = daemon.root / "fast.jsonl"
+    seqs: list[int] = []
+    try:
+        with (
+            connect(daemon.socket) as client,
+            client.tail_all(follow=True) as every,
+            connect(daemon.socket) as writer,
+        ):
+            session = writer.create(str(path))
+            with session.begin_run() as run:
+                # 30 MiB written while the tail reads nothing.
+                for n in range(3000):
+                    execution = Execution(id=f"t{n}", kind="tool")
+                    run.record(
+                        ToolExecStart(
+                            execution=execution,
+                            tool_call_id=f"c{n}",
+                            name="echo",
+                            arguments={"blob": "x" * 10_000},
+                        )
+                    )
+            last = session.sync()
+            for _, record in every:
+                seqs.append(record.seq)
+                if record.seq == last:
+                    break
+            session.close()
+    finally:
+        daemon.stop()
     assert seqs == [line["seq"] for line in read_lines(path)]

@@ -613,6 +613,48 @@ def test_sessions_closed_by_the_daemon_the_tail_was_on_are_not_read(link: Link) 
     assert [(m.path, m.after) for m in sent(link, link.conn.take_outbox())] == [("/a", 1)]
 
 
+def test_a_tail_of_every_session_that_fell_behind_subscribes_again(link: Link) -> None:
+    a = "a" * 32
+    tail = tailing(link, 1, None, follow=True)
+    link.push(TailBatch(subscription=1, lines=[line(1, a), line(2, a)], path="/p"))
+    link.push(TailEnd(subscription=1, reason="error", code="too_many", message="behind"))
+    assert link.conn.tail_ready(tail)
+    subscribe, status = sent(link, link.conn.take_outbox())
+    assert (subscribe.path, subscribe.follow, status.closed) == (None, True, True)
+    link.push(Subscribed(id=subscribe.id, subscription=2))
+    link.push(TailBatch(subscription=2, lines=[line(5, a)], path="/p"))  # held
+    # The same daemon: what it closed may be older than the tail, and is not read.
+    closed = SessionStatus(path="/old", session_id="o" * 32, last_seq=3, records=3)
+    link.push(
+        status_reply(
+            status.id,
+            SessionStatus(path="/p", session_id=a, last_seq=5, records=5),
+            closed=(closed,),
+            uptime=3600.0,
+        )
+    )
+    [read] = sent(link, link.conn.take_outbox())
+    assert (read.path, read.after, read.follow) == ("/p", 2, False)
+    link.push(Subscribed(id=read.id, subscription=3, path="/p"))
+    link.push(TailBatch(subscription=3, lines=[line(3, a), line(4, a), line(5, a)], path="/p"))
+    link.push(TailEnd(subscription=3, reason="end_of_file", last_seq=5))
+    got = []
+    while batch := link.conn.next_tail(tail):
+        got += [record.seq for _, record in batch]
+    assert got == [1, 2, 3, 4, 5]
+    assert not link.conn.tail_ended(tail)
+
+
+def test_a_tail_refused_when_it_subscribes_again_ends_with_the_refusal(link: Link) -> None:
+    tail = tailing(link, 1, None, follow=True)
+    link.push(TailEnd(subscription=1, reason="error", code="too_many", message="behind"))
+    subscribe, _ = sent(link, link.conn.take_outbox())
+    link.push(ErrorReply(id=subscribe.id, code="too_many", message="1,024 subscriptions"))
+    with pytest.raises(DaemonError) as caught:
+        link.conn.next_tail(tail)
+    assert caught.value.code == ErrorCode.TOO_MANY
+
+
 def test_a_read_of_a_file_cut_short_by_a_shutdown_is_made_again(link: Link) -> None:
     link.conn.tails_resume = True
     a = "a" * 32

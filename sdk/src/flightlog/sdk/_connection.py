@@ -351,6 +351,8 @@ class ClientConnection:
         self._routes: dict[int, tuple[_Tail, str | None]] = {}
         #: Subscribe requests on their way, the same way.
         self._subscribing: dict[int, tuple[_Tail, str | None]] = {}
+        #: Status requests a tail of every session that fell behind asked, by id.
+        self._planning: dict[int, _Tail] = {}
         self._tail_ends: dict[int, TailEnd] = {}
         self._outbox = bytearray()
 
@@ -444,6 +446,8 @@ class ClientConnection:
                 self._subscribed(message)
                 if subscribe_id in self._waiting:
                     self._replies[subscribe_id] = message
+            case StatusReply(id=status_id) if status_id in self._planning:
+                self._plan(self._planning.pop(status_id), message)
             case _:
                 request_id = getattr(message, "id", None)
                 # Replies to requests given up on are dropped, never mismatched.
@@ -890,6 +894,7 @@ class ClientConnection:
             writer.acking = False
         self._routes.clear()
         self._subscribing.clear()
+        self._planning.clear()
         for tail in self._tails.values():
             tail.route = None
             # Held records are read again from the file, after the tail's positions.
@@ -1099,6 +1104,9 @@ class ClientConnection:
                 # A session no longer there to read (or no longer to this client): its
                 # live records, if any come, are what there is of it.
                 self._caught_up(tail, path)
+            elif path is None and reply.id not in self._waiting:
+                # Subscribing again after falling behind was refused: that ends it.
+                self.end_tail(tail.number, self._refusal(reply, None))
             return
         if path is None and reply.id in self._waiting:
             # Its pushes follow right behind the reply: they must find the tail.
@@ -1127,6 +1135,9 @@ class ClientConnection:
                     self._caught_up(tail, path)
                 return
             tail.route = None
+            if message.code == ErrorCode.TOO_MANY and tail.path is None:
+                self._fell_behind(tail)
+                return
             if not (message.reason == "shutting_down" and self.tails_resume):
                 tail.ended = True
                 tail.items.append(message)
@@ -1161,6 +1172,27 @@ class ClientConnection:
         tail = self._tails[subscription]
         tail.holding = tail.path is None
         return self._subscribe(tail)
+
+    def _fell_behind(self, tail: _Tail) -> None:
+        """The daemon ended a tail of every session that fell more than its buffer
+        behind: subscribe again and read what it dropped from the files, as after a
+        reconnect (the requests go to the outbox, the status answer plans the reads)."""
+        tail.holding = True
+        request_id = next(self._ids)
+        self._subscribing[request_id] = (tail, None)
+        self._encoder.encode_into(
+            Subscribe(
+                id=request_id,
+                path=None,
+                follow=tail.follow,
+                types=tail.types,
+                run_id=tail.run_id,
+            ),
+            self._outbox,
+        )
+        status_id = next(self._ids)
+        self._planning[status_id] = tail
+        self._encoder.encode_into(Status(id=status_id, closed=True), self._outbox)
 
     def catch_up(self, subscription: int) -> Pending[None] | None:
         """For a tail of every session subscribed again: ``status``, whose answer tells

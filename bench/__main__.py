@@ -66,6 +66,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     parser.add_argument(
+        "--daemon-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an option for every flightlogd the scenarios start, e.g. "
+        "--daemon-arg=--ring-size=65536 (repeatable)",
+    )
+    parser.add_argument(
         "--syslog-ng",
         metavar="DIR",
         default=None,
@@ -86,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = describe(str(base))
     throughput = {"1", "2"} & set(args.only.split(","))
     peers = find_peers(args.syslog_ng) if throughput else []
-    ctx = Context(base=base, quick=args.quick, runs=runs, peers=peers)
+    ctx = Context(
+        base=base, quick=args.quick, runs=runs, peers=peers, daemon_args=tuple(args.daemon_arg)
+    )
     print(f"command: {machine['command']}")
     print(f"date:    {machine['date']}")
     print(

@@ -64,7 +64,9 @@ def _measure(
     row, p99, off_row = rows
     directory = ctx.scratch(label.split()[-1])
     daemon = ctx.daemon(directory).start()
-    window_off_daemon = Daemon(directory / "w", "--read-window", READ_WINDOW).start()
+    window_off_daemon = Daemon(
+        directory / "w", "--read-window", READ_WINDOW, *ctx.daemon_args
+    ).start()
     try:
         for run in range(ctx.runs):
             for system, window_off in _systems(ctx, directory, daemon, window_off_daemon, run):

@@ -24,6 +24,8 @@ class Context:
     quick: bool
     runs: int
     peers: Sequence[Peer] = ()  # rsyslog and syslog-ng, found or skipped (scenarios 1, 2)
+    #: Options given to every flightlogd the scenarios start (``--daemon-arg``).
+    daemon_args: Sequence[str] = ()
     _counter: int = 0
 
     def scratch(self, name: str) -> Path:
@@ -34,7 +36,7 @@ class Context:
         return path
 
     def daemon(self, directory: Path, *args: str) -> Daemon:
-        return Daemon(directory / "d", *args)
+        return Daemon(directory / "d", *args, *self.daemon_args)
 
     def peer_daemons(self, directory: Path) -> PeerDaemons:
         """The peers found, not yet started, each with a directory under ``directory``."""

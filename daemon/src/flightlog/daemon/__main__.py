@@ -88,6 +88,19 @@ def _group(text: str) -> int:
         raise argparse.ArgumentTypeError(f"no group named {text!r}") from None
 
 
+def _ring_size(text: str) -> int:
+    """A ring's size: 0 (no rings), or a power of two from 4 KiB to 64 MiB."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value and (value < 4096 or value > 1 << 26 or value & (value - 1)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 0 or a power of two from 4,096 to {1 << 26:,}"
+        )
+    return value
+
+
 def _seconds(text: str) -> float:
     """A duration option: a number of seconds, zero or more."""
     try:
@@ -231,6 +244,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "daemon one by one; 0 reads every frame at once (default: %(default)s)",
     )
     parser.add_argument(
+        "--ring-size",
+        type=_ring_size,
+        default=defaults.ring_size,
+        metavar="BYTES",
+        help="bytes of the ring of shared memory a client that asks for one sends its "
+        "frames through instead of its socket (a power of two); 0 makes no rings "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--shutdown-grace",
         type=_seconds,
         default=defaults.shutdown_grace,
@@ -351,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_open_files=args.max_open_files,
         max_connections=args.max_connections,
         read_window=args.read_window,
+        ring_size=args.ring_size,
         shutdown_grace=args.shutdown_grace,
         send_timeout=args.send_timeout,
         hello_timeout=args.hello_timeout,

@@ -9,6 +9,11 @@ wait in actors); the global budget bounds their sum over every connection: while
 spent (``--max-buffered``), a connection that holds more than :data:`FLOOR` itself is
 not read, so a client that sends small requests always goes on while large partial
 frames wait for room.  (Per-user limits are another module's.)
+
+The rings connections read from (docs/protocol.md, "The ring") are charged too, for
+as long as their connection lives: a ring is made only while every ring together
+takes at most a quarter of the budget, so past that many connections new ones use
+their socket alone.
 """
 
 from __future__ import annotations
@@ -25,18 +30,37 @@ FLOOR = 1024 * 1024
 class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
-    __slots__ = ("_waiting", "cap", "peak", "used")
+    __slots__ = ("_waiting", "cap", "peak", "rings", "used")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.used = 0
         self.peak = 0
+        #: Bytes of rings, within ``used``.
+        self.rings = 0
         #: Connections not read until the budget has room again: how to resume each.
         self._waiting: dict[object, Callable[[], None]] = {}
 
     @property
     def spent(self) -> bool:
         return self.used >= self.cap
+
+    def take_ring(self, size: int) -> bool:
+        """Charge a ring of ``size`` bytes, if rings stay within a quarter of the cap."""
+        if self.rings + size > self.cap // 4:
+            return False
+        self.rings += size
+        self.used += size
+        if self.used > self.peak:
+            self.peak = self.used
+        return True
+
+    def give_ring(self, size: int) -> None:
+        """A ring of ``size`` bytes was unmapped."""
+        self.rings -= size
+        self.used -= size
+        if self._waiting:
+            self._freed()
 
     def wait(self, who: object, resume: Callable[[], None]) -> None:
         self._waiting[who] = resume

@@ -21,6 +21,22 @@ A send waits for room in the queue at most ``send_timeout``: a client that takes
 nothing for that long is not read from or written to any more (:meth:`Channel._stall`),
 so nothing in the daemon waits on it without a bound.
 
+A connection whose client asked for a ring (docs/protocol.md, "The ring") reads its
+frames from shared memory instead (:meth:`Channel.attach_ring`): the ring is another
+source of bytes for the same decoder, under the same pauses, holds and budget.  From
+then on what the socket brings are pokes, read and dropped, and its end; the ring is
+taken from whenever the socket is read, when a hold ends, when reading resumes and
+right before the connection's task would wait.  Before it waits the channel tells the
+client it sleeps (:meth:`~flightlog.protocol.RingReader.sleep`), so the next publish
+pokes it; a hold or a pause leaves the flag clear, so a streaming client pokes
+nobody.  A timer of :data:`RING_RECHECK` seconds after each sleep looks at the ring
+once more: a missed wake-up would cost that much latency, never a record.  At the end
+of the stream, the ring is taken to its end first: what the client published before
+it died still lands; then the ring says it sleeps for good, so a client still alive
+(the daemon shut its read side) pokes at its next publish and fails there, as its
+next send on the socket would.  A ``tail`` the client wrote that cannot be (behind ``head``, or
+more than the ring ahead) ends reading with a :class:`RemoteProtocolError`.
+
 Cancellation (see :mod:`._primitives`): a cancelled :meth:`Channel.send` writes nothing
 of its message; a cancelled :meth:`Channel.wait_readable` loses no bytes.
 """
@@ -29,16 +45,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
+import os
 import socket
 import threading
-from typing import Any
+from typing import Any, Final
 
-from flightlog.protocol import FrameDecoder
+from flightlog.protocol import RING_HEADER, FrameDecoder, RemoteProtocolError, RingReader
 
 from ._budget import ConnectionBudget
 from ._primitives import Poller
 
-__all__ = ["Channel", "ThreadWrite"]
+__all__ = ["RING_RECHECK", "Channel", "ThreadWrite"]
+
+#: Seconds after the channel went to sleep on a ring that it looks at it once more.
+RING_RECHECK: Final = 0.005
+#: Bytes of pokes read at once from a ring's socket.
+_POKES = 4096
+#: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
+_FENCE = threading.Lock()
 
 
 class Channel:
@@ -77,7 +102,12 @@ class Channel:
         self._waiter: asyncio.Future[None] | None = None
         #: Reading ended: at the end of the stream (read_error None) or on an error.
         self.read_ended = False
-        self.read_error: OSError | None = None
+        self.read_error: OSError | RemoteProtocolError | None = None
+        self._ring: RingReader | None = None
+        self._mapping: mmap.mmap | None = None
+        #: The ring's memfd, until it is passed with the next write.
+        self._pass_fd: int | None = None
+        self._recheck: asyncio.TimerHandle | None = None
         self._queue = bytearray()
         self._queue_bytes = queue_bytes
         self._send_timeout = send_timeout
@@ -106,6 +136,8 @@ class Channel:
                 return
             self._reading = True
             self._poller.watch(self._fd, self._on_readable)
+            if self._ring is not None:
+                self._take_ring()
 
     def _wait_for_budget(self) -> None:
         """Not read until the daemon's memory budget has room; cut off if that takes
@@ -141,6 +173,10 @@ class Channel:
         if self._reading:
             self._reading = False
             self._poller.unwatch(self._fd)
+            if self._ring is not None:
+                # Not asleep: the channel comes back by itself, unpoked.
+                self._ring.wake()
+                self._cancel_recheck()
 
     def hold_reading(self, seconds: float) -> None:
         """Stop watching the socket for ``seconds``: what the client sends meanwhile
@@ -155,13 +191,16 @@ class Channel:
         self._held = False
         if self._closed:
             return
-        self.resume_reading()
         reads = self._reads
+        self.resume_reading()
         self._on_readable()
         self.streaming = self._reads != reads
 
     def _on_readable(self) -> None:
         """Read what is there."""
+        if self._ring is not None:
+            self._on_poke()
+            return
         try:
             data = self._sock.recv(self._read_size)
         except (BlockingIOError, InterruptedError):
@@ -184,8 +223,10 @@ class Channel:
             self._wait_for_budget()
         self._wake()
 
-    def _end_reading(self, error: OSError | None) -> None:
+    def _end_reading(self, error: OSError | RemoteProtocolError | None) -> None:
         self._pause_reading()
+        if self._ring is not None:
+            self._ring.hang_up()
         self.read_ended = True
         self.read_error = error
         self._wake()
@@ -200,6 +241,8 @@ class Channel:
         """Wait until bytes were read into the decoder, or reading ended, since the
         last call.  Resumes reading first if it was paused."""
         self.resume_reading()
+        if self._ring is not None and not self._news and self._reading and not self._take_ring():
+            self._doze()
         while not self._news:
             self._waiter = self._loop.create_future()
             try:
@@ -207,6 +250,86 @@ class Channel:
             finally:
                 self._waiter = None
         self._news = False
+
+    # ------------------------------------------------------------------ the ring
+
+    def attach_ring(self, fd: int, size: int) -> None:
+        """Read from now on from the ring of ``size`` bytes in the memfd ``fd`` (the
+        channel's from now: closed once passed), which is passed to the client with
+        the next write.  Raises :class:`OSError` if it cannot be mapped."""
+        mapping = mmap.mmap(fd, RING_HEADER + size)
+        self._ring = RingReader(memoryview(mapping), size, _FENCE)
+        self._mapping = mapping
+        self._pass_fd = fd
+
+    def _on_poke(self) -> None:
+        """The ring's socket is readable: pokes, or its end."""
+        try:
+            data = self._sock.recv(_POKES)
+        except (BlockingIOError, InterruptedError):
+            data = None
+        except OSError as exc:
+            self._take_ring(last=True)
+            self._end_reading(exc)
+            return
+        if data == b"":
+            self._take_ring(last=True)
+            self._end_reading(None)
+            return
+        ring = self._ring
+        assert ring is not None
+        ring.wake()
+        self._cancel_recheck()
+        if not self._take_ring() and self._waiter is not None and self._reading:
+            # A poke for bytes taken already: the task still waits, so sleep again.
+            self._doze()
+
+    def _doze(self) -> None:
+        """Nothing to take, and the task waits: sleep until poked (or rechecked)."""
+        ring = self._ring
+        assert ring is not None
+        if ring.sleep():
+            self._take_ring()
+        elif self._recheck is None:
+            self._recheck = self._loop.call_later(RING_RECHECK, self._on_recheck)
+
+    def _take_ring(self, *, last: bool = False) -> bool:
+        """Take what the client published into the decoder; whether there was any.
+        ``last``: the stream ended, everything is taken whatever the pauses say."""
+        ring = self._ring
+        assert ring is not None
+        try:
+            count = ring.take(self._decoder.feed, ring.size)
+        except RemoteProtocolError as exc:
+            if not self.read_ended:
+                self._end_reading(exc)
+            return False
+        if not count:
+            return False
+        self._reads += 1
+        self.bytes_read += count
+        self._in_decoder += count
+        self._budget.charge(count)
+        if not last:
+            if self._decoder.buffered >= self._read_size:
+                self._pause_reading()
+            elif not self._budget.may_read():
+                self._pause_reading()
+                self._wait_for_budget()
+        self._wake()
+        return True
+
+    def _on_recheck(self) -> None:
+        self._recheck = None
+        ring = self._ring
+        if ring is not None and self._reading and ring.pending:
+            ring.wake()
+            self._take_ring()
+
+    def _cancel_recheck(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
 
     def shutdown_read(self) -> None:
         """Shut the socket's read side: what the client already sent is still read,
@@ -225,7 +348,8 @@ class Channel:
                 self._queue += data
                 return
             try:
-                sent = self._sock.send(data)
+                pass_fd = self._pass_fd is not None
+                sent = self._send_ring(data) if pass_fd else self._sock.send(data)
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError:
@@ -234,6 +358,16 @@ class Channel:
             if sent < len(data):
                 self._queue += memoryview(data)[sent:]
                 self._start_writing()
+
+    def _send_ring(self, data: bytes) -> int:
+        """Send ``data`` with the ring's memfd attached (SCM_RIGHTS), then close it
+        here: the mapping stays."""
+        fd, self._pass_fd = self._pass_fd, None
+        assert fd is not None
+        try:
+            return socket.send_fds(self._sock, [data], [fd])
+        finally:
+            os.close(fd)
 
     def fits(self, size: int) -> bool:
         """Whether ``size`` more bytes may be queued now: always into an empty queue."""
@@ -360,10 +494,23 @@ class Channel:
                 self._sock.close()
         if self._budget_timer is not None:
             self._budget_timer.cancel()
+        self._close_ring()
         self._budget.forget(self)
         self._budget.discharge(self._in_decoder)
         self._in_decoder = 0
         self._make_room()
+
+    def _close_ring(self) -> None:
+        self._cancel_recheck()
+        if self._pass_fd is not None:
+            os.close(self._pass_fd)
+            self._pass_fd = None
+        if self._ring is not None:
+            self._ring.release()
+            self._ring = None
+        if self._mapping is not None:
+            self._mapping.close()
+            self._mapping = None
 
 
 class ThreadWrite:

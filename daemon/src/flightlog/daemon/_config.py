@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from flightlog.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_RING_SIZE,
     LINE_ENVELOPE,
     default_root,
     default_socket_path,
@@ -47,6 +48,9 @@ class Config:
     #: them, is left unread between reads: what it sends meanwhile waits in its socket
     #: buffer and wakes nobody (0: off, every frame read as it arrives).
     read_window: float = 0.0005
+    #: Bytes of the data area of the ring of shared memory made for a client that
+    #: asks for one (a power of two; 0: no rings, every client uses its socket).
+    ring_size: int = DEFAULT_RING_SIZE
     #: Seconds shutdown waits for connections to finish before cancelling them.
     shutdown_grace: float = 10.0
     #: Seconds a reply or push waits for room in a connection's queue of unsent bytes

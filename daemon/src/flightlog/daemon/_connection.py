@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
+import platform
 import socket
 import struct
+import sys
 import time
 from collections.abc import Callable
 
@@ -35,16 +39,19 @@ import structlog
 from anyio.abc import TaskGroup
 
 from flightlog.protocol import (
+    RING_HEADER,
     CloseRun,
     CloseSession,
     ConnectionClosed,
     ConnectionState,
     Create,
+    ErrorReply,
     FlightlogError,
     LoadCheckpoint,
     Message,
     Open,
     RecordEvent,
+    RemoteProtocolError,
     SaveCheckpoint,
     ServerConnection,
     ServerEvent,
@@ -56,6 +63,7 @@ from flightlog.protocol import (
     Sync,
     Unsubscribe,
     check_json,
+    ring_supported,
 )
 
 from ._access import peer_groups
@@ -83,6 +91,11 @@ _QUIET_WINDOWS = 40
 _RELEASE_BOUND = 1.0
 #: The largest frame read before the hello (a hello is a few hundred bytes).
 _HELLO_FRAME_SIZE = 64 * 1024
+#: A ring's memfd can neither shrink (the daemon's reads of it would fault) nor grow,
+#: and its seals are final.
+_RING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+#: Whether this machine's fences make rings sound (see flightlog.protocol's ring).
+_RINGS = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
 
 
 async def _check_off_the_loop(data: bytes, what: str) -> None:
@@ -144,7 +157,10 @@ class Connection:
             max_line=config.max_line,
             check_inline=LARGE_PAYLOAD,
             hello_frame_size=_HELLO_FRAME_SIZE,
+            ring=self._make_ring,
         )
+        self._memory = budget
+        self._ring_size = 0
         self._budget = ConnectionBudget(budget)
         self._channel = Channel(
             sock,
@@ -194,6 +210,28 @@ class Connection:
         if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
 
+    def _make_ring(self) -> int:
+        """The hello asked for a ring: make one for the channel to read (its size), or
+        none (0) when rings are off, unsound here, over their share of the memory
+        budget, or the system refuses."""
+        size = self._config.ring_size
+        if not size or not _RINGS or not self._memory.take_ring(RING_HEADER + size):
+            return 0
+        fd = -1
+        try:
+            fd = os.memfd_create("flightlog-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, RING_HEADER + size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _RING_SEALS)
+            self._channel.attach_ring(fd, size)
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            self._memory.give_ring(RING_HEADER + size)
+            self.log.warning("ring_refused", reason=str(exc))
+            return 0
+        self._ring_size = RING_HEADER + size
+        return size
+
     def _push_queued(self) -> None:
         # A push never waits: while the client does not read, it stays queued for the
         # connection's task, which waits for room.
@@ -227,6 +265,9 @@ class Connection:
                     await self._channel.flush()
             finally:
                 self._channel.close()
+                if self._ring_size:
+                    self._memory.give_ring(self._ring_size)
+                    self._ring_size = 0
                 log_dropped(self, self.log)
                 self.log.info("connection_closed")
 
@@ -268,8 +309,13 @@ class Connection:
                 self._server.receive_data(b"")
             self._requests_seen = False
             if not await self._handle_events():
-                if channel.read_error is not None:
-                    self.log.info("connection_error", reason=str(channel.read_error))
+                error = channel.read_error
+                if isinstance(error, RemoteProtocolError):
+                    # A broken ring: told like a frame that is no message.
+                    self.log.warning("protocol_error", code=error.code, reason=error.message)
+                    await self.send(ErrorReply(id=0, code=error.code, message=error.message))
+                elif error is not None:
+                    self.log.info("connection_error", reason=str(error))
                 return
             # Counted before the wait: what is read meanwhile counts next time.
             paced, unpaced = channel.bytes_read, channel.bytes_read - paced

@@ -24,6 +24,8 @@ from ._reader import *  # noqa: F403
 from ._reader import __all__ as _reader_all
 from ._records import *  # noqa: F403
 from ._records import __all__ as _records_all
+from ._ring import *  # noqa: F403
+from ._ring import __all__ as _ring_all
 from ._server import *  # noqa: F403
 from ._server import __all__ as _server_all
 from ._state import *  # noqa: F403
@@ -43,6 +45,7 @@ __all__ = [
     *_numbers_all,
     *_reader_all,
     *_records_all,
+    *_ring_all,
     *_server_all,
     *_state_all,
     *_wire_all,

@@ -172,7 +172,9 @@ class ServerConnection:
     ``refused`` hears of every refusal the connection makes itself (a record's, once
     per run), for the owner's log; ``max_line`` bounds the lines written; payloads
     longer than ``check_inline`` are left for the owner to check (see the module
-    docstring); ``hello_frame_size`` bounds the frames read before the hello.
+    docstring); ``hello_frame_size`` bounds the frames read before the hello;
+    ``ring`` is called for a hello that asks for a ring and returns the size of the
+    one the owner made to pass with the Welcome (0: none, the socket goes on).
     """
 
     def __init__(
@@ -187,6 +189,7 @@ class ServerConnection:
         max_line: int | None = None,
         check_inline: int | None = None,
         hello_frame_size: int | None = None,
+        ring: Callable[[], int] | None = None,
     ) -> None:
         self.max_frame_size = max_frame_size
         self.max_line = max_line
@@ -203,6 +206,7 @@ class ServerConnection:
         self.client_pid = 0
         self._written_elsewhere = written_elsewhere
         self._refused = refused
+        self._ring = ring
         # Until the hello, frames may be held smaller: a client that has not said who
         # it is cannot make the server hold a large one.
         self._decoder = server_decoder(min(max_frame_size, hello_frame_size or max_frame_size))
@@ -383,6 +387,7 @@ class ServerConnection:
             case Hello(id=request_id, client=client, pid=pid):
                 self.client, self.client_pid = client[:200], pid
                 self._decoder.max_frame_size = self.max_frame_size
+                ring = self._ring() if message.ring and self._ring is not None else 0
                 self._queue(
                     Welcome(
                         id=request_id,
@@ -390,6 +395,7 @@ class ServerConnection:
                         max_frame_size=self.max_frame_size,
                         daemon_pid=self.pid,
                         server=self.server,
+                        ring=ring,
                     )
                 )
                 return None

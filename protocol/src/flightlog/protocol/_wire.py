@@ -73,11 +73,15 @@ class Request(Message, frozen=True):
 
 
 class Hello(Request, tag="hello", frozen=True):
-    """First message on every connection: the protocol version the client speaks."""
+    """First message on every connection: the protocol version the client speaks.
+
+    ``ring``: the client would send its frames through a ring of shared memory
+    (docs/protocol.md, "The ring"); it then sends nothing more until the Welcome."""
 
     version: int
     client: str = ""
     pid: int = 0
+    ring: bool = False
 
 
 class Create(Request, tag="create", frozen=True):
@@ -214,13 +218,18 @@ ClientMessage = (
 
 
 class Welcome(Message, tag="welcome", frozen=True):
-    """Reply to Hello: the version spoken and the largest frame the daemon accepts."""
+    """Reply to Hello: the version spoken and the largest frame the daemon accepts.
+
+    ``ring``: the size of the data area of the ring passed with this message (a
+    memfd, as SCM_RIGHTS), through which the client sends every later frame; 0: no
+    ring, the socket carries them."""
 
     id: int
     version: int
     max_frame_size: int
     daemon_pid: int = 0
     server: str = ""
+    ring: int = 0
 
 
 class SessionOpened(Message, tag="session_opened", frozen=True):

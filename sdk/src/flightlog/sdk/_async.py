@@ -231,7 +231,9 @@ class AsyncClient(_AsyncResource):
             best_effort=best_effort,
         )
         try:
-            await client._call(client._conn.hello())
+            client._conn.ring = transport.wants_ring
+            welcome = await client._call(client._conn.hello())
+            client._transport.welcomed(welcome.ring)
         except BaseException:
             await client.aclose()
             raise
@@ -534,7 +536,8 @@ class AsyncClient(_AsyncResource):
         subscribed again where it was."""
         conn = self._conn
         conn.reset()
-        await self._exchange(transport, conn.hello())
+        conn.ring = transport.wants_ring
+        transport.welcomed((await self._exchange(transport, conn.hello())).ring)
         for session_id in conn.writing():
             try:
                 opened = await self._exchange(transport, conn.reopen(session_id))

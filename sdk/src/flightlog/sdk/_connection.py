@@ -334,6 +334,8 @@ class ClientConnection:
         self._marks: dict[int, tuple[str, int, bool]] = {}
         #: The daemon's Welcome, once the handshake is done.
         self.welcome: Welcome | None = None
+        #: Whether the hello asks for a ring (the transport's to say).
+        self.ring = False
         self._ids = itertools.count(1)
         self._encoder = FrameEncoder()
         self._decoder = client_decoder()
@@ -521,7 +523,11 @@ class ClientConnection:
 
         return self._request(
             lambda id: Hello(
-                id=id, version=PROTOCOL_VERSION, client=self.client_name, pid=self.pid
+                id=id,
+                version=PROTOCOL_VERSION,
+                client=self.client_name,
+                pid=self.pid,
+                ring=self.ring,
             ),
             welcome,
             Welcome,

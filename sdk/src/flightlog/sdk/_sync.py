@@ -225,7 +225,9 @@ class Client(_Resource):
             best_effort=best_effort,
         )
         try:
-            client._call(client._conn.hello())
+            client._conn.ring = transport.wants_ring
+            welcome = client._call(client._conn.hello())
+            client._transport.welcomed(welcome.ring)
         except BaseException:
             client.close()
             raise
@@ -524,7 +526,8 @@ class Client(_Resource):
         subscribed again where it was."""
         conn = self._conn
         conn.reset()
-        self._exchange(transport, conn.hello())
+        conn.ring = transport.wants_ring
+        transport.welcomed((self._exchange(transport, conn.hello())).ring)
         for session_id in conn.writing():
             try:
                 opened = self._exchange(transport, conn.reopen(session_id))

@@ -8,6 +8,18 @@ failures become :class:`ConnectionLost`; a failed connect becomes
 
 * :class:`SocketTransport`: a plain blocking ``AF_UNIX`` socket, for :class:`Client`.
 * :class:`AsyncSocketTransport`: anyio's ``connect_unix``, for :class:`AsyncClient`.
+
+Both ask the daemon for a ring of shared memory (``wants_ring``; docs/protocol.md,
+"The ring") unless ``$FLIGHTLOG_RING`` is ``0`` or the machine's fences do not make it
+sound (:func:`~flightlog.protocol.ring_supported`).  Until the client has the
+daemon's Welcome (:meth:`welcomed`), the socket is read with room for the memfd the
+daemon passes with it; from then on ``send`` copies into the ring and publishes
+(:class:`~flightlog.protocol.RingWriter`), and writes a poke byte to the socket only
+when the daemon said it sleeps.  A ring with no room makes the sender poke and wait
+for it (sleeps that back off from 10 µs to 1 ms), as a full socket buffer would; a
+daemon that hangs up meanwhile fails the next poke, which is ConnectionLost.  The
+socket still carries the daemon's replies and pushes, and the end of the connection
+either way.
 * :class:`MockTransport` and :class:`AsyncMockTransport`: a daemon in the same
   process, for tests: a :class:`~._memory.MemoryDaemon`, which applies flightlogd's
   rules through the protocol's real server connection and keeps sessions in memory.
@@ -16,15 +28,28 @@ failures become :class:`ConnectionLost`; a failed connect becomes
 from __future__ import annotations
 
 import errno
+import mmap
+import os
+import platform
 import select
 import socket
+import sys
+import threading
+import time
 from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from flightlog.protocol import Message, encode_frame, server_decoder
+from flightlog.protocol import (
+    RING_HEADER,
+    Message,
+    RingWriter,
+    encode_frame,
+    ring_supported,
+    server_decoder,
+)
 
 from ._exceptions import ConnectError, ConnectionLost, DaemonNotRunning
 from ._memory import MemoryDaemon
@@ -41,10 +66,29 @@ __all__ = [
 _CHUNK: Final = 256 * 1024
 # Errors that mean nothing listens on the path (as opposed to, say, a permission).
 _NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR})
+#: Seconds a sender waits at first, and at most, for room in a full ring.
+_FIRST_WAIT: Final = 1e-5
+_LAST_WAIT: Final = 1e-3
+_POKE: Final = b"\x00"
+#: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
+_FENCE: Final = threading.Lock()
+_RINGS: Final = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
+
+
+def wants_ring() -> bool:
+    """Whether a new connection asks for a ring: where rings are sound, unless
+    ``$FLIGHTLOG_RING`` is ``0``."""
+    return _RINGS and os.environ.get("FLIGHTLOG_RING", "1") != "0"
 
 
 class Transport(Protocol):
     """What :class:`Client` needs to talk to the daemon."""
+
+    #: Whether the hello asks for a ring.
+    wants_ring: bool
+
+    def welcomed(self, ring: int) -> None:
+        """The Welcome came, announcing a ring of ``ring`` bytes (0: none)."""
 
     def send(self, data: bytes) -> None:
         """Send all of ``data``, waiting while the daemon does not read."""
@@ -61,6 +105,12 @@ class Transport(Protocol):
 
 class AsyncTransport(Protocol):
     """What :class:`AsyncClient` needs to talk to the daemon."""
+
+    #: Whether the hello asks for a ring.
+    wants_ring: bool
+
+    def welcomed(self, ring: int) -> None:
+        """The Welcome came, announcing a ring of ``ring`` bytes (0: none)."""
 
     async def send(self, data: bytes) -> None:
         """Send all of ``data``; cancelled midway, the transport is closed."""
@@ -111,11 +161,76 @@ def _drain(sock: socket.socket, poller: select.poll | None = None) -> bytes | No
     return b"".join(chunks)
 
 
-class SocketTransport:
-    """A blocking Unix socket connected to the daemon."""
+class _RingEnd:
+    """The ring a socket transport sends through, once the daemon passed one."""
 
-    def __init__(self, sock: socket.socket, path: str | None = None) -> None:
+    def __init__(self, sock: socket.socket, ring: bool | None) -> None:
         self._sock = sock
+        self.wants_ring = wants_ring() if ring is None else ring
+        #: Until welcomed(): descriptors passed with what was received.
+        self._awaiting = self.wants_ring
+        self._fds: list[int] = []
+        self._ring: RingWriter | None = None
+        self._mapping: mmap.mmap | None = None
+
+    def _recv_fds(self, flags: int = 0) -> bytes:
+        """A receive that keeps the descriptors passed with the bytes (SCM_RIGHTS)."""
+        data, fds, _, _ = socket.recv_fds(self._sock, _CHUNK, 4, flags | socket.MSG_CMSG_CLOEXEC)
+        self._fds.extend(fds)
+        return data
+
+    def welcomed(self, ring: int) -> None:
+        """Map the ring the daemon passed with its Welcome, if it announced one."""
+        if not self._awaiting:
+            return
+        self._awaiting = False
+        fds, self._fds = self._fds, []
+        try:
+            if ring:
+                if not fds:
+                    raise ConnectionLost("the daemon announced a ring but passed none")
+                mapping = mmap.mmap(fds[0], RING_HEADER + ring)
+                try:
+                    self._ring = RingWriter(memoryview(mapping), _FENCE)
+                except ValueError as exc:
+                    mapping.close()
+                    raise ConnectionLost(f"the daemon's ring is unusable: {exc}") from None
+                self._mapping = mapping
+        except OSError as exc:
+            raise _lost(exc) from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _poke(self) -> None:
+        """Wake the daemon: one byte on the socket (a full socket is awake already)."""
+        try:
+            self._sock.send(_POKE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise _lost(exc) from exc
+
+    def _close_ring(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        if self._ring is not None:
+            self._ring.release()
+            self._ring = None
+        if self._mapping is not None:
+            self._mapping.close()
+            self._mapping = None
+
+
+class SocketTransport(_RingEnd):
+    """A blocking Unix socket connected to the daemon; ``ring``: whether to ask for a
+    ring (None: :func:`wants_ring`)."""
+
+    def __init__(
+        self, sock: socket.socket, path: str | None = None, *, ring: bool | None = None
+    ) -> None:
+        super().__init__(sock, ring)
         self.path = path
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
@@ -136,13 +251,37 @@ class SocketTransport:
         return cls(sock, path)
 
     def send(self, data: bytes) -> None:
-        try:
-            self._sock.sendall(data)
-        except OSError as exc:
-            raise _lost(exc) from exc
+        ring = self._ring
+        if ring is None:
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                raise _lost(exc) from exc
+            return
+        taken, poke = ring.write(data)
+        if poke:
+            self._poke()
+        if taken < len(data):
+            self._send_slowly(ring, memoryview(data)[taken:])
+
+    def _send_slowly(self, ring: RingWriter, rest: memoryview) -> None:
+        """The ring is full: poke the daemon and wait for room, backing off."""
+        wait = _FIRST_WAIT
+        while rest:
+            self._poke()
+            time.sleep(wait)
+            wait = min(wait * 2, _LAST_WAIT)
+            taken, poke = ring.write(rest)
+            if taken:
+                rest = rest[taken:]
+                wait = _FIRST_WAIT
+                if poke:
+                    self._poke()
 
     def receive(self) -> bytes:
         try:
+            if self._awaiting:
+                return self._recv_fds()
             return self._sock.recv(_CHUNK)
         except OSError as exc:
             raise _lost(exc) from exc
@@ -154,14 +293,18 @@ class SocketTransport:
 
     def close(self) -> None:
         self._sock.close()
+        self._close_ring()
 
 
-class AsyncSocketTransport:
-    """An anyio Unix socket stream connected to the daemon."""
+class AsyncSocketTransport(_RingEnd):
+    """An anyio Unix socket stream connected to the daemon; ``ring``: whether to ask
+    for a ring (None: :func:`wants_ring`)."""
 
-    def __init__(self, stream: anyio.abc.SocketStream, path: str | None = None) -> None:
+    def __init__(
+        self, stream: anyio.abc.SocketStream, path: str | None = None, *, ring: bool | None = None
+    ) -> None:
+        super().__init__(stream.extra(anyio.abc.SocketAttribute.raw_socket), ring)
         self._stream = stream
-        self._sock: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         self.path = path
 
     @classmethod
@@ -183,6 +326,14 @@ class AsyncSocketTransport:
         # would leave half a frame on the wire, so then the connection is closed.
         view = memoryview(data)
         await anyio.lowlevel.checkpoint()
+        ring = self._ring
+        if ring is not None:
+            taken, poke = ring.write(view)
+            if poke:
+                self._poke()
+            if taken < len(data):
+                await self._send_slowly(ring, view[taken:], len(data))
+            return
         try:
             while view:
                 try:
@@ -196,8 +347,34 @@ class AsyncSocketTransport:
                 await self.aclose()
             raise
 
+    async def _send_slowly(self, ring: RingWriter, rest: memoryview, size: int) -> None:
+        """The ring is full: poke the daemon and wait for room, backing off; cancelled
+        midway, the transport is closed (part of a frame is in the ring)."""
+        wait = _FIRST_WAIT
+        try:
+            while rest:
+                self._poke()
+                await anyio.sleep(wait)
+                wait = min(wait * 2, _LAST_WAIT)
+                taken, poke = ring.write(rest)
+                if taken:
+                    rest = rest[taken:]
+                    wait = _FIRST_WAIT
+                    if poke:
+                        self._poke()
+        except BaseException:
+            await self.aclose()
+            raise
+
     async def receive(self) -> bytes:
         try:
+            if self._awaiting:
+                while True:
+                    await anyio.wait_readable(self._sock)
+                    try:
+                        return self._recv_fds(socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue
             return await self._stream.receive(_CHUNK)
         except anyio.EndOfStream:
             return b""
@@ -211,6 +388,7 @@ class AsyncSocketTransport:
 
     async def aclose(self) -> None:
         await anyio.aclose_forcefully(self._stream)
+        self._close_ring()
 
 
 class _MockLink:
@@ -261,6 +439,10 @@ class _MockTransportBase:
         self.daemon = daemon if daemon is not None else MemoryDaemon()
         self._link = _MockLink(self.daemon, chunk_size)
         self.path: str | None = None
+        self.wants_ring = False
+
+    def welcomed(self, ring: int) -> None:
+        """Nothing to do: a mock has no ring."""
 
     @property
     def sent(self) -> list[Any]:

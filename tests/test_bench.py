@@ -108,6 +108,19 @@ def test_probes_run_and_print_every_line(probe: str, lines: list[str]) -> None:
         assert line in done.stdout, done.stdout
 
 
+def test_ring_probe_prints_both_sides_of_both_hand_overs() -> None:
+    """The probe docs/benchmarks.md quotes for what the ring saves per frame."""
+    args = ("--frames", "2000", "--rounds", "2", "--sdk-events", "2000", "--sdk-rounds", "2")
+    out = _python_m("bench.ring", *args, timeout=120).stdout
+    cells = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("|")]
+    assert [cell for cell in cells if cell not in ("side", "---")] == [
+        "sender",
+        "reader",
+        "agent (record())",
+        "daemon",
+    ], out
+
+
 def test_saturated_probe_prints_the_daemon_cpu_per_record_of_both_sizes() -> None:
     """The probe docs/benchmarks.md quotes for the daemon's steps per record."""
     out = _python_m("bench.saturated", "--quick", timeout=180).stdout

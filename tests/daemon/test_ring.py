@@ -62,8 +62,8 @@ class RingClient(RawClient):
             )
         )
         data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
-        assert len(fds) == 1, "the Welcome brings one descriptor"
-        self.fd = fds[0]
+        assert len(fds) == 2, "the Welcome brings the memfd and the eventfd"
+        self.fd, self.room_fd = fds
         self.decoder.feed(data)
         self.welcome = self.receive()
         assert self.welcome.ring > 0, self.welcome
@@ -92,6 +92,7 @@ class RingClient(RawClient):
         self.words.release()
         self.mapping.close()
         os.close(self.fd)
+        os.close(self.room_fd)
         super().close()
 
 

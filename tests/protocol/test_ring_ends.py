@@ -104,3 +104,15 @@ def test_the_ring_fields_are_optional_both_ways() -> None:
     assert msgspec.msgpack.decode(hello, type=OldHello).version == PROTOCOL_VERSION
     old = msgspec.msgpack.encode(OldWelcome(id=1, version=1, max_frame_size=1024))
     assert msgspec.msgpack.decode(old, type=Welcome).ring == 0
+
+
+def test_a_writer_waiting_for_room_is_seen_by_the_reader() -> None:
+    writer, reader, _ = _ends()
+    writer.write(b"x" * SIZE)
+    assert writer.wait() == 0
+    out = bytearray()
+    reader.take(out.extend, 10)
+    assert reader.wanted()
+    assert writer.wait() == 10  # the room came meanwhile: no need to wait
+    writer.waited()
+    assert not reader.wanted()

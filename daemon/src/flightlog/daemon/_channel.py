@@ -32,7 +32,9 @@ pokes it; a hold or a pause leaves the flag clear, so a streaming client pokes
 nobody.  A timer of :data:`RING_RECHECK` seconds after each sleep looks at the ring
 once more: a missed wake-up would cost that much latency, never a record.  At the end
 of the stream, the ring is taken to its end first: what the client published before
-it died still lands; then the ring says it sleeps for good, so a client still alive
+it died still lands.  A client that waits for room (the ring full) is told of it
+through an eventfd passed with the ring, after each take that finds it waiting.  At
+the end the ring says it sleeps for good, so a client still alive
 (the daemon shut its read side) pokes at its next publish and fails there, as its
 next send on the socket would.  A ``tail`` the client wrote that cannot be (behind ``head``, or
 more than the ring ahead) ends reading with a :class:`RemoteProtocolError`.
@@ -107,6 +109,8 @@ class Channel:
         self._mapping: mmap.mmap | None = None
         #: The ring's memfd, until it is passed with the next write.
         self._pass_fd: int | None = None
+        #: The eventfd the client waits on for room in its ring.
+        self._room_fd = -1
         self._recheck: asyncio.TimerHandle | None = None
         self._queue = bytearray()
         self._queue_bytes = queue_bytes
@@ -256,11 +260,18 @@ class Channel:
     def attach_ring(self, fd: int, size: int) -> None:
         """Read from now on from the ring of ``size`` bytes in the memfd ``fd`` (the
         channel's from now: closed once passed), which is passed to the client with
-        the next write.  Raises :class:`OSError` if it cannot be mapped."""
-        mapping = mmap.mmap(fd, RING_HEADER + size)
+        the next write, with the eventfd that tells it of room.  Raises
+        :class:`OSError` if either cannot be made."""
+        room = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            mapping = mmap.mmap(fd, RING_HEADER + size)
+        except OSError:
+            os.close(room)
+            raise
         self._ring = RingReader(memoryview(mapping), size, _FENCE)
         self._mapping = mapping
         self._pass_fd = fd
+        self._room_fd = room
 
     def _on_poke(self) -> None:
         """The ring's socket is readable: pokes, or its end."""
@@ -310,6 +321,9 @@ class Channel:
         self.bytes_read += count
         self._in_decoder += count
         self._budget.charge(count)
+        if ring.wanted():
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._room_fd, 1)
         if not last:
             if self._decoder.buffered >= self._read_size:
                 self._pause_reading()
@@ -365,7 +379,7 @@ class Channel:
         fd, self._pass_fd = self._pass_fd, None
         assert fd is not None
         try:
-            return socket.send_fds(self._sock, [data], [fd])
+            return socket.send_fds(self._sock, [data], [fd, self._room_fd])
         finally:
             os.close(fd)
 
@@ -511,6 +525,9 @@ class Channel:
         if self._mapping is not None:
             self._mapping.close()
             self._mapping = None
+        if self._room_fd >= 0:
+            os.close(self._room_fd)
+            self._room_fd = -1
 
 
 class ThreadWrite:

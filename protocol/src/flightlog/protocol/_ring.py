@@ -13,7 +13,8 @@ side's stores are single stores that never share a line with the other side's)::
 
     0    MAGIC, then the data area's size (written once by the daemon)
     64   head: the daemon's read position
-    128  tail: the client's write position
+    128  tail: the client's write position; at 136, waiting: non-zero while
+         the client waits for room
     192  asleep: non-zero while the daemon waits for a poke
     256  the data area (a power of two bytes)
 
@@ -24,7 +25,11 @@ bytes of room.
 Wake-ups are Dekker's: the client stores ``tail``, runs a full fence and reads
 ``asleep``, poking the daemon (a byte on the socket) only when it is set; the daemon
 stores ``asleep``, runs a full fence and reads ``tail`` again before it waits.  One of
-the two sees the other's store, so a published byte is never left unseen.  Python
+the two sees the other's store, so a published byte is never left unseen.  Room is
+told the same way the other way round: a client with no room stores ``waiting``, runs
+a fence and reads ``head`` again before it waits on the eventfd passed with the
+ring; the daemon stores ``head``, runs a fence and reads ``waiting``, and signals the
+eventfd when it is set (:meth:`RingReader.wanted`).  Python
 has no fence of its own: the ends use the acquire and release of an uncontended
 ``threading.Lock``, which on Linux with glibc is an atomic read-modify-write (a
 ``lock``-prefixed instruction on x86-64, a full fence there); the owner passes the
@@ -63,7 +68,7 @@ DEFAULT_RING_SIZE: Final = 128 * 1024
 MAGIC: Final = int.from_bytes(b"flightlo", "little")
 
 # Word indexes (8-byte words) of the header's fields.
-_MAGIC, _SIZE, _HEAD, _TAIL, _ASLEEP = 0, 1, 8, 16, 24
+_MAGIC, _SIZE, _HEAD, _TAIL, _WAITING, _ASLEEP = 0, 1, 8, 16, 17, 24
 
 
 class FenceLock(Protocol):
@@ -166,6 +171,18 @@ class RingWriter:
         """Whether the daemon waits for a poke."""
         return self._words[_ASLEEP] != 0
 
+    def wait(self) -> int:
+        """Say the client waits for room; the room there is now (if any, it need not
+        wait).  :meth:`waited` when done."""
+        self._words[_WAITING] = 1
+        self._acquire()
+        self._release()
+        return self.room
+
+    def waited(self) -> None:
+        """The client waits for room no more."""
+        self._words[_WAITING] = 0
+
     def release(self) -> None:
         """Let go of the mapping (the views into it)."""
         self._words.release()
@@ -229,6 +246,14 @@ class RingReader:
         self._head = head = head + n
         self._words[_HEAD] = head
         return n
+
+    def wanted(self) -> bool:
+        """After a :meth:`take`: whether the client waits for the room it made (to be
+        told through the eventfd).  Only a hint: a client can say so always, and
+        costs itself a wake-up per take."""
+        self._fence.acquire()
+        self._fence.release()
+        return self._words[_WAITING] != 0
 
     def sleep(self) -> bool:
         """Say the daemon waits for a poke; whether bytes came meanwhile (then it

@@ -15,9 +15,11 @@ sound (:func:`~flightlog.protocol.ring_supported`).  Until the client has the
 daemon's Welcome (:meth:`welcomed`), the socket is read with room for the memfd the
 daemon passes with it; from then on ``send`` copies into the ring and publishes
 (:class:`~flightlog.protocol.RingWriter`), and writes a poke byte to the socket only
-when the daemon said it sleeps.  A ring with no room makes the sender poke and wait
-for it (sleeps that back off from 10 µs to 1 ms), as a full socket buffer would; a
-daemon that hangs up meanwhile fails the next poke, which is ConnectionLost.  The
+when the daemon said it sleeps.  A ring with no room makes the sender say it waits
+and wait on the eventfd the daemon passed with the ring, which it signals once it
+took bytes from a ring whose client waits: a full ring holds the sender as a full
+socket buffer would.  The wait also ends every :data:`_ROOM_RECHECK` seconds (the
+room is looked at again), and when the daemon hangs up (ConnectionLost).  The
 socket still carries the daemon's replies and pushes, and the end of the connection
 either way.
 * :class:`MockTransport` and :class:`AsyncMockTransport`: a daemon in the same
@@ -27,6 +29,7 @@ either way.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -35,7 +38,6 @@ import select
 import socket
 import sys
 import threading
-import time
 from typing import Any, Final, Protocol
 
 import anyio
@@ -66,9 +68,8 @@ __all__ = [
 _CHUNK: Final = 256 * 1024
 # Errors that mean nothing listens on the path (as opposed to, say, a permission).
 _NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR})
-#: Seconds a sender waits at first, and at most, for room in a full ring.
-_FIRST_WAIT: Final = 1e-5
-_LAST_WAIT: Final = 1e-3
+#: Seconds a sender waits for room on the daemon's eventfd before it looks again.
+_ROOM_RECHECK: Final = 0.01
 _POKE: Final = b"\x00"
 #: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
 _FENCE: Final = threading.Lock()
@@ -136,6 +137,12 @@ def _lost(exc: BaseException) -> ConnectionLost:
     return ConnectionLost(f"the connection to the daemon broke: {reason or type(exc).__name__}")
 
 
+def _closed() -> ConnectionLost:
+    """A send through a ring the transport's close let go of (another thread or task
+    closed it meanwhile)."""
+    return ConnectionLost("the connection to the daemon is closed")
+
+
 def _drain(sock: socket.socket, poller: select.poll | None = None) -> bytes | None:
     """Everything the socket holds right now, without waiting.
 
@@ -172,6 +179,8 @@ class _RingEnd:
         self._fds: list[int] = []
         self._ring: RingWriter | None = None
         self._mapping: mmap.mmap | None = None
+        #: The daemon's eventfd that tells a sender waiting for room of it.
+        self._room_fd = -1
 
     def _recv_fds(self, flags: int = 0) -> bytes:
         """A receive that keeps the descriptors passed with the bytes (SCM_RIGHTS)."""
@@ -187,8 +196,8 @@ class _RingEnd:
         fds, self._fds = self._fds, []
         try:
             if ring:
-                if not fds:
-                    raise ConnectionLost("the daemon announced a ring but passed none")
+                if len(fds) != 2:
+                    raise ConnectionLost("the daemon announced a ring but did not pass it")
                 mapping = mmap.mmap(fds[0], RING_HEADER + ring)
                 try:
                     self._ring = RingWriter(memoryview(mapping), _FENCE)
@@ -196,6 +205,7 @@ class _RingEnd:
                     mapping.close()
                     raise ConnectionLost(f"the daemon's ring is unusable: {exc}") from None
                 self._mapping = mapping
+                self._room_fd = fds.pop()
         except OSError as exc:
             raise _lost(exc) from exc
         finally:
@@ -211,10 +221,24 @@ class _RingEnd:
         except OSError as exc:
             raise _lost(exc) from exc
 
+    def _room_told(self) -> None:
+        """Take the eventfd's count (it was signalled, or the wait timed out)."""
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._room_fd)
+
+    def _hung_up(self) -> bool:
+        """Whether the daemon closed the connection (polled, no wait)."""
+        poller = select.poll()
+        poller.register(self._sock, select.POLLRDHUP)
+        return bool(poller.poll(0))
+
     def _close_ring(self) -> None:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+        if self._room_fd >= 0:
+            os.close(self._room_fd)
+            self._room_fd = -1
         if self._ring is not None:
             self._ring.release()
             self._ring = None
@@ -258,25 +282,38 @@ class SocketTransport(_RingEnd):
             except OSError as exc:
                 raise _lost(exc) from exc
             return
-        taken, poke = ring.write(data)
+        try:
+            taken, poke = ring.write(data)
+        except ValueError:
+            raise _closed() from None
         if poke:
             self._poke()
         if taken < len(data):
             self._send_slowly(ring, memoryview(data)[taken:])
 
     def _send_slowly(self, ring: RingWriter, rest: memoryview) -> None:
-        """The ring is full: poke the daemon and wait for room, backing off."""
-        wait = _FIRST_WAIT
-        while rest:
-            self._poke()
-            time.sleep(wait)
-            wait = min(wait * 2, _LAST_WAIT)
-            taken, poke = ring.write(rest)
-            if taken:
+        """The ring is full: wait on the daemon's eventfd for room, and go on."""
+        waiting = select.poll()
+        waiting.register(self._room_fd, select.POLLIN)
+        try:
+            while rest:
+                if not ring.wait():
+                    if ring.asleep:
+                        self._poke()
+                    if not waiting.poll(_ROOM_RECHECK * 1000) and self._hung_up():
+                        raise ConnectionLost("the daemon closed the connection")
+                    self._room_told()
+                    continue
+                ring.waited()
+                taken, poke = ring.write(rest)
                 rest = rest[taken:]
-                wait = _FIRST_WAIT
                 if poke:
                     self._poke()
+        except ValueError:
+            raise _closed() from None
+        finally:
+            if self._ring is ring:
+                ring.waited()
 
     def receive(self) -> bytes:
         try:
@@ -328,11 +365,14 @@ class AsyncSocketTransport(_RingEnd):
         await anyio.lowlevel.checkpoint()
         ring = self._ring
         if ring is not None:
-            taken, poke = ring.write(view)
+            try:
+                taken, poke = ring.write(view)
+            except ValueError:
+                raise _closed() from None
             if poke:
                 self._poke()
             if taken < len(data):
-                await self._send_slowly(ring, view[taken:], len(data))
+                await self._send_slowly(ring, view[taken:])
             return
         try:
             while view:
@@ -347,24 +387,33 @@ class AsyncSocketTransport(_RingEnd):
                 await self.aclose()
             raise
 
-    async def _send_slowly(self, ring: RingWriter, rest: memoryview, size: int) -> None:
-        """The ring is full: poke the daemon and wait for room, backing off; cancelled
-        midway, the transport is closed (part of a frame is in the ring)."""
-        wait = _FIRST_WAIT
+    async def _send_slowly(self, ring: RingWriter, rest: memoryview) -> None:
+        """The ring is full: wait on the daemon's eventfd for room, and go on;
+        cancelled midway, the transport is closed (part of a frame is in the ring)."""
         try:
             while rest:
-                self._poke()
-                await anyio.sleep(wait)
-                wait = min(wait * 2, _LAST_WAIT)
-                taken, poke = ring.write(rest)
-                if taken:
-                    rest = rest[taken:]
-                    wait = _FIRST_WAIT
-                    if poke:
+                if not ring.wait():
+                    if ring.asleep:
                         self._poke()
+                    with anyio.move_on_after(_ROOM_RECHECK) as scope:
+                        await anyio.wait_readable(self._room_fd)
+                    if scope.cancelled_caught and self._hung_up():
+                        raise ConnectionLost("the daemon closed the connection")
+                    self._room_told()
+                    continue
+                ring.waited()
+                taken, poke = ring.write(rest)
+                rest = rest[taken:]
+                if poke:
+                    self._poke()
+        except ValueError:
+            raise _closed() from None
         except BaseException:
             await self.aclose()
             raise
+        finally:
+            if self._ring is ring:
+                ring.waited()
 
     async def receive(self) -> bytes:
         try:

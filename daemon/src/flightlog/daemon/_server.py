@@ -324,13 +324,16 @@ def _fit_descriptors(config: Config, roots: int) -> Config:
     descriptor limit (RLIMIT_NOFILE), so that a flood of connections never takes the
     descriptors sessions need to reopen their files (a failed reopen would fail the
     session for good).  What stays beyond both is kept for the listening sockets, the
-    event loop, and what worker threads open while they walk a path."""
+    event loop, and what worker threads open while they walk a path.  A connection
+    with a ring holds three descriptors: its socket, its ring's eventfd, and the copy
+    of the ring's memfd that Python's ``mmap`` keeps while it is mapped."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return config
     room = soft - (64 + 3 * (DISK_THREADS + READER_THREADS) * roots)
     files = max(1, min(config.max_open_files, room // 2))
-    connections = max(1, min(config.max_connections, room - files))
+    per_connection = 3 if config.ring_size else 1
+    connections = max(1, min(config.max_connections, (room - files) // per_connection))
     if (files, connections) == (config.max_open_files, config.max_connections):
         return config
     log.warning(

@@ -8,8 +8,9 @@ wrote, the daemon copies them out into the connection's frame decoder and publis
 how far it read.  A frame may wrap around the end of the data area, and one larger
 than the free room goes in pieces, each published as it is copied.
 
-Layout, in bytes (every field an aligned 8-byte word on its own cache line, so each
-side's stores are single stores that never share a line with the other side's)::
+Layout, in bytes (every field an aligned 8-byte word, each side's on cache lines of
+its own, so every store is one aligned store that never shares a line with the other
+side's)::
 
     0    MAGIC, then the data area's size (written once by the daemon)
     64   head: the daemon's read position
@@ -27,14 +28,14 @@ Wake-ups are Dekker's: the client stores ``tail``, runs a full fence and reads
 stores ``asleep``, runs a full fence and reads ``tail`` again before it waits.  One of
 the two sees the other's store, so a published byte is never left unseen.  Room is
 told the same way the other way round: a client with no room stores ``waiting``, runs
-a fence and reads ``head`` again before it waits on the eventfd passed with the
-ring; the daemon stores ``head``, runs a fence and reads ``waiting``, and signals the
-eventfd when it is set (:meth:`RingReader.wanted`).  Python
-has no fence of its own: the ends use the acquire and release of an uncontended
-``threading.Lock``, which on Linux with glibc is an atomic read-modify-write (a
-``lock``-prefixed instruction on x86-64, a full fence there); the owner passes the
-lock in (:class:`FenceLock`).  :func:`ring_supported` says where that holds;
-elsewhere the socket carries everything.
+a fence and reads ``head`` again before it waits on the eventfd passed with the ring;
+the daemon stores ``head``, runs a fence and reads ``waiting``, and signals the
+eventfd when it is set (:meth:`RingReader.wanted`).  Python has no fence of its own:
+the ends use the acquire and release of an uncontended ``threading.Lock``, which on
+Linux with glibc is an atomic read-modify-write (a ``lock``-prefixed instruction on
+x86-64, a full fence there); the owner passes the lock in (:class:`FenceLock`).
+:func:`ring_supported` says where that holds; elsewhere the socket carries
+everything.
 
 This module holds the layout and the two ends' arithmetic over a buffer the owner
 maps; it does no I/O.  The daemon trusts nothing in the buffer: :class:`RingReader`

@@ -384,6 +384,7 @@ def test_short_data_is_decoded_in_full_and_long_data_checked_in_passes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     passes: list[int] = []
+    monkeypatch.setattr(_json, "fast_check_json", None)  # the Python path's own ways
     monkeypatch.setattr(
         _json, "_check_in_passes", lambda data, what, limit: passes.append(len(data))
     )

@@ -42,6 +42,7 @@ from flightlog.protocol import (
     LoadCheckpoint,
     LocalProtocolError,
     Message,
+    RecordLines,
     RunCloseData,
     RunResumeData,
     RunStartData,
@@ -447,6 +448,13 @@ class SessionActor:
                 break
             index += 1
             for record in records:
+                if isinstance(record, RecordLines):
+                    size += record.size
+                    if refusal is None and record.run_id == run_id:
+                        seq += self._lines.append_tails(buf, seq, record.tails)
+                    else:
+                        peer.refuse(record, refusal or _run_not_open(record.run_id))
+                    continue
                 data = record.data
                 size += len(data)
                 if refusal is None and record.run_id == run_id:

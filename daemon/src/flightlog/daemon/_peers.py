@@ -16,6 +16,7 @@ from flightlog.protocol import (
     FlightlogError,
     Message,
     RecordEvent,
+    RecordLines,
     SaveCheckpoint,
     StartRun,
 )
@@ -50,8 +51,9 @@ class Peer(Protocol):
 
     async def send(self, message: Message) -> None: ...
 
-    def refuse(self, record: RecordEvent, error: FlightlogError) -> None:
-        """``record`` was not written: its refusal goes to the client (once per run)."""
+    def refuse(self, record: RecordEvent | RecordLines, error: FlightlogError) -> None:
+        """``record`` (or those records) was not written: its refusal goes to the
+        client (once per run)."""
         ...
 
     def run_not_opened(self, start: StartRun) -> None:
@@ -111,8 +113,9 @@ class Shutdown(msgspec.Struct, frozen=True):
 
 
 #: Records a connection hands to an actor as one item: those of one session it
-#: took in a row from one read (docs/architecture.md).
-Records = list[RecordEvent]
+#: took in a row from one read (docs/architecture.md), one by one or, those the C
+#: accelerator took, as stretches of lines.
+Records = list[RecordEvent | RecordLines]
 
 Item = tuple["Peer | None", Message | StartRun | Release | Shutdown | Records]
 
@@ -132,7 +135,9 @@ def payload_size(message: object) -> int:
     JSON payload; a request its long fields and :data:`REQUEST_SIZE`; what the
     daemon tells an actor itself (release, shutdown) nothing."""
     if isinstance(message, list):
-        return sum(len(record.data) for record in message)
+        return sum(
+            record.size if type(record) is RecordLines else len(record.data) for record in message
+        )
     if isinstance(message, RecordEvent):
         return len(message.data)
     if isinstance(message, SaveCheckpoint):

@@ -109,6 +109,18 @@ class FrameDecoder(Generic[M]):
             self._pos = 0
         self._buf += data
 
+    def pending(self) -> tuple[bytearray, int]:
+        """The buffer and where its next frame starts, for a reader of frames that
+        walks them itself (the C accelerator); it says how far it read with
+        :meth:`consumed`.  Raises as :meth:`next_message` does once broken."""
+        if self._broken is not None:
+            raise self._broken
+        return self._buf, self._pos
+
+    def consumed(self, pos: int) -> None:
+        """The frames before ``pos`` of the :meth:`pending` buffer were read."""
+        self._pos = pos
+
     def next_message(self) -> M | None:
         """The next complete message, or None when more bytes are needed.
 

@@ -9,12 +9,14 @@ through readers and the daemon without being decoded.
 from __future__ import annotations
 
 import re
+import struct
 import uuid
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
 import msgspec
 
+from ._accel import append_lines, fast_is_time
 from ._errors import LocalProtocolError
 
 __all__ = [
@@ -228,6 +230,23 @@ class LineEncoder:
             data,
         )
 
+    def append_tails(self, buf: bytearray, seq: int, tails: bytearray) -> int:
+        """Append the lines whose parts after the seq are ``tails`` (each behind its
+        length, a native 4-byte unsigned int: a ``RecordLines``), numbered from
+        ``seq``, to ``buf``; returns how many."""
+        if append_lines is not None and seq < 1 << 62:
+            return append_lines(buf, self._head, seq, tails)
+        count, at = 0, 0
+        while at < len(tails):
+            (length,) = _TAIL_LENGTH.unpack_from(tails, at)
+            at += _TAIL_LENGTH.size
+            buf += b"%b%d%b" % (self._head, seq + count, bytes(tails[at : at + length]))
+            at += length
+            count += 1
+        return count
+
+
+_TAIL_LENGTH: Final = struct.Struct("=I")
 
 # The encoder of the last session append_line() wrote for: callers write one
 # session's lines in a row.
@@ -304,6 +323,8 @@ def parse_time(text: str) -> datetime:
 def is_time(text: str) -> bool:
     """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix, a real date."""
     global _valid_second
+    if fast_is_time is not None and fast_is_time(text):
+        return True
     # Consecutive times mostly share their second: once a time's first 19 characters
     # (date, hour, minutes, seconds) passed the whole check, another time with the
     # same ones only needs its fraction and ``Z`` checked.  Same result, a third of

@@ -1,0 +1,53 @@
+"""The optional C accelerator of the per-record path, and the switch that turns it off.
+
+:mod:`._speedups` (C, built with the package when a compiler is at hand) is a fast
+*accept* path: each of its functions either says "certainly accepted, and this is what
+the Python code makes of it" or "not sure", and on "not sure" the Python code runs as
+if it were not there.  It never refuses: the Python path stays the single source of
+truth for refusals and their typed errors.  So the accelerator changes speed only;
+tests/protocol/test_speedups.py holds the two to that on random and hostile input.
+
+When the extension is not built (no compiler) or ``FLIGHTLOG_NO_SPEEDUPS`` is set to
+anything but ``0`` or nothing, every name here is None and only the Python path runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Set
+from types import ModuleType
+from typing import Any, Final
+
+__all__ = ["SPEEDUPS", "append_lines", "fast_check_json", "fast_is_time", "take_records"]
+
+
+_module: ModuleType | None
+try:
+    # Its import fails when FLIGHTLOG_NO_SPEEDUPS is set: the switch is read in C, so
+    # that this package stays without os (tests/protocol/test_purity.py).
+    from . import _speedups
+except ImportError:
+    _module = None
+else:
+    _module = _speedups
+
+#: Whether the C accelerator is in use.
+SPEEDUPS: Final = _module is not None
+
+#: ``(data, limit)``: True when ``data`` is certainly JSON ``check_json`` accepts.
+fast_check_json: Final[Callable[[bytes, int], bool] | None] = (
+    None if _module is None else _module.check_json
+)
+#: ``(text)``: True when ``text`` is certainly a record time.
+fast_is_time: Final[Callable[[str], bool] | None] = None if _module is None else _module.is_time
+#: See :meth:`~._server.ServerConnection` (``record_lines``).
+take_records: Final[
+    Callable[
+        [bytearray, int, int, Mapping[str, Any], object, Set[str], int, int, Callable[..., Any]],
+        tuple[int, list[Any]],
+    ]
+    | None
+] = None if _module is None else _module.take_records
+#: ``(buf, head, seq, tails)``: the lines of a ``RecordLines``, appended; how many.
+append_lines: Final[Callable[[bytearray, bytes, int, bytearray], int] | None] = (
+    None if _module is None else _module.append_lines
+)

@@ -163,11 +163,11 @@ scan_string(cursor p, cursor end)
                 }
                 int code = 0;
                 for (int i = 2; i < 6; i++) {
-                    int digit = hex_value(p[i]);
-                    if (digit < 0) {
+                    int nibble = hex_value(p[i]);
+                    if (nibble < 0) {
                         return NULL;
                     }
-                    code = code * 16 + digit;
+                    code = code * 16 + nibble;
                 }
                 if (code >= 0xD800 && code <= 0xDFFF) {
                     return NULL; /* surrogates: left to the Python path */

@@ -33,6 +33,9 @@ Python code runs during a call, so the decoder's buffer cannot move under it.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* The deepest nesting json_ok follows; deeper data goes to the Python path.  Far below
    MAX_NESTING (256) and the codec's 200: msgspec's own bound is the recursion limit
@@ -106,6 +109,7 @@ hex_value(unsigned int c)
     return -1;
 }
 
+#ifndef __SSE2__
 #define ONES UINT64_C(0x0101010101010101)
 #define HIGHS UINT64_C(0x8080808080808080)
 
@@ -120,13 +124,35 @@ special_in(uint64_t v)
                      ((v - ONES * 0x20) & ~v) | v;
     return (found & HIGHS) != 0;
 }
+#endif
 
 /* The rest of a string whose opening quote is before p: the end of its closing
    quote, or NULL. */
 static cursor
 scan_string(cursor p, cursor end)
 {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"');
+    const __m128i backslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+#endif
     for (;;) {
+#ifdef __SSE2__
+        /* 16 bytes at a time, straight to the first that needs a look: as signed
+           bytes, those >= 0x80 are below 0x20 too. */
+        while (end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+            __m128i found = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                _mm_cmplt_epi8(v, space));
+            int mask = _mm_movemask_epi8(found);
+            if (mask != 0) {
+                p += __builtin_ctz((unsigned int)mask);
+                break;
+            }
+            p += 16;
+        }
+#else
         while (end - p >= 8) {
             uint64_t v;
             memcpy(&v, p, 8);
@@ -135,6 +161,7 @@ scan_string(cursor p, cursor end)
             }
             p += 8;
         }
+#endif
         if (p >= end) {
             return NULL;
         }

@@ -307,7 +307,10 @@ class ServerConnection:
                 if stretches:
                     decoder.consumed(pos)
                     self._bad_frames = 0
-                    yield from stretches
+                    for lines in stretches:
+                        if self.state is _CLOSED:
+                            break  # the owner closed the connection meanwhile
+                        yield lines
                     continue
             try:
                 message = next_message()

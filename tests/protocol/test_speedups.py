@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import struct
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,7 +53,7 @@ from flightlog.protocol import (
 pytestmark = pytest.mark.skipif(not _accel.SPEEDUPS, reason="the C accelerator is off")
 _record_decoder = msgspec.json.Decoder(Record)
 
-_SPEEDUPS = _accel._module
+_SPEEDUPS = sys.modules.get("flightlog.protocol._speedups")
 
 
 @contextlib.contextmanager

@@ -14,40 +14,33 @@ anything but ``0`` or nothing, every name here is None and only the Python path 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Set
-from types import ModuleType
-from typing import Any, Final
+from typing import Any
 
 __all__ = ["SPEEDUPS", "append_lines", "fast_check_json", "fast_is_time", "take_records"]
 
-
-_module: ModuleType | None
-try:
-    # Its import fails when FLIGHTLOG_NO_SPEEDUPS is set: the switch is read in C, so
-    # that this package stays without os (tests/protocol/test_purity.py).
-    from . import _speedups
-except ImportError:
-    _module = None
-else:
-    _module = _speedups
-
-#: Whether the C accelerator is in use.
-SPEEDUPS: Final = _module is not None
-
 #: ``(data, limit)``: True when ``data`` is certainly JSON ``check_json`` accepts.
-fast_check_json: Final[Callable[[bytes, int], bool] | None] = (
-    None if _module is None else _module.check_json
-)
+fast_check_json: Callable[[bytes, int], bool] | None
 #: ``(text)``: True when ``text`` is certainly a record time.
-fast_is_time: Final[Callable[[str], bool] | None] = None if _module is None else _module.is_time
-#: See :meth:`~._server.ServerConnection` (``record_lines``).
-take_records: Final[
+fast_is_time: Callable[[str], bool] | None
+#: See :class:`~._server.ServerConnection` (``record_lines``).
+take_records: (
     Callable[
         [bytearray, int, int, Mapping[str, Any], object, Set[str], int, int, Callable[..., Any]],
         tuple[int, list[Any]],
     ]
     | None
-] = None if _module is None else _module.take_records
-#: ``(buf, head, seq, tails)``: the lines of a ``RecordLines``, appended; how many.
-append_lines: Final[Callable[[bytearray, bytes, int, bytearray], int] | None] = (
-    None if _module is None else _module.append_lines
 )
+#: ``(buf, head, seq, tails)``: the lines of a ``RecordLines``, appended; how many.
+append_lines: Callable[[bytearray, bytes, int, bytearray], int] | None
+
+try:
+    # Its import fails when FLIGHTLOG_NO_SPEEDUPS is set: the switch is read in C, so
+    # that this package stays without os (tests/protocol/test_purity.py).
+    from ._speedups import append_lines, take_records
+    from ._speedups import check_json as fast_check_json
+    from ._speedups import is_time as fast_is_time
+except ImportError:
+    fast_check_json = fast_is_time = take_records = append_lines = None
+
+#: Whether the C accelerator is in use.
+SPEEDUPS = fast_check_json is not None

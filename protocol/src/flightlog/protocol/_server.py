@@ -308,7 +308,7 @@ class ServerConnection:
                     decoder.consumed(pos)
                     self._bad_frames = 0
                     for lines in stretches:
-                        if self.state is _CLOSED:
+                        if self._closed_reported:
                             break  # the owner closed the connection meanwhile
                         yield lines
                     continue

@@ -5,7 +5,11 @@ same output; on any doubt it says "not sure" and Python decides.  Each test runs
 same input both ways, the Python one with every fast path switched off, and checks
 that C never accepts what Python refuses, that what both take comes out the same
 (events, line bytes, replies, the session's state), and that C does accept the
-common case (or it would be dead weight, and the figures in docs/benchmarks.md lies).
+common case (or it would be dead weight, and docs/benchmarks.md's figures would lie).
+
+A C verdict is stack-independent where msgspec's is not (its nesting bound is the
+recursion limit from where it is called): C takes nesting up to 64 only, so a caller
+may be that far below the recursion limit and still get the verdict msgspec gives.
 """
 
 from __future__ import annotations

@@ -448,6 +448,35 @@ typedef struct {
     cursor end;
 } reader;
 
+/* A big-endian length of `width` bytes (1, 2 or 4), as msgpack writes str and bin. */
+static inline int
+read_length(reader *r, int width, size_t *length)
+{
+    if (r->end - r->p < width) {
+        return 0;
+    }
+    size_t value = 0;
+    for (int i = 0; i < width; i++) {
+        value = (value << 8) | r->p[i];
+    }
+    r->p += width;
+    *length = value;
+    return 1;
+}
+
+/* The `length` bytes at the reader, if the buffer holds them all. */
+static inline int
+take_bytes(reader *r, size_t length, cursor *s, Py_ssize_t *n)
+{
+    if ((size_t)(r->end - r->p) < length) {
+        return 0;
+    }
+    *s = r->p;
+    *n = (Py_ssize_t)length;
+    r->p += length;
+    return 1;
+}
+
 static int
 read_str(reader *r, cursor *s, Py_ssize_t *n)
 {
@@ -459,38 +488,10 @@ read_str(reader *r, cursor *s, Py_ssize_t *n)
     if (c >= 0xA0 && c <= 0xBF) {
         length = c & 0x1F;
     }
-    else if (c == 0xD9) {
-        if (r->end - r->p < 1) {
-            return 0;
-        }
-        length = r->p[0];
-        r->p += 1;
+    else if (!(c >= 0xD9 && c <= 0xDB) || !read_length(r, 1 << (c - 0xD9), &length)) {
+        return 0; /* str 8, 16, 32: 0xD9, 0xDA, 0xDB */
     }
-    else if (c == 0xDA) {
-        if (r->end - r->p < 2) {
-            return 0;
-        }
-        length = ((size_t)r->p[0] << 8) | r->p[1];
-        r->p += 2;
-    }
-    else if (c == 0xDB) {
-        if (r->end - r->p < 4) {
-            return 0;
-        }
-        length = ((size_t)r->p[0] << 24) | ((size_t)r->p[1] << 16) | ((size_t)r->p[2] << 8) |
-                 r->p[3];
-        r->p += 4;
-    }
-    else {
-        return 0;
-    }
-    if ((size_t)(r->end - r->p) < length) {
-        return 0;
-    }
-    *s = r->p;
-    *n = (Py_ssize_t)length;
-    r->p += length;
-    return 1;
+    return take_bytes(r, length, s, n);
 }
 
 static int
@@ -501,38 +502,10 @@ read_bin(reader *r, cursor *s, Py_ssize_t *n)
     }
     unsigned int c = *r->p++;
     size_t length;
-    if (c == 0xC4) {
-        if (r->end - r->p < 1) {
-            return 0;
-        }
-        length = r->p[0];
-        r->p += 1;
+    if (!(c >= 0xC4 && c <= 0xC6) || !read_length(r, 1 << (c - 0xC4), &length)) {
+        return 0; /* bin 8, 16, 32: 0xC4, 0xC5, 0xC6 */
     }
-    else if (c == 0xC5) {
-        if (r->end - r->p < 2) {
-            return 0;
-        }
-        length = ((size_t)r->p[0] << 8) | r->p[1];
-        r->p += 2;
-    }
-    else if (c == 0xC6) {
-        if (r->end - r->p < 4) {
-            return 0;
-        }
-        length = ((size_t)r->p[0] << 24) | ((size_t)r->p[1] << 16) | ((size_t)r->p[2] << 8) |
-                 r->p[3];
-        r->p += 4;
-    }
-    else {
-        return 0;
-    }
-    if ((size_t)(r->end - r->p) < length) {
-        return 0;
-    }
-    *s = r->p;
-    *n = (Py_ssize_t)length;
-    r->p += length;
-    return 1;
+    return take_bytes(r, length, s, n);
 }
 
 /* A key spelled exactly as msgspec writes it: a fixstr. */

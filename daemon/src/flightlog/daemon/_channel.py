@@ -215,17 +215,8 @@ class Channel:
         if not data:
             self._end_reading(None)
             return
-        self._reads += 1
-        self.bytes_read += len(data)
         self._decoder.feed(data)
-        self._in_decoder += len(data)
-        self._budget.charge(len(data))
-        if self._decoder.buffered >= self._read_size:
-            self._pause_reading()
-        elif not self._budget.may_read():
-            self._pause_reading()
-            self._wait_for_budget()
-        self._wake()
+        self._fed(len(data))
 
     def _end_reading(self, error: OSError | RemoteProtocolError | None) -> None:
         self._pause_reading()
@@ -317,21 +308,26 @@ class Channel:
             return False
         if not count:
             return False
+        if ring.wanted():
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._room_fd, 1)
+        self._fed(count, pause=not last)
+        return True
+
+    def _fed(self, count: int, *, pause: bool = True) -> None:
+        """``count`` bytes went into the decoder: charge them, pause reading when the
+        decoder or the budget is full (unless ``pause`` is off), and wake the task."""
         self._reads += 1
         self.bytes_read += count
         self._in_decoder += count
         self._budget.charge(count)
-        if ring.wanted():
-            with contextlib.suppress(OSError):
-                os.eventfd_write(self._room_fd, 1)
-        if not last:
+        if pause:
             if self._decoder.buffered >= self._read_size:
                 self._pause_reading()
             elif not self._budget.may_read():
                 self._pause_reading()
                 self._wait_for_budget()
         self._wake()
-        return True
 
     def _on_recheck(self) -> None:
         self._recheck = None

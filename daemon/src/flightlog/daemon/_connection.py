@@ -350,30 +350,25 @@ class Connection:
         to: SessionActor | None = None
         size = 0
         for event in server.events:
-            if type(event) is RecordLines:
-                # A stretch the C accelerator took: checked, and small.
+            if type(event) is RecordLines or type(event) is RecordEvent:
+                if isinstance(event, RecordLines):
+                    # A stretch the C accelerator took: checked, and small.
+                    weight = event.size
+                else:
+                    weight = len(event.data)
+                    if weight > LARGE_PAYLOAD:
+                        if to is not None:
+                            await self._hand_records(to, records, size)
+                            to = None
+                        if not await self._checked(event):
+                            continue
                 actor = actors[event.session_id]
                 if actor is not to:
                     if to is not None:
                         await self._hand_records(to, records, size)
                     to, records, size = actor, [], 0
                 records.append(event)
-                size += event.size
-                continue
-            if type(event) is RecordEvent:
-                if len(event.data) > LARGE_PAYLOAD:
-                    if to is not None:
-                        await self._hand_records(to, records, size)
-                        to = None
-                    if not await self._checked(event):
-                        continue
-                actor = actors[event.session_id]
-                if actor is not to:
-                    if to is not None:
-                        await self._hand_records(to, records, size)
-                    to, records, size = actor, [], 0
-                records.append(event)
-                size += len(event.data)
+                size += weight
                 continue
             if to is not None:
                 await self._hand_records(to, records, size)

@@ -63,6 +63,29 @@ def test_the_writer_is_told_to_poke_while_the_reader_sleeps() -> None:
     assert writer.write(b"b") == (1, False)
 
 
+def test_the_writer_pokes_once_per_wait_of_the_reader() -> None:
+    """A wait poked already ends on that poke: publishes during it poke no more; the
+    reader's next wait (and its hang-up) has a number of its own and is poked again."""
+    writer, reader, _ = _ends()
+    out = bytearray()
+    assert reader.sleep() is False
+    assert writer.write(b"a") == (1, True)
+    assert writer.write(b"b") == (1, False)
+    assert writer.poke_due() is False
+    reader.wake()  # the poke came
+    assert reader.take(out.extend, SIZE) == 2
+    assert writer.write(b"c") == (1, False)  # awake: no poke
+    reader.take(out.extend, SIZE)
+    assert reader.sleep() is False
+    assert writer.write(b"d") == (1, True)
+    reader.wake()
+    reader.take(out.extend, SIZE)
+    reader.hang_up()
+    assert writer.poke_due() is True
+    assert writer.write(b"e") == (1, False)
+    assert bytes(out) == b"abcd"
+
+
 @pytest.mark.parametrize("tail", [SIZE + 1, 2**64 - 1])
 def test_a_tail_out_of_reach_is_refused(tail: int) -> None:
     _, reader, words = _ends()

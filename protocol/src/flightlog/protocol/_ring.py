@@ -16,7 +16,8 @@ side's)::
     64   head: the daemon's read position
     128  tail: the client's write position; at 136, waiting: non-zero while
          the client waits for room
-    192  asleep: non-zero while the daemon waits for a poke
+    192  asleep: while the daemon waits for a poke, the number of that wait
+         (they count up from 1); zero while it is awake
     256  the data area (a power of two bytes)
 
 Positions count bytes from the start of the stream and only grow; a byte at position
@@ -26,7 +27,10 @@ bytes of room.
 Wake-ups are Dekker's: the client stores ``tail``, runs a full fence and reads
 ``asleep``, poking the daemon (a byte on the socket) only when it is set; the daemon
 stores ``asleep``, runs a full fence and reads ``tail`` again before it waits.  One of
-the two sees the other's store, so a published byte is never left unseen.  Room is
+the two sees the other's store, so a published byte is never left unseen.  The client
+pokes once per wait: a wait it poked already ends on that poke's byte (the daemon then
+takes all there is), so its later publishes during the same wait need no poke.  Each
+wait has a number of its own for this, so a new wait is never taken for one poked.  Room is
 told the same way the other way round: a client with no room stores ``waiting``, runs
 a fence and reads ``head`` again before it waits on the eventfd passed with the ring;
 the daemon stores ``head``, runs a fence and reads ``waiting``, and signals the
@@ -109,7 +113,17 @@ class RingWriter:
     given.
     """
 
-    __slots__ = ("_acquire", "_data", "_head", "_mask", "_release", "_tail", "_words", "size")
+    __slots__ = (
+        "_acquire",
+        "_data",
+        "_head",
+        "_mask",
+        "_poked",
+        "_release",
+        "_tail",
+        "_words",
+        "size",
+    )
 
     def __init__(self, buf: memoryview, fence: FenceLock) -> None:
         if len(buf) < RING_HEADER:
@@ -131,6 +145,8 @@ class RingWriter:
         self._head = words[_HEAD]
         self._acquire = fence.acquire
         self._release = fence.release
+        #: The daemon's wait this end poked last (``asleep`` then).
+        self._poked = 0
 
     @property
     def room(self) -> int:
@@ -140,7 +156,7 @@ class RingWriter:
 
     def write(self, data: bytes | memoryview) -> tuple[int, bool]:
         """Copy as much of ``data`` as fits and publish it: (bytes taken, whether the
-        daemon sleeps and must be poked)."""
+        daemon sleeps in a wait not poked yet, and must be poked now)."""
         size = self.size
         tail = self._tail
         room = size - (tail - self._head)
@@ -165,12 +181,19 @@ class RingWriter:
         words[_TAIL] = tail
         self._acquire()
         self._release()
-        return n, words[_ASLEEP] != 0
+        asleep = words[_ASLEEP]
+        if asleep == 0 or asleep == self._poked:
+            return n, False
+        self._poked = asleep
+        return n, True
 
-    @property
-    def asleep(self) -> bool:
-        """Whether the daemon waits for a poke."""
-        return self._words[_ASLEEP] != 0
+    def poke_due(self) -> bool:
+        """Whether the daemon sleeps in a wait not poked yet (noted as poked now)."""
+        asleep = self._words[_ASLEEP]
+        if asleep == 0 or asleep == self._poked:
+            return False
+        self._poked = asleep
+        return True
 
     def wait(self) -> int:
         """Say the client waits for room; the room there is now (if any, it need not
@@ -194,7 +217,7 @@ class RingReader:
     """The daemon's end: lays out a ring in ``buf`` (zeroed, ``RING_HEADER + size``
     bytes) and takes what the client published.  ``fence``: see :class:`FenceLock`."""
 
-    __slots__ = ("_asleep", "_data", "_fence", "_head", "_mask", "_words", "size")
+    __slots__ = ("_asleep", "_data", "_fence", "_head", "_mask", "_waits", "_words", "size")
 
     def __init__(self, buf: memoryview, size: int, fence: FenceLock) -> None:
         if size <= 0 or size & (size - 1) or len(buf) != RING_HEADER + size:
@@ -208,6 +231,7 @@ class RingReader:
         self._mask = size - 1
         self._head = 0
         self._asleep = False
+        self._waits = 0  # the number of the last wait, stored in ``asleep``
         self._fence = fence
 
     @property
@@ -260,7 +284,8 @@ class RingReader:
         """Say the daemon waits for a poke; whether bytes came meanwhile (then it
         does not wait, and is awake again)."""
         words = self._words
-        words[_ASLEEP] = 1
+        self._waits += 1
+        words[_ASLEEP] = self._waits
         self._asleep = True
         self._fence.acquire()
         self._fence.release()
@@ -276,9 +301,11 @@ class RingReader:
             self._words[_ASLEEP] = 0
 
     def hang_up(self) -> None:
-        """The daemon reads no more: ``asleep`` stays set, so the client pokes at its
-        next publish and learns from the failed poke that the connection is over."""
-        self._words[_ASLEEP] = 1
+        """The daemon reads no more: ``asleep`` stays set (a wait of its own), so the
+        client pokes at its next publish and learns from the failed poke that the
+        connection is over."""
+        self._waits += 1
+        self._words[_ASLEEP] = self._waits
         self._asleep = False  # wake() leaves it set
 
     def release(self) -> None:

@@ -298,7 +298,7 @@ class SocketTransport(_RingEnd):
         try:
             while rest:
                 if not ring.wait():
-                    if ring.asleep:
+                    if ring.poke_due():
                         self._poke()
                     if not waiting.poll(_ROOM_RECHECK * 1000) and self._hung_up():
                         raise ConnectionLost("the daemon closed the connection")
@@ -393,7 +393,7 @@ class AsyncSocketTransport(_RingEnd):
         try:
             while rest:
                 if not ring.wait():
-                    if ring.asleep:
+                    if ring.poke_due():
                         self._poke()
                     with anyio.move_on_after(_ROOM_RECHECK) as scope:
                         await anyio.wait_readable(self._room_fd)

@@ -13,6 +13,12 @@ setup(
             sources=["src/flightlog/protocol/_speedups.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra"],
             optional=True,
-        )
+        ),
+        Extension(
+            "flightlog.protocol._sender",
+            sources=["src/flightlog/protocol/_sender.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
+            optional=True,
+        ),
     ]
 )

@@ -1,6 +1,6 @@
-"""The C accelerator is built and in use wherever it is expected: a build that silently
+"""The C accelerators are built and in use wherever they are expected: a build that silently
 fell back to the Python path would pass every other test (tests/protocol/test_speedups.py
-skips without it), so on CI and in any checkout with a compiler this one fails.  And the
+skips without it), so on CI and in any checkout with a compiler this one fails.  And each
 C source builds without a warning at -Wall -Wextra -Wshadow (the build itself does not
 make warnings errors: a newer compiler's new warning must not cost an install its
 accelerator)."""
@@ -24,12 +24,15 @@ def test_the_extension_is_in_use_unless_switched_off() -> None:
     assert _accel.SPEEDUPS, "flightlog.protocol._speedups was not built or does not import"
     assert _json.fast_check_json is not None and _records.fast_is_time is not None
     assert _server.take_records is not None
+    assert _accel.encode_record is not None, "flightlog.protocol._sender was not built"
+    assert _accel.CRingWriter is not None
 
 
 SOURCE = Path(__file__).resolve().parents[2] / "protocol" / "src" / "flightlog" / "protocol"
 
 
-def test_the_c_source_compiles_without_a_warning() -> None:
+@pytest.mark.parametrize("source", ["_speedups.c", "_sender.c"])
+def test_the_c_source_compiles_without_a_warning(source: str) -> None:
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         pytest.skip("no C compiler")
@@ -42,7 +45,7 @@ def test_the_c_source_compiles_without_a_warning() -> None:
             "-Wshadow",
             "-Werror",
             f"-I{sysconfig.get_paths()['include']}",
-            str(SOURCE / "_speedups.c"),
+            str(SOURCE / source),
         ],
         capture_output=True,
         text=True,

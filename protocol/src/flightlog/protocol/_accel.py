@@ -1,13 +1,18 @@
-"""The optional C accelerator of the per-record path, and the switch that turns it off.
+"""The optional C accelerators of the per-record path, and the switch that turns them off.
 
-:mod:`._speedups` (C, built with the package when a compiler is at hand) is a fast
-*accept* path: each of its functions either says "certainly accepted, and this is what
-the Python code makes of it" or "not sure", and on "not sure" the Python code runs as
-if it were not there.  It never refuses: the Python path stays the single source of
-truth for refusals and their typed errors.  So the accelerator changes speed only;
-tests/protocol/test_speedups.py holds the two to that on random and hostile input.
+:mod:`._sender` (C) is the client's: the frame of a record and the client's end of
+the ring, each the exact twin of its Python version (:data:`encode_record`,
+:data:`CRingWriter`; tests/protocol/test_sender.py holds them equal).
 
-When the extension is not built (no compiler) or ``FLIGHTLOG_NO_SPEEDUPS`` is set to
+:mod:`._speedups` (C, built with the package when a compiler is at hand) is the
+daemon's, a fast *accept* path: each of its functions either says "certainly accepted,
+and this is what the Python code makes of it" or "not sure", and on "not sure" the
+Python code runs as if it were not there. It never refuses: the Python path stays the
+single source of truth for refusals and their typed errors. So the accelerator changes
+speed only; tests/protocol/test_speedups.py holds the two to that on random and
+hostile input.
+
+When the extensions are not built (no compiler) or ``FLIGHTLOG_NO_SPEEDUPS`` is set to
 anything but ``0`` or nothing, every name here is None and only the Python path runs.
 """
 
@@ -16,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-__all__ = ["SPEEDUPS", "append_lines", "fast_check_json", "fast_is_time", "take_records"]
+__all__ = [
+    "SPEEDUPS",
+    "CRingWriter",
+    "append_lines",
+    "encode_record",
+    "fast_check_json",
+    "fast_is_time",
+    "take_records",
+]
 
 #: ``(data, limit)``: True when ``data`` is certainly JSON ``check_json`` accepts.
 fast_check_json: Callable[[bytes, int], bool] | None
@@ -44,3 +57,15 @@ except ImportError:
 
 #: Whether the C accelerator is in use.
 SPEEDUPS = fast_check_json is not None
+
+#: ``(session_id, run_id, event_type, time, data, max_frame_size)``: the frame of that
+#: ``RecordEvent``, as ``FrameEncoder.encode`` makes it; None when not sure.
+encode_record: Callable[[str, str, str, str, bytes, int], bytes | None] | None
+#: The client's end of a ring in C, with :class:`~._ring.RingWriter`'s methods.
+CRingWriter: Any
+
+try:
+    from ._sender import RingWriter as CRingWriter
+    from ._sender import encode_record
+except ImportError:
+    encode_record = CRingWriter = None

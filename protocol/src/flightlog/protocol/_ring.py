@@ -52,8 +52,9 @@ daemon on its side and only stored, never read back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
+from ._accel import CRingWriter
 from ._errors import ErrorCode, RemoteProtocolError
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "RingReader",
     "RingWriter",
     "ring_supported",
+    "ring_writer",
 ]
 
 #: Bytes of the header before the data area.
@@ -211,6 +213,14 @@ class RingWriter:
         """Let go of the mapping (the views into it)."""
         self._words.release()
         self._data.release()
+
+
+def ring_writer(buf: memoryview, fence: FenceLock) -> RingWriter:
+    """The client's end of the ring in ``buf``: the C one (:mod:`._accel`, the same
+    methods and answers, with a fence of its own) when built, else :class:`RingWriter`."""
+    if CRingWriter is not None:
+        return cast(RingWriter, CRingWriter(buf))
+    return RingWriter(buf, fence)
 
 
 class RingReader:

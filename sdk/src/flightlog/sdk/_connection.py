@@ -107,7 +107,6 @@ from flightlog.protocol import (
     Message,
     Open,
     Record,
-    RecordEvent,
     RecordFailed,
     RecordingError,
     RemoteProtocolError,
@@ -631,14 +630,13 @@ class ClientConnection:
         encoded = self.codec.encode_event(event)
         if encoded is None:
             return None
-        message = RecordEvent(
-            session_id=session_id,
-            run_id=run_id,
-            event_type=encoded.type,
-            time=encoded.time if time is None else _event_time(encoded, time),
-            data=encoded.data,
+        return self._encoder.encode_record(
+            session_id,
+            run_id,
+            encoded.type,
+            encoded.time if time is None else _event_time(encoded, time),
+            encoded.data,
         )
-        return self._encoder.encode(message)
 
     def save_checkpoint(self, session_id: str, run_id: str, snapshot: Any) -> Pending[int]:
         """Append a codec-encoded checkpoint; the result is its seq, once durable."""

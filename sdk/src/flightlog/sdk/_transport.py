@@ -50,6 +50,7 @@ from flightlog.protocol import (
     RingWriter,
     encode_frame,
     ring_supported,
+    ring_writer,
     server_decoder,
 )
 
@@ -200,7 +201,7 @@ class _RingEnd:
                     raise ConnectionLost("the daemon announced a ring but did not pass it")
                 mapping = mmap.mmap(fds[0], RING_HEADER + ring)
                 try:
-                    self._ring = RingWriter(memoryview(mapping), _FENCE)
+                    self._ring = ring_writer(memoryview(mapping), _FENCE)
                 except ValueError as exc:
                     mapping.close()
                     raise ConnectionLost(f"the daemon's ring is unusable: {exc}") from None

@@ -1,5 +1,5 @@
 """The daemon's file layer in process: what a sync owes after the descriptor closed,
-and the record times it accepts."""
+the record times it accepts, and the bounded size of each write."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from flightlog.daemon import _storage
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._storage import SessionFile, StorageError
 from flightlog.protocol import Record, encode_line, is_time, new_id, now
@@ -95,3 +96,25 @@ def test_sync_owed_to_a_replaced_file_fails(session: SessionFile, tmp_path: Path
 )
 def test_record_times_the_daemon_accepts(text: str, valid: bool) -> None:
     assert is_time(text) is valid
+
+
+def test_a_large_batch_lands_whole_in_writes_of_bounded_size(
+    session: SessionFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write() gets at most _WRITE_BYTES (see _storage); the file gets every byte."""
+    sizes: list[int] = []
+    real = _storage._os_write
+
+    def spy(fd: int, data: memoryview) -> int:
+        sizes.append(len(data))
+        return real(fd, data)
+
+    monkeypatch.setattr(_storage, "_os_write", spy)
+    lines = b"".join(_line(session, seq) for seq in range(2, 2000))
+    before = os.path.getsize(session.path)
+    session.write(lines, count=1998)
+    assert os.path.getsize(session.path) == before + len(lines)
+    with open(session.path, "rb") as written:
+        assert written.read()[before:] == lines
+    assert len(sizes) == -(-len(lines) // _storage._WRITE_BYTES) > 1
+    assert max(sizes) == _storage._WRITE_BYTES

@@ -38,6 +38,14 @@ __all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError", "read_
 # Bytes of a file read at a time.
 _READ_BYTES = 256 * 1024
 
+# Bytes given to one write() at most.  A larger write makes the kernel fill the page
+# cache with larger folios, and on a VM whose free memory goes back to the host (free
+# page reporting) those come from memory the host must fault in again: on the bench's
+# VM a batch of three 64 KiB records cost the daemon 64-86 µs of system time per
+# record in one write, 40-51 µs in writes of this size (docs/benchmarks.md).  Three
+# system calls for 192 KiB cost nothing beside that.
+_WRITE_BYTES = 64 * 1024
+
 
 # The two calls that put a session's bytes on disk.  Nothing in the daemon changes
 # them; they are the seam through which the fault tests (tests/faults) make one file's
@@ -212,9 +220,9 @@ class SessionFile:
     # ------------------------------------------------------------------ writing
 
     def write(self, data: bytes | bytearray, count: int) -> None:
-        """Append ``data`` (``count`` complete lines) with as few ``write`` calls as the
-        kernel allows.  Raises :class:`StorageError`; a failure is final, and the
-        lines before the failure point may be on disk with a torn last line, which
+        """Append ``data`` (``count`` complete lines), in ``write`` calls of at most
+        :data:`_WRITE_BYTES`.  Raises :class:`StorageError`; a failure is final, and
+        the lines before the failure point may be on disk with a torn last line, which
         readers ignore and the next open truncates.
         """
         fd = self.ensure_open()
@@ -223,7 +231,7 @@ class SessionFile:
         written = 0
         try:
             while written < len(view):
-                n = _os_write(fd, view[written:])
+                n = _os_write(fd, view[written : written + _WRITE_BYTES])
                 if n <= 0:
                     # A regular file that takes nothing would have this loop spin on the
                     # event loop for ever; no later write would fare better.

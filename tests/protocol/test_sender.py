@@ -34,7 +34,8 @@ _EDGES = [0, 1, 31, 32, 255, 256, 65535, 65536]
 
 
 def _text(length: int) -> str:
-    return ("ü" + "x" * length)[:length] if length else ""
+    """``length`` UTF-8 bytes, two of them one character when there is room."""
+    return "ü" + "x" * (length - 2) if length >= 2 else "x" * length
 
 
 @given(

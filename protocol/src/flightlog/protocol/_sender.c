@@ -50,23 +50,30 @@ put_be(char *out, uint64_t value, int bytes)
     return out;
 }
 
+/* A length behind the first of three tags that holds it: 8, 16 or 32 bits. */
+static inline char *
+put_length(char *out, Py_ssize_t n, unsigned char tag8)
+{
+    if (n < 256) {
+        *out++ = (char)tag8;
+        return put_be(out, (uint64_t)n, 1);
+    }
+    if (n < 65536) {
+        *out++ = (char)(tag8 + 1);
+        return put_be(out, (uint64_t)n, 2);
+    }
+    *out++ = (char)(tag8 + 2);
+    return put_be(out, (uint64_t)n, 4);
+}
+
 static inline char *
 put_str(char *out, const char *s, Py_ssize_t n)
 {
     if (n < 32) {
         *out++ = (char)(0xa0 | n);
     }
-    else if (n < 256) {
-        *out++ = (char)0xd9;
-        out = put_be(out, (uint64_t)n, 1);
-    }
-    else if (n < 65536) {
-        *out++ = (char)0xda;
-        out = put_be(out, (uint64_t)n, 2);
-    }
     else {
-        *out++ = (char)0xdb;
-        out = put_be(out, (uint64_t)n, 4);
+        out = put_length(out, n, 0xd9); /* str8, str16, str32 */
     }
     memcpy(out, s, (size_t)n);
     return out + n;
@@ -75,18 +82,7 @@ put_str(char *out, const char *s, Py_ssize_t n)
 static inline char *
 put_bin(char *out, const char *s, Py_ssize_t n)
 {
-    if (n < 256) {
-        *out++ = (char)0xc4;
-        out = put_be(out, (uint64_t)n, 1);
-    }
-    else if (n < 65536) {
-        *out++ = (char)0xc5;
-        out = put_be(out, (uint64_t)n, 2);
-    }
-    else {
-        *out++ = (char)0xc6;
-        out = put_be(out, (uint64_t)n, 4);
-    }
+    out = put_length(out, n, 0xc4); /* bin8, bin16, bin32 */
     memcpy(out, s, (size_t)n);
     return out + n;
 }

@@ -33,6 +33,16 @@ pytestmark = pytest.mark.skipif(_accel.encode_record is None, reason="the C acce
 _EDGES = [0, 1, 31, 32, 255, 256, 65535, 65536]
 
 
+def _frame(fields: tuple[str, str, str, str], data: bytes) -> bytes:
+    """msgspec's frame of the RecordEvent of ``fields`` (session, run, type, time)."""
+    session_id, run_id, event_type, time = fields
+    return encode_frame(
+        RecordEvent(
+            session_id=session_id, run_id=run_id, event_type=event_type, time=time, data=data
+        )
+    )
+
+
 def _text(length: int) -> str:
     """``length`` UTF-8 bytes, two of them one character when there is room."""
     return "ü" + "x" * (length - 2) if length >= 2 else "x" * length
@@ -75,7 +85,7 @@ def test_every_header_form_of_a_str_and_of_bin(length: int) -> None:
 def test_the_frame_limit_is_the_python_encoders() -> None:
     fields = ("s" * 32, "r" * 32, "tool_exec_start", "2026-12-02T03:00:00.000000Z")
     data = b'{"text":"' + b"x" * 1000 + b'"}'
-    body = len(encode_frame(RecordEvent(*fields, data=data))) - 4  # type: ignore[misc]
+    body = len(_frame(fields, data)) - 4
     assert _accel.encode_record(*fields, data, body) is not None
     assert _accel.encode_record(*fields, data, body - 1) is None
     with pytest.raises(LocalProtocolError) as raised:
@@ -93,6 +103,19 @@ def test_the_frame_limit_is_the_python_encoders() -> None:
 )
 def test_c_is_unsure_of_what_it_does_not_handle(args: tuple[Any, ...]) -> None:
     assert _accel.encode_record(*args, 2**32) is None
+
+
+@pytest.mark.parametrize("limit", [2**64, -1])
+def test_a_limit_c_cannot_hold_is_left_to_the_python_encoder(limit: int) -> None:
+    """A peer may announce any frame limit: C says None, the Python encoder decides."""
+    fields = ("s", "r", "tool_exec_start", "2026-12-02T03:00:00.000000Z")
+    assert _accel.encode_record(*fields, b"{}", limit) is None
+    expected = _frame(fields, b"{}")
+    if limit > 0:
+        assert FrameEncoder(limit).encode_record(*fields, b"{}") == expected
+    else:
+        with pytest.raises(LocalProtocolError):
+            FrameEncoder(limit).encode_record(*fields, b"{}")
 
 
 # ------------------------------------------------------------------ the ring writer

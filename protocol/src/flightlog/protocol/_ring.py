@@ -183,11 +183,7 @@ class RingWriter:
         words[_TAIL] = tail
         self._acquire()
         self._release()
-        asleep = words[_ASLEEP]
-        if asleep == 0 or asleep == self._poked:
-            return n, False
-        self._poked = asleep
-        return n, True
+        return n, self.poke_due()
 
     def poke_due(self) -> bool:
         """Whether the daemon sleeps in a wait not poked yet (noted as poked now)."""

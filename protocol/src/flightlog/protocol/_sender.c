@@ -226,9 +226,9 @@ ring_released(RingWriterObject *self)
 static int
 RingWriter_init(RingWriterObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *buf, *fence = Py_None;
-    static char *names[] = {"buf", "fence", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:RingWriter", names, &buf, &fence)) {
+    PyObject *buf;
+    static char *names[] = {"buf", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:RingWriter", names, &buf)) {
         return -1;
     }
     if (self->view.buf != NULL) {

@@ -4,16 +4,15 @@ Every agent writes its own session as fast as it can for a fixed time, after a s
 warm-up and a barrier that starts all agents together.  For flightlogd an agent's
 clock stops only once the daemon has written all its lines to the file (the file
 reaches its exact expected size), so the figure is records in the files per second,
-as it is for the baselines; no system fsyncs while the clock runs.  The aggregate is
-all records over the span from the first agent's start to the last agent's finish.
+as it is for the baselines; no system fsyncs.  The aggregate is all records over the
+span from the first agent's start to the last agent's finish.
 
 The syslog peers (:mod:`bench._syslog`), when found, run alongside as two more
 systems, with their daemons' CPU metered like flightlogd's.
 
 The CPU rows explain the figures: on a machine with fewer cores than processes the
 throughput is the machine's CPU divided by the CPU every event costs, summed over the
-agents and (for flightlogd) the daemon.  They include each system's close: flightlogd
-fsyncs a file at run close in its daemon, the JSONL writer at close in its agent.
+agents and (for flightlogd) the daemon.
 """
 
 from __future__ import annotations
@@ -71,11 +70,9 @@ def _agent(load: _Load, start: StartSignal) -> tuple[int, int, int, int, float]:
                 break
         sink.drain()
         finish = time.monotonic_ns()
+        cpu = _cpu() - cpu
     finally:
         agent.close()
-    # Closing counts: the JSONL writer fsyncs its file then, as flightlogd's daemon does
-    # at run close, whose CPU is metered until every agent is gone.
-    cpu = _cpu() - cpu
     line = len(LineEncoder(new_id(), new_id(), first_seq=100).line(event))
     return begin, finish, count, count * line, cpu
 

@@ -70,7 +70,7 @@ __all__ = [
 #: Bytes of the header before the data area.
 RING_HEADER: Final = 256
 #: The data area's size the daemon makes by default.
-DEFAULT_RING_SIZE: Final = 128 * 1024
+DEFAULT_RING_SIZE: Final = 512 * 1024
 #: The first word of a ring: "flightlo" as a little-endian word.
 MAGIC: Final = int.from_bytes(b"flightlo", "little")
 

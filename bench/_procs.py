@@ -33,7 +33,8 @@ _CTX = multiprocessing.get_context("fork")
 
 BARRIER_TIMEOUT = 120.0
 
-#: What an agent calls once it is set up; returns when every agent is.
+#: What an agent calls once it is set up; returns when every agent is.  Called again,
+#: it waits for every agent to call it again (the barrier is reused).
 StartSignal = Callable[[], None]
 
 
@@ -67,8 +68,9 @@ def run_agents(
 ) -> list[Any]:
     """Run ``fn(payload, start)`` in one process per payload; their results, in order.
 
-    Every agent must call ``start()`` exactly once.  Raises :class:`AgentFailed` with
-    the agent's traceback when one raises, and when they take longer than ``timeout``.
+    Every agent must call ``start()`` once, and as often as every other agent.  Raises
+    :class:`AgentFailed` with the agent's traceback when one raises, and when they take
+    longer than ``timeout``.
     """
     barrier = _CTX.Barrier(len(payloads))
     results = _CTX.Queue()

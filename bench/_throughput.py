@@ -12,7 +12,9 @@ systems, with their daemons' CPU metered like flightlogd's.
 
 The CPU rows explain the figures: on a machine with fewer cores than processes the
 throughput is the machine's CPU divided by the CPU every event costs, summed over the
-agents and (for flightlogd) the daemon.
+agents and (for flightlogd) the daemon.  Both are metered up to the drain, closing
+left out on both sides: the daemon's CPU is read once every agent has drained (a
+second barrier), before any agent closes its session.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class _Load:
     run: int
     large: bool
     seconds: float
+    #: The daemon whose CPU is metered (flightlogd's or a peer's), if any.
+    daemon_pid: int | None
 
 
 def _cpu() -> float:
@@ -48,7 +52,7 @@ def _cpu() -> float:
     return times.user + times.system
 
 
-def _agent(load: _Load, start: StartSignal) -> tuple[int, int, int, int, float]:
+def _agent(load: _Load, start: StartSignal) -> tuple[int, int, int, int, float, float]:
     event = large_event() if load.large else small_event()
     batch = 4 if load.large else 64
     agent = load.system.agent(load.index)
@@ -71,10 +75,15 @@ def _agent(load: _Load, start: StartSignal) -> tuple[int, int, int, int, float]:
         sink.drain()
         finish = time.monotonic_ns()
         cpu = _cpu() - cpu
+        # The daemon's CPU up to here, once every agent drained and before any closes:
+        # closing is no part of the figure on either side (flightlogd's daemon fsyncs
+        # at run close, the JSONL writer in its agent).
+        start()
+        daemon_cpu = cpu_seconds(load.daemon_pid) if load.daemon_pid else 0.0
     finally:
         agent.close()
     line = len(LineEncoder(new_id(), new_id(), first_seq=100).line(event))
-    return begin, finish, count, count * line, cpu
+    return begin, finish, count, count * line, cpu, daemon_cpu
 
 
 def _measure(ctx: Context, *, large: bool, agents: int, seconds: float, rows: list[Row]) -> None:
@@ -86,12 +95,13 @@ def _measure(ctx: Context, *, large: bool, agents: int, seconds: float, rows: li
         peers.start()
         for run in range(ctx.runs):
             for system in ctx.systems(directory, daemon, run, peers.systems()):
-                loads = [_Load(system, i, run, large, seconds) for i in range(agents)]
                 peer = peers.get(system.name)
                 pid = peer.pid if peer else daemon.pid if system.name == "flightlog" else None
+                loads = [_Load(system, i, run, large, seconds, pid) for i in range(agents)]
                 cpu_before = cpu_seconds(pid) if pid else 0.0
                 results = run_agents(_agent, loads, timeout=120 + 10 * seconds)
-                daemon_cpu = cpu_seconds(pid) - cpu_before if pid else 0.0
+                # The first reading after the agents' second barrier precedes every close.
+                daemon_cpu = min(r[5] for r in results) - cpu_before if pid else 0.0
                 span = (max(r[1] for r in results) - min(r[0] for r in results)) / 1e9
                 count = sum(r[2] for r in results)
                 nbytes = sum(r[3] for r in results)

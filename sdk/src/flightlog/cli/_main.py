@@ -42,6 +42,7 @@ from ._demo import cmd_demo
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
 from ._render import Style, TerminalText
+from ._sql import add_sql_arguments, cmd_sql, sql_epilog
 from ._tail_all import after_value, tail_all_after
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
@@ -310,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_arguments(export)
     find = command("find", cmd_find, "Records across sessions.", find_epilog(_EXIT_HELP))
     add_find_arguments(find)
+    sql = command("sql", cmd_sql, "SQL over every session (DuckDB).", sql_epilog(_EXIT_HELP))
+    add_sql_arguments(sql)
     return parser
 
 

@@ -27,6 +27,7 @@ from ._exceptions import (
     FileFormatError,
     FlightlogError,
     LocalProtocolError,
+    MissingExtra,
     RecordingError,
     RemoteProtocolError,
 )
@@ -34,10 +35,12 @@ from ._files import check, read
 from ._memory import MemoryDaemon
 from ._models import CallRef
 from ._resume import OpenCall, Resumption
+from ._sql import SQL_VIEWS, SqlResult, session_files, sql, sql_connection
 from ._sync import Client, Run, Session, Tail, connect
 from ._transport import MockTransport, SocketTransport, Transport
 
 __all__ = [
+    "SQL_VIEWS",
     "CallRef",
     "CheckReport",
     "Client",
@@ -50,6 +53,7 @@ __all__ = [
     "FlightlogError",
     "LocalProtocolError",
     "MemoryDaemon",
+    "MissingExtra",
     "MockTransport",
     "OpenCall",
     "Record",
@@ -59,10 +63,14 @@ __all__ = [
     "Run",
     "Session",
     "SocketTransport",
+    "SqlResult",
     "StatusReply",
     "Tail",
     "Transport",
     "check",
     "connect",
     "read",
+    "session_files",
+    "sql",
+    "sql_connection",
 ]

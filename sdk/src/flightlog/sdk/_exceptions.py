@@ -12,6 +12,7 @@ that a caller imports everything from here:
 * :class:`ConnectError`, :class:`DaemonNotRunning`: no connection could be made.
 * :class:`ConnectionLost`: the connection broke while in use.
 * :class:`DaemonError`: the daemon refused a request; ``code`` says why.
+* :class:`MissingExtra`: a feature needs an optional dependency that is not installed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "FileFormatError",
     "FlightlogError",
     "LocalProtocolError",
+    "MissingExtra",
     "RecordingError",
     "RemoteProtocolError",
 ]
@@ -80,3 +82,18 @@ class DaemonError(FlightlogError):
     def __init__(self, message: str, *, code: str, session_id: str | None = None) -> None:
         super().__init__(message, code=code)
         self.session_id = session_id
+
+
+class MissingExtra(FlightlogError):
+    """A feature needs an optional dependency that is not installed.
+
+    ``extra`` names the extra of ``flightlog-sdk`` that brings it (``sql`` for DuckDB).
+    """
+
+    def __init__(self, extra: str, package: str) -> None:
+        super().__init__(
+            f"this needs {package}, which is not installed: pip install 'flightlog-sdk[{extra}]'",
+            code="missing_extra",
+        )
+        self.extra = extra
+        self.package = package

@@ -13,12 +13,17 @@ pass so that every tool reads from the page cache:
   the time is read from each line's bytes and only lines inside the window are decoded;
   ``jq`` compares the time strings (the corpus writes 6 fraction digits).
 
+Where DuckDB is installed (``flightlog-sdk[sql]``), ``flightlog sql`` answers the first
+and the third question too, and one that only SQL answers: tokens by model, an
+aggregate over every model call (``jq`` with ``group_by`` for comparison).
+
 It checks that the tools count the same records, and prints MB/s (best of three).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import shutil
@@ -27,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -203,6 +208,52 @@ def _rate(corpus: Corpus, seconds: float) -> str:
     return f"{corpus.bytes / seconds / 1e6:,.0f} MB/s ({seconds:.2f} s)"
 
 
+def _measure_sql(
+    measure: Callable[[str, str, list[str], int | None], None],
+    root: str,
+    corpus: Corpus,
+    since: str,
+    until: str,
+    window: int | None,
+    *,
+    jq: bool,
+) -> None:
+    """The same questions through ``flightlog sql``, and tokens by model."""
+
+    def sql(query: str) -> list[str]:
+        return [sys.executable, "-m", "flightlog.cli", "sql", "--csv", query, root]
+
+    measure(
+        "failed tool calls",
+        "flightlog sql",
+        sql("SELECT count(*) FROM calls WHERE kind = 'tool' AND status = 'error'"),
+        corpus.failed_tool_calls,
+    )
+    measure(
+        "a 20 s time window",
+        "flightlog sql",
+        sql(f"SELECT count(*) FROM records WHERE time >= '{since}' AND time < '{until}'"),
+        window,
+    )
+    tokens = "tokens by model"
+    measure(
+        tokens,
+        "flightlog sql",
+        sql(
+            "SELECT count(DISTINCT name) FROM (SELECT name, sum(input_tokens) FROM calls "
+            "WHERE kind = 'model' GROUP BY name)"
+        ),
+        len(MODELS),
+    )
+    if jq:
+        script = (
+            "find " + root + " -name '*.jsonl' -print0 | xargs -0 cat | jq -c "
+            '\'select(.type == "model_exec_end") | [.data.message.model, '
+            ".data.usage.input_tokens]' | jq -s 'group_by(.[0]) | length'"
+        )
+        measure(tokens, "jq", _shell(script), len(MODELS))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.find", description=__doc__)
     parser.add_argument("--gigabytes", type=float, default=1.0, help="corpus size (default: 1)")
@@ -263,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             measure(window, "jq", _shell(jq), None)
             expected = rows[-1][3]
         measure(window, "flightlog find", _shell(find_window + count), expected)
+
+        if importlib.util.find_spec("duckdb") is not None:
+            _measure_sql(measure, root, corpus, since, until, expected, jq=not args.no_jq)
 
         print("| question | tool | scan rate | matches |")
         print("| --- | --- | --- | --- |")

@@ -12,6 +12,8 @@ pass so that every tool reads from the page cache:
 * a 20-second time window (``find --since ... --until ...``): no value to look for, but
   the time is read from each line's bytes and only lines inside the window are decoded;
   ``jq`` compares the time strings (the corpus writes 6 fraction digits).
+* a phrase in any content (``find --text 'timed out'``, against ``grep -c``): only the
+  failed tool results say it.
 
 It checks that the tools count the same records, and prints MB/s (best of three).
 """
@@ -263,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             measure(window, "jq", _shell(jq), None)
             expected = rows[-1][3]
         measure(window, "flightlog find", _shell(find_window + count), expected)
+
+        text = "a phrase in any content"
+        find_text = " ".join([*flightlog, "--text", "'timed out'", "--json"])
+        measure(text, "flightlog find --text", _shell(find_text + count), corpus.failed_tool_calls)
+        grep = f"grep -rhcF 'timed out' {root} | awk '{{s+=$1}} END {{print s}}'"
+        measure(text, "grep -c", _shell(grep), corpus.failed_tool_calls)
 
         print("| question | tool | scan rate | matches |")
         print("| --- | --- | --- | --- |")

@@ -113,6 +113,7 @@ examples:
   flightlog find --model claude-x --type model_exec_end -n 20
   flightlog find --meta app=demo --since 2026-11-29T00:00:00Z --until 2026-11-30T00:00:00Z
   flightlog find --run 3f2a9c1e demo/                       one run, in the sessions of a directory
+  flightlog find --text 'rate.?limit' -i --since 1d        what any message or result said
 
 Looks in every session file (*.jsonl) under the data root, or in the PATHs given (files
 or directories).  Filters combine with AND; --type and --meta may repeat.  Each line:

@@ -87,7 +87,6 @@ _FAILURE_PATTERNS: Final[dict[str, tuple[bytes, ...]]] = {
 #: A ``\u`` or ``\/`` escape: a line that holds one may spell a string otherwise than
 #: the writer does, so it skips the byte tests.
 _ESCAPE: Final = re.compile(rb"\\[u/]")
-_ESCAPE_OR_JOINED: Final = re.compile(_ESCAPE.pattern + b"|" + JOINED_PARTS.pattern)
 #: A time in the writer's form, as the rest of a ``"time"`` member.  Its digits are
 #: not checked (quicker): a time with other characters there is no time at all.
 _WRITER_TIME: Final = rb':".{10}T.{8}(?:\.\d{1,9})?Z"'
@@ -504,7 +503,7 @@ class _Prefilter:
     def __init__(self, tests: list[bytes | re.Pattern[bytes]], *, always: bool = False) -> None:
         # The lines decoded whatever the tests say: another writer's escapes, and for
         # --text the lines that join text parts (_text's theory of operation).
-        self._always = _ESCAPE_OR_JOINED if always else _ESCAPE
+        self._always = (_ESCAPE, JOINED_PARTS) if always else (_ESCAPE,)
         self._driver = tests[0] if tests else None
         # Tested within one line each: as patterns, one call whatever the test.
         self._others = [
@@ -514,7 +513,7 @@ class _Prefilter:
     def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
         """(start, stop) of each line of ``block[:end]`` that may match, in order,
         without its ``\\n``."""
-        if self._always is _ESCAPE and block.find(b"\\", 0, end) == -1:
+        if len(self._always) == 1 and block.find(b"\\", 0, end) == -1:
             return self._tested(block, end)
         escaped = list(self._escaped(block, end))
         if not escaped:
@@ -543,12 +542,13 @@ class _Prefilter:
 
     def _escaped(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
         """The lines of ``block[:end]`` decoded whatever the tests say."""
-        match = self._always.search(block, 0, end)
-        while match is not None:
-            start = block.rfind(b"\n", 0, match.start()) + 1
-            stop = block.index(b"\n", match.start())
-            yield start, stop
-            match = self._always.search(block, stop + 1, end)
+        for pattern in self._always:  # one by one: each has a literal prefix to scan for
+            match = pattern.search(block, 0, end)
+            while match is not None:
+                start = block.rfind(b"\n", 0, match.start()) + 1
+                stop = block.index(b"\n", match.start())
+                yield start, stop
+                match = pattern.search(block, stop + 1, end)
 
 
 # ---------------------------------------------------------------------------- command

@@ -12,6 +12,8 @@ pass so that every tool reads from the page cache:
 * a 20-second time window (``find --since ... --until ...``): no value to look for, but
   the time is read from each line's bytes and only lines inside the window are decoded;
   ``jq`` compares the time strings (the corpus writes 6 fraction digits).
+* a phrase in any content (``find --text 'timed out'``, against ``grep -c``): only the
+  failed tool results say it.
 
 Where DuckDB is installed (``flightlog-sdk[sql]``), ``flightlog sql`` answers the first
 and the third question too, and one that only SQL answers: tokens by model, an
@@ -314,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             measure(window, "jq", _shell(jq), None)
             expected = rows[-1][3]
         measure(window, "flightlog find", _shell(find_window + count), expected)
+
+        text = "a phrase in any content"
+        find_text = " ".join([*flightlog, "--text", "'timed out'", "--json"])
+        measure(text, "flightlog find --text", _shell(find_text + count), corpus.failed_tool_calls)
+        grep = f"grep -rhcF 'timed out' {root} | awk '{{s+=$1}} END {{print s}}'"
+        measure(text, "grep -c", _shell(grep), corpus.failed_tool_calls)
 
         if importlib.util.find_spec("duckdb") is not None:
             _measure_sql(measure, root, corpus, since, until, expected, jq=not args.no_jq)

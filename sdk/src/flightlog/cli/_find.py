@@ -63,6 +63,7 @@ from flightlog.protocol import (
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
 from ._render import Style, failed, record_data, tail_line
 from ._sessions import session_files
+from ._text import JOINED_PARTS, byte_test, first_match, match_json, match_line
 
 __all__ = ["Query", "add_find_arguments", "cmd_find", "find_epilog", "search"]
 
@@ -111,6 +112,7 @@ examples:
   flightlog find --model claude-x --type model_exec_end -n 20
   flightlog find --meta app=demo --since 2026-11-29T00:00:00Z --until 2026-11-30T00:00:00Z
   flightlog find --run 3f2a9c1e demo/                       one run, in the sessions of a directory
+  flightlog find --text 'rate.?limit' -i --since 1d        what any message or result said
 
 Looks in every session file (*.jsonl) under the data root, or in the PATHs given (files
 or directories).  Filters combine with AND; --type and --meta may repeat.  Each line:
@@ -153,6 +155,12 @@ def add_find_arguments(parser: argparse.ArgumentParser) -> None:
         help="only sessions whose meta has KEY equal to VALUE (repeatable)",
     )
     parser.add_argument("--run", metavar="RUN", help="only records of this run (id or prefix)")
+    parser.add_argument(
+        "--text",
+        metavar="REGEX",
+        help="only records whose content matches REGEX (Python syntax), shown in context",
+    )
+    parser.add_argument("-i", "--ignore-case", action="store_true", help="--text ignores case")
     parser.add_argument(
         "-n", "--limit", type=int, metavar="N", help="stop after N matching records"
     )
@@ -207,6 +215,7 @@ class Query:
     until: datetime | None = None
     meta: dict[str, str] = field(default_factory=dict)
     run: str | None = None
+    text: re.Pattern[str] | None = None
 
     def __post_init__(self) -> None:
         self._since = None if self.since is None else _instant_text(format_time(self.since))
@@ -217,6 +226,8 @@ class Query:
         """What every matching line holds, unless it has a ``\\u`` or ``\\/`` escape: a
         string (its bytes), or a match of a pattern; the most selective first."""
         tests: list[bytes | re.Pattern[bytes]] = []
+        if self.text is not None and (literal := byte_test(self.text)) is not None:
+            tests.append(literal)
         for value in (self.tool, self.model):
             if value is not None:
                 tests.append(msgspec.json.encode(value))
@@ -275,6 +286,11 @@ class Query:
 
     def matches(self, record: Record) -> bool:
         """The exact test, on a decoded record."""
+        if not self._matches(record):
+            return False
+        return self.text is None or first_match(self.text, record_data(record)) is not None
+
+    def _matches(self, record: Record) -> bool:
         if self.tool is None and self.model is None and self.error is None:
             return self._accepts(record.type, record.time, record.run_id, {})
         try:
@@ -421,7 +437,7 @@ def search(query: Query, paths: Sequence[str], *, on_error: Any = None) -> Itera
     or breaks a reading rule (:class:`FileFormatError`); the search goes on with the
     next file.  Without ``on_error`` the error is raised.
     """
-    prefilter = _Prefilter(query.tests())
+    prefilter = _Prefilter(query.tests(), always=query.text is not None)
     for path in session_files(paths):
         try:
             for record in _search_file(query, prefilter, path):
@@ -484,7 +500,10 @@ def _first(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) 
 class _Prefilter:
     """Step 2 of the theory of operation: the lines of a block that may match."""
 
-    def __init__(self, tests: list[bytes | re.Pattern[bytes]]) -> None:
+    def __init__(self, tests: list[bytes | re.Pattern[bytes]], *, always: bool = False) -> None:
+        # The lines decoded whatever the tests say: another writer's escapes, and for
+        # --text the lines that join text parts (_text's theory of operation).
+        self._always = (_ESCAPE, JOINED_PARTS) if always else (_ESCAPE,)
         self._driver = tests[0] if tests else None
         # Tested within one line each: as patterns, one call whatever the test.
         self._others = [
@@ -494,7 +513,7 @@ class _Prefilter:
     def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
         """(start, stop) of each line of ``block[:end]`` that may match, in order,
         without its ``\\n``."""
-        if block.find(b"\\", 0, end) == -1:
+        if len(self._always) == 1 and block.find(b"\\", 0, end) == -1:
             return self._tested(block, end)
         escaped = list(self._escaped(block, end))
         if not escaped:
@@ -521,15 +540,15 @@ class _Prefilter:
                 yield start, stop
             at = _first(driver, block, stop + 1, end)
 
-    @staticmethod
-    def _escaped(block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        """The lines of ``block[:end]`` with a ``\\u`` or ``\\/`` escape."""
-        match = _ESCAPE.search(block, 0, end)
-        while match is not None:
-            start = block.rfind(b"\n", 0, match.start()) + 1
-            stop = block.index(b"\n", match.start())
-            yield start, stop
-            match = _ESCAPE.search(block, stop + 1, end)
+    def _escaped(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        """The lines of ``block[:end]`` decoded whatever the tests say."""
+        for pattern in self._always:  # one by one: each has a literal prefix to scan for
+            match = pattern.search(block, 0, end)
+            while match is not None:
+                start = block.rfind(b"\n", 0, match.start()) + 1
+                stop = block.index(b"\n", match.start())
+                yield start, stop
+                match = pattern.search(block, stop + 1, end)
 
 
 # ---------------------------------------------------------------------------- command
@@ -572,7 +591,15 @@ def build_query(args: argparse.Namespace, now: datetime | None = None) -> Query:
         until=_moment(args.until, "--until", now) if args.until else None,
         meta=meta,
         run=args.run,
+        text=_pattern(args.text, args.ignore_case) if args.text is not None else None,
     )
+
+
+def _pattern(text: str, ignore_case: bool) -> re.Pattern[str]:
+    try:
+        return re.compile(text, re.IGNORECASE if ignore_case else 0)
+    except re.error as exc:
+        raise CommandError(f"--text takes a regular expression: {exc}", EXIT_USAGE) from None
 
 
 def cmd_find(args: argparse.Namespace, style: Style) -> int:
@@ -611,6 +638,8 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
                 pending.clear()
                 path, head = found.path, b'{"path":' + msgspec.json.encode(found.path) + b","
             pending += head
+            if query.text is not None:
+                pending += match_json(query.text, found.record)
             pending += memoryview(encode_line(found.record))[1:]
             if each_line or len(pending) >= _OUTPUT:
                 out.buffer.write(pending)
@@ -618,6 +647,8 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
         else:
             record = found.record
             out.write(f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}\n")
+            if query.text is not None:
+                out.write(match_line(query.text, record, style))
         if args.limit is not None and count >= args.limit:
             break
     out.buffer.write(pending)

@@ -75,6 +75,7 @@ EXIT_USAGE: Final = 2
 EXIT_GAPS: Final = 3
 EXIT_NO_DAEMON: Final = 4
 EXIT_REFUSED: Final = 5
+EXIT_DIFFERENT: Final = 6
 EXIT_INTERRUPTED: Final = 130
 
 #: Every exit status of ``flightlog`` and what it means (also in ``--help`` and docs/cli.md).
@@ -86,6 +87,7 @@ EXIT_CODES: Final = {
     "an execution id used by two calls",
     EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
     EXIT_REFUSED: "the daemon refused the request or ended the tail with an error",
+    EXIT_DIFFERENT: "diff: the two runs differ",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 

@@ -39,6 +39,7 @@ from ._commands import (
     installed_version,
 )
 from ._demo import cmd_demo
+from ._diff import add_diff_arguments, cmd_diff, diff_epilog
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
 from ._render import Style, TerminalText
@@ -311,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_arguments(export)
     find = command("find", cmd_find, "Records across sessions.", find_epilog(_EXIT_HELP))
     add_find_arguments(find)
+    diff = command("diff", cmd_diff, "Where two runs part ways.", diff_epilog(_EXIT_HELP))
+    add_diff_arguments(diff)
     sql = command("sql", cmd_sql, "SQL over every session (DuckDB).", sql_epilog(_EXIT_HELP))
     add_sql_arguments(sql)
     return parser

@@ -322,8 +322,8 @@ def _print(comparison: Comparison, after: int, style: Style) -> None:
             style.bold(f"{sign} {side.label}@{(side.run.run_id or '')[:8]}")
             + f" ({side.run.status}, {', '.join(figures)})\n"
         )
-    for x, _ in comparison.alike:
-        out.write(style.dim(f"  = {x.headline()} {x.status}") + "\n")
+    for step, _ in comparison.alike:
+        out.write(style.dim(f"  = {step.headline()} {step.status}") + "\n")
     if comparison.first is None:
         out.write(style.green("the runs made the same calls alike") + "\n")
         return

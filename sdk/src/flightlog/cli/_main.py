@@ -42,6 +42,7 @@ from ._demo import cmd_demo
 from ._diff import add_diff_arguments, cmd_diff, diff_epilog
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
+from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
 from ._render import Style, TerminalText
 from ._sql import add_sql_arguments, cmd_sql, sql_epilog
 from ._tail_all import after_value, tail_all_after
@@ -314,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_find_arguments(find)
     diff = command("diff", cmd_diff, "Where two runs part ways.", diff_epilog(_EXIT_HELP))
     add_diff_arguments(diff)
+    sessions = command(
+        "sessions", cmd_sessions, "Every session, newest first.", sessions_epilog(_EXIT_HELP)
+    )
+    add_sessions_arguments(sessions)
     sql = command("sql", cmd_sql, "SQL over every session (DuckDB).", sql_epilog(_EXIT_HELP))
     add_sql_arguments(sql)
     return parser

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from flightlog.protocol import CheckReport, Record, StatusReply
 
+from ._cost import Price, Total, price
 from ._exceptions import (
     ConnectError,
     ConnectionLost,
@@ -56,6 +57,7 @@ __all__ = [
     "MissingExtra",
     "MockTransport",
     "OpenCall",
+    "Price",
     "Record",
     "RecordingError",
     "RemoteProtocolError",
@@ -66,9 +68,11 @@ __all__ = [
     "SqlResult",
     "StatusReply",
     "Tail",
+    "Total",
     "Transport",
     "check",
     "connect",
+    "price",
     "read",
     "session_files",
     "sql",

@@ -9,9 +9,10 @@ starts, model calls' starts, ends and requests), every other line is taken by it
 envelope alone.  A file that breaks the reading rules is listed with the records read
 up to the break and the error, never dropped.
 
-A session's *state* is ``open`` when the daemon says a writer holds it with a run open
-(asked once, if a daemon answers on the socket), ``interrupted`` when one of its runs
-has no ``run_close`` and is not that open one, else ``complete``.  Its tokens are the
+A session's *state* is ``damaged`` when its file breaks the reading rules, ``open`` when
+the daemon says a writer holds it with a run open (asked once, if a daemon answers on
+the socket), ``interrupted`` when one of its runs has no ``run_close`` and is not that
+open one, else ``complete``.  Its tokens are the
 sum over its model calls' ``usage``, and its cost their prices (:mod:`flightlog.sdk`'s
 ``price``, with genai-prices), ``unknown`` or a lower bound where a model is unknown.
 """
@@ -44,7 +45,7 @@ __all__ = [
     "sessions_epilog",
 ]
 
-_STATES: Final = ("open", "complete", "interrupted")
+_STATES: Final = ("open", "complete", "interrupted", "damaged")
 #: The record types whose data a listing reads.
 _DECODED: Final = frozenset(
     {"run_start", "run_close", "agent_start", "model_request", "model_exec_start", "model_exec_end"}
@@ -62,7 +63,8 @@ examples:
 
 Lists every session file (*.jsonl) under the data root, or under the PATHs given: its
 name (meta's name, title or app), last activity, runs, state (open: a writer holds it
-with a run open; interrupted: a run has no run_close; complete), tokens and cost.  Cost
+with a run open; interrupted: a run has no run_close; damaged: the file breaks the
+reading rules, read up to the break; complete), tokens and cost.  Cost
 needs genai-prices (pip install 'flightlog-sdk[cost]'): "unknown" for a model it does
 not know, "≥" before a total that leaves one out.
 
@@ -113,6 +115,8 @@ class SessionRow:
 
     @property
     def state(self) -> str:
+        if self.error is not None:
+            return "damaged"
         if self.open_run is not None:
             return "open"
         return "interrupted" if self.unclosed else "complete"
@@ -310,7 +314,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     for row in rows:
         tokens = row.tokens.get("input_tokens", 0) + row.tokens.get("output_tokens", 0)
         cost = row.cost.text() if pricing else "-"
-        state = row.state if row.error is None else "damaged"
+        state = row.state
         paint = {"interrupted": style.yellow, "damaged": style.red, "open": style.cyan}.get(state)
         painted = paint(f"{state:<12}") if paint is not None else f"{state:<12}"
         when = (row.last_activity or "")[:19].replace("T", " ")

@@ -1,0 +1,226 @@
+"""A daemon's side that hands an agent a hostile ring: the agent survives and records.
+
+The peer here is a small fake daemon on a real Unix socket: flightlog.protocol's
+:class:`ServerConnection` (through :class:`MemoryDaemon`, which keeps what it
+accepts) with a ring of its own making.  Either it passes a memfd without seals and
+shrinks it once the client wrote into it (an agent that mapped it would die of
+SIGBUS at its next record), or a sealed ring whose ``head`` it breaks after a while
+(the writer refuses it).  The agent is a real process: it must exit cleanly, say once
+why it refused the ring, and every record must reach the peer, by the socket.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import mmap
+import os
+import platform
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flightlog.protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    RING_HEADER,
+    RingReader,
+    ServerConnection,
+    line_bound,
+    ring_supported,
+)
+from flightlog.sdk import MemoryDaemon
+
+pytestmark = pytest.mark.skipif(
+    not ring_supported(sys.platform, platform.machine(), sys.thread_info.lock),
+    reason="rings are used only where a lock is a full fence (x86-64 Linux)",
+)
+
+SIZE = 4096
+RECORDS = 400
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+# The agent: records RECORDS turns through the SDK, and says what its transport saw.
+_AGENT = """
+import json, logging, sys
+from flightlog.protocol import events
+from flightlog.sdk import connect
+logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
+path, count = sys.argv[1], int(sys.argv[2])
+with connect(path, reconnect_grace=30) as client:
+    session = client.create("hostile.jsonl")
+    with session.begin_run() as run:
+        for n in range(count):
+            run.record(events.TurnStart(turn_index=n))
+    session.close()
+    transport = client._transport
+    print(json.dumps({
+        "refused": transport.ring_refused,
+        "ring": transport._ring is not None,
+        "reconnects": client.reconnects,
+    }))
+"""
+
+
+class _HostileDaemon:
+    """Serves one connection at a time on ``path``; ``attack`` is ``"shrink"`` or
+    ``"head"``."""
+
+    def __init__(self, path: str, attack: str) -> None:
+        self.attack = attack
+        self.memory = MemoryDaemon()
+        self.lock = threading.Lock()
+        self.rings = 0
+        self.attacked = False
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen()
+        self._threads: list[threading.Thread] = []
+        self._accepting = threading.Thread(target=self._accept)
+        self._accepting.start()
+
+    def close(self) -> None:
+        self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        self._accepting.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def turns(self) -> list[int]:
+        lines = self.memory.session("hostile.jsonl").lines
+        records = [json.loads(line) for line in lines]
+        return [r["data"]["turn_index"] for r in records if r["type"] == "turn_start"]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            thread = threading.Thread(target=self._serve, args=(sock,))
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        ring: dict[str, Any] = {}
+
+        def make_ring() -> int:
+            fd = os.memfd_create("hostile-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, RING_HEADER + SIZE)
+            if self.attack == "head":
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            mapping = mmap.mmap(fd, RING_HEADER + SIZE)
+            view = memoryview(mapping)
+            ring.update(fd=fd, room=os.eventfd(0, os.EFD_CLOEXEC), mapping=mapping, view=view)
+            ring["reader"] = RingReader(view, SIZE, threading.Lock())
+            self.rings += 1
+            return SIZE
+
+        with self.lock:
+            conn = self.memory.connect()
+            conn.server = ServerConnection(
+                max_frame_size=DEFAULT_MAX_FRAME_SIZE,
+                pid=os.getpid(),
+                server="hostile",
+                written_elsewhere=self.memory.written_elsewhere,
+                max_line=line_bound(DEFAULT_MAX_FRAME_SIZE),
+                ring=make_ring,
+            )
+        try:
+            self._talk(sock, conn, ring)
+        finally:
+            sock.close()
+            for name in ("fd", "room"):
+                if name in ring:
+                    os.close(ring[name])
+
+    def _talk(self, sock: socket.socket, conn: Any, ring: dict[str, Any]) -> None:
+        def feed(view: memoryview) -> None:
+            with self.lock:
+                conn.receive_data(bytes(view))
+
+        passed = False
+        while True:
+            reader: RingReader | None = ring.get("reader")
+            if reader is not None and not ring.get("done"):
+                if reader.take(feed, 1 << 20) and reader.wanted():
+                    os.eventfd_write(ring["room"], 1)
+                self._maybe_attack(ring)
+            with self.lock:
+                out = conn.data_to_send()
+            if out:
+                if reader is not None and not passed:
+                    socket.send_fds(sock, [out], [ring["fd"], ring["room"]])
+                    passed = True
+                else:
+                    sock.sendall(out)
+            if reader is not None and not ring.get("done") and reader.sleep():
+                continue
+            try:
+                data = sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if reader is not None:
+                reader.wake()
+            if not data:
+                with self.lock:
+                    conn.receive_data(b"")
+                return
+            if reader is None:
+                with self.lock:
+                    conn.receive_data(data)
+
+    def _maybe_attack(self, ring: dict[str, Any]) -> None:
+        reader: RingReader = ring["reader"]
+        if self.attack == "shrink" and ring["view"][128:136] != bytes(8):
+            # The client wrote into the ring: take the memory from under its mapping
+            # (this end touches its own mapping no more).
+            os.ftruncate(ring["fd"], 0)
+        elif self.attack == "head" and len(self.turns_so_far()) >= 20:
+            # Stop reading, and say a head the client never published up to.
+            ring["view"][64:72] = (2**64 - 1).to_bytes(8, "little")
+        else:
+            return
+        ring["done"] = True
+        self.attacked = True
+        reader.release()
+        ring["view"].release()
+
+    def turns_so_far(self) -> list[int]:
+        with self.lock:
+            if "hostile.jsonl" not in self.memory.sessions:
+                return []
+            return self.turns()
+
+
+@pytest.mark.parametrize("attack", ["shrink", "head"])
+def test_a_hostile_ring_is_refused_and_records_go_by_the_socket(
+    short_tmp: Path, attack: str
+) -> None:
+    path = str(short_tmp / "hostile.sock")
+    daemon = _HostileDaemon(path, attack)
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "FLIGHTLOG_RING"}
+        agent = subprocess.run(
+            [sys.executable, "-c", _AGENT, path, str(RECORDS)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        daemon.close()
+    assert agent.returncode == 0, agent.stderr  # SIGBUS before: -7
+    said = json.loads(agent.stdout)
+    assert daemon.rings == 1  # the reconnect asked for none
+    assert said["ring"] is False and said["reconnects"] == 1
+    assert said["refused"] is not None
+    assert ("not sealed" if attack == "shrink" else "head") in said["refused"]
+    assert agent.stderr.count("flightlog refused the ring") == 1, agent.stderr
+    assert daemon.turns() == list(range(RECORDS))
+    if attack == "head":
+        assert daemon.attacked

@@ -40,6 +40,9 @@ from flightlog.protocol import _accel, _sender, _speedups
 for module in (_sender, _speedups):
     assert module.__file__.startswith(build), module.__file__
 assert _accel.CRingWriter is _sender.RingWriter and _accel.SPEEDUPS
+with open("/proc/self/maps") as maps:
+    mapped = maps.read()
+assert "libasan" in mapped and "libubsan" in mapped, "the sanitizers' runtimes are not loaded"
 
 class Fewer:
     @staticmethod

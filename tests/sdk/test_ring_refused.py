@@ -44,25 +44,44 @@ SIZE = 4096
 RECORDS = 400
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
-# The agent: records RECORDS turns through the SDK, and says what its transport saw.
+# The agent: records RECORDS turns through the SDK (the sync client, or the async
+# one), and says what its transport saw.
 _AGENT = """
 import json, logging, sys
+import anyio
 from flightlog.protocol import events
 from flightlog.sdk import connect
+from flightlog.sdk.aio import aconnect
 logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
-path, count = sys.argv[1], int(sys.argv[2])
-with connect(path, reconnect_grace=30) as client:
-    session = client.create("hostile.jsonl")
-    with session.begin_run() as run:
-        for n in range(count):
-            run.record(events.TurnStart(turn_index=n))
-    session.close()
+path, count, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def said(client):
     transport = client._transport
-    print(json.dumps({
+    return json.dumps({
         "refused": transport.ring_refused,
         "ring": transport._ring is not None,
         "reconnects": client.reconnects,
-    }))
+    })
+
+def record():
+    with connect(path, reconnect_grace=30) as client:
+        session = client.create("hostile.jsonl")
+        with session.begin_run() as run:
+            for n in range(count):
+                run.record(events.TurnStart(turn_index=n))
+        session.close()
+        print(said(client))
+
+async def arecord():
+    async with aconnect(path, reconnect_grace=30) as client:
+        session = await client.create("hostile.jsonl")
+        async with await session.begin_run() as run:
+            for n in range(count):
+                await run.record(events.TurnStart(turn_index=n))
+        await session.aclose()
+        print(said(client))
+
+record() if kind == "sync" else anyio.run(arecord)
 """
 
 
@@ -197,16 +216,17 @@ class _HostileDaemon:
             return self.turns()
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("attack", ["shrink", "head"])
 def test_a_hostile_ring_is_refused_and_records_go_by_the_socket(
-    short_tmp: Path, attack: str
+    short_tmp: Path, attack: str, kind: str
 ) -> None:
     path = str(short_tmp / "hostile.sock")
     daemon = _HostileDaemon(path, attack)
     try:
         env = {k: v for k, v in os.environ.items() if k != "FLIGHTLOG_RING"}
         agent = subprocess.run(
-            [sys.executable, "-c", _AGENT, path, str(RECORDS)],
+            [sys.executable, "-c", _AGENT, path, str(RECORDS), kind],
             capture_output=True,
             text=True,
             timeout=120,

@@ -6,7 +6,10 @@ accepts) with a ring of its own making.  Either it passes a memfd without seals 
 shrinks it once the client wrote into it (an agent that mapped it would die of
 SIGBUS at its next record), or a sealed ring whose ``head`` it breaks after a while
 (the writer refuses it).  The agent is a real process: it must exit cleanly, say once
-why it refused the ring, and every record must reach the peer, by the socket.
+why it refused the ring, and every record must reach the peer, by the socket.  A
+third peer passes a sound ring with a blocking eventfd it never signals, and holds
+the ring full: the agent must look again by itself (it blocked reading the eventfd
+for ever before).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import mmap
 import os
 import platform
+import select
 import socket
 import subprocess
 import sys
@@ -86,8 +90,8 @@ record() if kind == "sync" else anyio.run(arecord)
 
 
 class _HostileDaemon:
-    """Serves one connection at a time on ``path``; ``attack`` is ``"shrink"`` or
-    ``"head"``."""
+    """Serves one connection at a time on ``path``; ``attack`` is ``"shrink"``,
+    ``"head"`` or ``"silent"``."""
 
     def __init__(self, path: str, attack: str) -> None:
         self.attack = attack
@@ -130,7 +134,7 @@ class _HostileDaemon:
         def make_ring() -> int:
             fd = os.memfd_create("hostile-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(fd, RING_HEADER + SIZE)
-            if self.attack == "head":
+            if self.attack != "shrink":
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
             mapping = mmap.mmap(fd, RING_HEADER + SIZE)
             view = memoryview(mapping)
@@ -162,11 +166,12 @@ class _HostileDaemon:
             with self.lock:
                 conn.receive_data(bytes(view))
 
+        ring["sock"] = sock
         passed = False
         while True:
             reader: RingReader | None = ring.get("reader")
             if reader is not None and not ring.get("done"):
-                if reader.take(feed, 1 << 20) and reader.wanted():
+                if reader.take(feed, 1 << 20) and reader.wanted() and self.attack != "silent":
                     os.eventfd_write(ring["room"], 1)
                 self._maybe_attack(ring)
             with self.lock:
@@ -202,6 +207,9 @@ class _HostileDaemon:
         elif self.attack == "head" and len(self.turns_so_far()) >= 20:
             # Stop reading, and say a head the client never published up to.
             ring["view"][64:72] = (2**64 - 1).to_bytes(8, "little")
+        elif self.attack == "silent" and not self.attacked and len(self.turns_so_far()) >= 20:
+            self.attacked = self._hold(ring)
+            return
         else:
             return
         ring["done"] = True
@@ -209,11 +217,49 @@ class _HostileDaemon:
         reader.release()
         ring["view"].release()
 
+    def _hold(self, ring: dict[str, Any]) -> bool:
+        """Take nothing until the client waits for room, then until it poked twice,
+        each poke answered with a new wait number: the second comes only once it went
+        round its wait, unsignalled.  Whether it did (False: it hung up)."""
+        view, sock = ring["view"], ring["sock"]
+        while view[136:144] == bytes(8):  # ``waiting``: the ring is full
+            if _hung_up(sock):
+                return False
+        for number in (1000, 1001):
+            view[192:200] = number.to_bytes(8, "little")  # ``asleep``
+            if sock.recv(1) != b"\x00":
+                return False
+        view[192:200] = bytes(8)
+        return True
+
     def turns_so_far(self) -> list[int]:
         with self.lock:
             if "hostile.jsonl" not in self.memory.sessions:
                 return []
             return self.turns()
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0.01)[0]) and not sock.recv(1, socket.MSG_PEEK)
+
+
+def _run_agent(daemon: _HostileDaemon, path: str, kind: str) -> dict[str, Any]:
+    """Run the agent against ``daemon`` to its end; what it said."""
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "FLIGHTLOG_RING"}
+        agent = subprocess.run(
+            [sys.executable, "-c", _AGENT, path, str(RECORDS), kind],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    finally:
+        daemon.close()
+    assert agent.returncode == 0, agent.stderr  # SIGBUS before: -7
+    said: dict[str, Any] = json.loads(agent.stdout)
+    said["refusals logged"] = agent.stderr.count("flightlog refused the ring")
+    return said
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -223,24 +269,24 @@ def test_a_hostile_ring_is_refused_and_records_go_by_the_socket(
 ) -> None:
     path = str(short_tmp / "hostile.sock")
     daemon = _HostileDaemon(path, attack)
-    try:
-        env = {k: v for k, v in os.environ.items() if k != "FLIGHTLOG_RING"}
-        agent = subprocess.run(
-            [sys.executable, "-c", _AGENT, path, str(RECORDS), kind],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-    finally:
-        daemon.close()
-    assert agent.returncode == 0, agent.stderr  # SIGBUS before: -7
-    said = json.loads(agent.stdout)
+    said = _run_agent(daemon, path, kind)
     assert daemon.rings == 1  # the reconnect asked for none
     assert said["ring"] is False and said["reconnects"] == 1
     assert said["refused"] is not None
     assert ("not sealed" if attack == "shrink" else "head") in said["refused"]
-    assert agent.stderr.count("flightlog refused the ring") == 1, agent.stderr
+    assert said["refusals logged"] == 1
     assert daemon.turns() == list(range(RECORDS))
     if attack == "head":
         assert daemon.attacked
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_ring_whose_room_is_never_signalled_is_looked_at_again(
+    short_tmp: Path, kind: str
+) -> None:
+    path = str(short_tmp / "silent.sock")
+    daemon = _HostileDaemon(path, "silent")
+    said = _run_agent(daemon, path, kind)
+    assert daemon.attacked  # the agent went round its wait, unsignalled
+    assert said == {"refused": None, "ring": True, "reconnects": 0, "refusals logged": 0}
+    assert daemon.turns() == list(range(RECORDS))

@@ -248,6 +248,8 @@ class _RingEnd:
                     return
                 self._mapping = mapping
                 self._room_fd = fds.pop()
+                # Read after each wait that timed out: never one that blocks.
+                os.set_blocking(self._room_fd, False)
         except OSError as exc:
             raise _lost(exc) from exc
         finally:

@@ -37,7 +37,7 @@ from flightlog.protocol import (
     line_bound,
     ring_supported,
 )
-from flightlog.sdk import MemoryDaemon
+from flightlog.sdk import ConnectionLost, MemoryDaemon, SocketTransport
 
 pytestmark = pytest.mark.skipif(
     not ring_supported(sys.platform, platform.machine(), sys.thread_info.lock),
@@ -290,3 +290,67 @@ def test_a_ring_whose_room_is_never_signalled_is_looked_at_again(
     assert daemon.attacked  # the agent went round its wait, unsignalled
     assert said == {"refused": None, "ring": True, "reconnects": 0, "refusals logged": 0}
     assert daemon.turns() == list(range(RECORDS))
+
+
+def _memfd(size: int, seals: int, *, magic: bool = True) -> int:
+    fd = os.memfd_create("ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if magic and size >= RING_HEADER + SIZE:
+        with mmap.mmap(fd, RING_HEADER + SIZE) as mapping:
+            view = memoryview(mapping)
+            RingReader(view, SIZE, threading.Lock()).release()
+            view.release()
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+_SHRINK_SEAL = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+
+
+def _eventfd() -> int:
+    return os.eventfd(0, os.EFD_CLOEXEC)
+
+
+@pytest.mark.parametrize(
+    ("passed", "announced", "why"),
+    [
+        (lambda: [_memfd(RING_HEADER + SIZE, 0), _eventfd()], SIZE, "not sealed"),
+        (lambda: [_memfd(RING_HEADER + SIZE, fcntl.F_SEAL_SHRINK), _eventfd()], SIZE, "not sealed"),
+        (lambda: [_memfd(RING_HEADER + SIZE, fcntl.F_SEAL_SEAL), _eventfd()], SIZE, "not sealed"),
+        (lambda: [_memfd(RING_HEADER + 2 * SIZE, _SEALS), _eventfd()], SIZE, "holds"),
+        (lambda: [_memfd(RING_HEADER + SIZE, _SHRINK_SEAL), _eventfd()], 2 * SIZE, "holds"),
+        (lambda: [_memfd(RING_HEADER + SIZE, _SEALS), _eventfd()], SIZE - 1, "power of two"),
+        (lambda: [_memfd(RING_HEADER + SIZE, _SEALS), _eventfd()], -RING_HEADER, "power of two"),
+        (lambda: [_memfd(RING_HEADER + SIZE, _SEALS, magic=False), _eventfd()], SIZE, "not a ring"),
+        (lambda: [*os.pipe()], SIZE, "seals cannot be read"),
+        (lambda: [], SIZE, "not passed"),
+        (lambda: [_memfd(RING_HEADER + SIZE, _SEALS)], SIZE, "not passed"),
+    ],
+)
+def test_a_ring_unsafe_to_map_is_refused_before_it_is_mapped(
+    short_tmp: Path, passed: Any, announced: int, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each check the SDK makes of a passed ring (a memfd, then an eventfd), in
+    process: the ring is refused with the reason, said once, the descriptors are
+    closed, and the connection ends (the daemon reads its stream from the ring, so the
+    socket cannot carry on); a new connection to that path asks for no ring."""
+    ours, theirs = socket.socketpair()
+    path = str(short_tmp / "refused.sock")
+    transport = SocketTransport(ours, path, ring=True)
+    transport._fds = passed()
+    transport.welcomed(announced)
+    assert transport.ring_refused is not None and why in transport.ring_refused
+    assert transport._ring is None and transport._fds == []
+    assert theirs.recv(1) == b""  # the connection ended
+    with pytest.raises(ConnectionLost):
+        transport.send(b"x")
+    transport.close()
+    theirs.close()
+    ours, theirs = socket.socketpair()
+    again = SocketTransport(ours, path)
+    assert not again.wants_ring and again.ring_refused == transport.ring_refused
+    again.close()
+    theirs.close()
+    said = [r.getMessage() for r in caplog.records if "refused the ring" in r.getMessage()]
+    assert len(said) == 1 and why in said[0]

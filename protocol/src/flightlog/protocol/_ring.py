@@ -139,15 +139,19 @@ class RingWriter:
             raise ValueError("a ring's mapping is smaller than its header")
         words = _words(buf)
         size = words[_SIZE]
+        why = None
         if (
             words[_MAGIC] != MAGIC
             or size <= 0
             or size & (size - 1)
             or len(buf) != RING_HEADER + size
         ):
-            raise ValueError("the mapping is not a ring of the size it announces")
-        if words[_HEAD] or words[_TAIL]:
-            raise ValueError("the ring is not new: its head or tail is not 0")
+            why = "the mapping is not a ring of the size it announces"
+        elif words[_HEAD] or words[_TAIL]:
+            why = "the ring is not new: its head or tail is not 0"
+        if why is not None:
+            words.release()  # the owner's mapping can close
+            raise ValueError(why)
         self._words = words
         self._data = buf[RING_HEADER:]
         self.size = size

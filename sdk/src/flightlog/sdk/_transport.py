@@ -239,10 +239,16 @@ class _RingEnd:
                 if fault is not None:
                     self._refuse(fault)
                     return
-                mapping = mmap.mmap(fds[0], RING_HEADER + ring)
                 try:
-                    self._ring = ring_writer(memoryview(mapping), _FENCE)
+                    mapping = mmap.mmap(fds[0], RING_HEADER + ring)
+                except OSError as exc:
+                    self._refuse(f"it cannot be mapped ({exc.strerror or exc})")
+                    return
+                view = memoryview(mapping)
+                try:
+                    self._ring = ring_writer(view, _FENCE)
                 except ValueError as exc:
+                    view.release()  # else the mapping cannot close (BufferError)
                     mapping.close()
                     self._refuse(str(exc))
                     return

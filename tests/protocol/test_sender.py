@@ -2,12 +2,18 @@
 
 ``encode_record`` must make msgspec's frame byte for byte, or say None (and then
 ``FrameEncoder.encode_record`` raises what ``encode`` raises); the C ``RingWriter``
-must answer every call as the Python one does, and leave the same bytes in the ring.
+must answer every call as the Python one does, and leave the same bytes in the ring,
+whatever the daemon's side writes in the ring's header, whenever.
 Both sides run the same input; C must also take the common case, or it is dead weight.
 """
 
 from __future__ import annotations
 
+import itertools
+import mmap
+import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -20,6 +26,7 @@ from flightlog.protocol import (
     FrameEncoder,
     LocalProtocolError,
     RecordEvent,
+    RemoteProtocolError,
     RingReader,
     RingWriter,
     _accel,
@@ -119,33 +126,71 @@ def test_a_limit_c_cannot_hold_is_left_to_the_python_encoder(limit: int) -> None
 
 
 # ------------------------------------------------------------------ the ring writer
+#
+# The daemon writes ``head`` and ``asleep`` (and laid out ``magic`` and ``size``); a
+# hostile or broken one may write any word at any moment.  The C writer must then do
+# exactly what the Python one does (the same answer, or the same error type and
+# message, and the same bytes in the ring), and neither may ever copy outside the data
+# area.  Hypothesis rewrites every header word between calls, with random and edge
+# values; a second process rewrites ``head`` while the writer runs, which only shared
+# memory lets happen in the middle of a C call.  tests/protocol/test_sanitizers.py
+# runs this file again with the C built under AddressSanitizer and UBSan.
 
 SIZE = 64
+# Bytes past the ring's end in each buffer, which no writer may touch.
+GUARD = 64
+_FILL = 0xA5
+# Word indexes of the header's fields (flightlog.protocol._ring's layout).
+_WORDS = {"magic": 0, "size": 1, "head": 8, "tail": 16, "waiting": 17, "asleep": 24}
+_TOP = 2**64 - 1
+_EDGES = [0, 1, SIZE - 1, SIZE, SIZE + 1, 2**31, 2**32, 2**63 - 1, 2**63, _TOP - SIZE, _TOP]
 
+# A header word's new value: absolute, or near the writer's tail (``("near", delta)``),
+# where a head is almost right.
+_values = st.one_of(
+    st.sampled_from(_EDGES),
+    st.integers(0, _TOP),
+    st.tuples(st.just("near"), st.integers(-3 * SIZE, 3 * SIZE)),
+)
 _steps = st.lists(
     st.one_of(
         st.tuples(st.just("write"), st.binary(min_size=1, max_size=3 * SIZE)),
         st.tuples(st.just("take"), st.integers(1, 2 * SIZE)),
         st.tuples(st.sampled_from(["sleep", "wake", "hang_up", "wait", "waited"]), st.none()),
         st.tuples(st.sampled_from(["room", "poke_due"]), st.none()),
+        st.tuples(st.just("set"), st.tuples(st.sampled_from(sorted(_WORDS)), _values)),
     ),
     max_size=60,
 )
 
 
 class _Side:
-    """One writer and its reader over a buffer of their own."""
+    """One writer (Python's, or C's) and a reader over a buffer of their own, with a
+    guard after it."""
 
-    def __init__(self, writer: type[Any] | None) -> None:
-        self.buf = memoryview(bytearray(RING_HEADER + SIZE))
+    def __init__(self, c: bool) -> None:
+        self.whole = bytearray([_FILL]) * (RING_HEADER + SIZE + GUARD)
+        self.buf = memoryview(self.whole)[: RING_HEADER + SIZE]
+        self.words = self.buf[:RING_HEADER].cast("Q")
+        self.buf[:] = bytes(RING_HEADER + SIZE)
         lock = threading.Lock()
         self.reader = RingReader(self.buf, SIZE, lock)
-        self.writer = RingWriter(self.buf, lock) if writer is None else writer(self.buf)
+        self.writer: Any = _accel.CRingWriter(self.buf) if c else RingWriter(self.buf, lock)
         self.out = bytearray()
+        self.tail = 0  # what the writer published, as it said
 
     def step(self, name: str, arg: Any) -> object:
+        if name == "set":
+            word, value = arg
+            if isinstance(value, tuple):
+                value = (self.tail + value[1]) % 2**64
+            self.words[_WORDS[word]] = value
+            return None
         if name == "write":
-            return self.writer.write(arg)
+            taken, poke = self.writer.write(arg)
+            assert 0 <= taken <= len(arg)
+            self.tail += taken
+            return taken, poke
         if name == "take":
             return self.reader.take(self.out.extend, arg)
         if name in ("sleep", "wake", "hang_up"):
@@ -154,14 +199,164 @@ class _Side:
             return self.writer.room
         return getattr(self.writer, name)()
 
+    def outcome(self, name: str, arg: Any) -> object:
+        """The step's answer, or its error's type, code and message."""
+        try:
+            return self.step(name, arg)
+        except (RemoteProtocolError, ValueError) as exc:
+            return type(exc), getattr(exc, "code", None), str(exc)
+
+    def guard_intact(self) -> bool:
+        return self.whole[RING_HEADER + SIZE :] == bytes([_FILL]) * GUARD
+
 
 @given(_steps)
-def test_the_c_writer_answers_as_the_python_one(steps: list[tuple[str, Any]]) -> None:
-    python, c = _Side(None), _Side(_accel.CRingWriter)
+@example([("write", b"x" * 10), ("set", ("head", _TOP)), ("write", b"y" * 60)])
+@example([("write", b"x" * SIZE), ("set", ("head", ("near", 1))), ("write", b"y")])
+@example([("write", b"x" * 40), ("take", 20), ("set", ("head", 10)), ("room", None)])
+@example([("set", ("head", ("near", -SIZE - 1))), ("write", b"y" * 2 * SIZE), ("wait", None)])
+@example([("write", b"x" * 3), ("set", ("asleep", _TOP)), ("write", b"y"), ("poke_due", None)])
+def test_the_c_writer_answers_hostile_headers_as_the_python_one(
+    steps: list[tuple[str, Any]],
+) -> None:
+    python, c = _Side(c=False), _Side(c=True)
     for name, arg in steps:
-        assert c.step(name, arg) == python.step(name, arg), (name, arg)
+        expected = python.outcome(name, arg)
+        assert c.outcome(name, arg) == expected, (name, arg)
         assert bytes(c.buf) == bytes(python.buf)
+        assert c.guard_intact() and python.guard_intact()
+        assert 0 <= python.writer._tail - python.writer._head <= SIZE
     assert c.out == python.out
+
+
+def test_a_head_out_of_reach_raises_and_writes_nothing() -> None:
+    """The adversarial review's case: a head far behind made C's room exceed the ring
+    and its copy run past the mapping."""
+    for c in (False, True):
+        side = _Side(c)
+        assert side.step("write", b"x" * 10) == (10, False)
+        before = bytes(side.buf)
+        for head in (_TOP, 11, 2**63, SIZE + 10):
+            side.words[8] = head
+            with pytest.raises(RemoteProtocolError) as raised:
+                side.writer.write(b"y" * SIZE)
+            assert raised.value.code == "bad_message"
+            assert "head" in raised.value.message
+            side.words[8] = head
+            assert bytes(side.buf[RING_HEADER:]) == before[RING_HEADER:]
+            with pytest.raises(RemoteProtocolError):
+                assert side.writer.room
+            with pytest.raises(RemoteProtocolError):
+                side.writer.wait()
+        side.words[8] = 10  # a head the daemon may write: all is well again
+        assert side.writer.write(b"z" * SIZE) == (SIZE, False)
+        assert side.guard_intact()
+
+
+_field_values = st.one_of(st.sampled_from(_EDGES), st.integers(0, _TOP))
+
+
+@given(
+    magic=st.one_of(st.just(int.from_bytes(b"flightlo", "little")), _field_values),
+    size=st.one_of(st.just(SIZE), _field_values),
+    head=st.one_of(st.just(0), _field_values),
+    tail=st.one_of(st.just(0), _field_values),
+)
+def test_a_ring_handed_over_with_any_header_is_taken_alike(
+    magic: int, size: int, head: int, tail: int
+) -> None:
+    """A writer takes only a new ring: the magic, the size its mapping holds, head and
+    tail 0; C refuses what Python refuses, with the same message."""
+    outcomes = []
+    for c in (False, True):
+        buf = memoryview(bytearray(RING_HEADER + SIZE))
+        words = buf[:RING_HEADER].cast("Q")
+        words[0], words[1], words[8], words[16] = magic, size, head, tail
+        try:
+            writer: Any = _accel.CRingWriter(buf) if c else RingWriter(buf, threading.Lock())
+        except ValueError as exc:
+            outcomes.append(str(exc))
+        else:
+            outcomes.append(writer.size)
+            assert writer.room == SIZE
+    assert outcomes[0] == outcomes[1]
+
+
+# A daemon's side in another process: rewrites head while the writer runs, mostly
+# near the published tail (a head that is nearly right), sometimes anything, until
+# the word at STOP is set.  Its argv: the memfd, the ring's size.
+_RACER = """
+import mmap, os, random, sys
+fd, size = int(sys.argv[1]), int(sys.argv[2])
+m = mmap.mmap(fd, os.fstat(fd).st_size)
+words = memoryview(m).cast("Q")
+stop = len(words) - 1
+words[stop - 1] = 1
+rng = random.Random(27)
+top = 2**64 - 1
+while not words[stop]:
+    tail = words[16]
+    if rng.random() < 0.1:
+        words[8] = rng.choice([0, top, rng.randrange(top)])
+    else:
+        words[8] = (tail - rng.randrange(-size, 2 * size)) % 2**64
+"""
+
+
+@pytest.mark.parametrize("c", [False, True], ids=["python", "c"])
+def test_a_head_rewritten_during_the_writes_never_leads_outside_the_ring(c: bool) -> None:
+    size = 4096
+    fd = os.memfd_create("hostile-ring")
+    length = 2 * mmap.PAGESIZE + RING_HEADER + size
+    os.ftruncate(fd, length)
+    mapping = mmap.mmap(fd, length)
+    whole = memoryview(mapping)
+    words = whole.cast("Q")
+    stop = len(words) - 1
+    ring = whole[: RING_HEADER + size]
+    guard = bytes([_FILL]) * (length - RING_HEADER - size - 16)
+    whole[RING_HEADER + size : length - 16] = guard
+    RingReader(ring, size, threading.Lock())
+    writer: Any = _accel.CRingWriter(ring) if c else RingWriter(ring, threading.Lock())
+    racer = subprocess.Popen(
+        [sys.executable, "-c", _RACER, str(fd), str(size)], pass_fds=[fd], close_fds=True
+    )
+    try:
+        while not words[stop - 1]:  # the racer runs
+            assert racer.poll() is None, "the racer died"
+            os.sched_yield()
+        errors = published = 0
+        data = b"r" * (3 * size)
+        # Until the racer broke the header and let writes through, both many times
+        # (bounded, should it be starved of a core throughout).
+        for i in itertools.count():
+            if (i >= 5_000 and errors > 20 and published > 20 * size) or i >= 2_000_000:
+                break
+            try:
+                if i % 3 == 2:
+                    room = writer.wait()
+                    writer.waited()
+                    assert 0 <= room <= size
+                else:
+                    taken, _ = writer.write(data[: 1 + i % len(data)])
+                    assert 0 <= taken <= size
+                    published += taken
+            except RemoteProtocolError as exc:
+                assert exc.code == "bad_message"
+                errors += 1
+        assert errors > 20 and published > 20 * size
+        assert words[16] == published  # the tail is the writer's own
+    finally:
+        words[stop] = 1
+        racer.wait(timeout=30)
+    assert racer.returncode == 0
+    assert bytes(whole[RING_HEADER + size : length - 16]) == guard
+    writer.release()
+    ring.release()
+    words.release()
+    whole.release()
+    mapping.close()
+    os.close(fd)
 
 
 def test_the_ring_writer_is_the_c_one_where_built() -> None:

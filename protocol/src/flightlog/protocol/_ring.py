@@ -42,11 +42,18 @@ x86-64, a full fence there); the owner passes the lock in (:class:`FenceLock`).
 everything.
 
 This module holds the layout and the two ends' arithmetic over a buffer the owner
-maps; it does no I/O.  The daemon trusts nothing in the buffer: :class:`RingReader`
-reads ``tail`` once per drain and checks it (it only grows, and is never more than
-``size`` ahead of ``head``), and copies the bytes out before they are decoded, since
-the client may rewrite them afterwards.  ``head`` and ``asleep`` are kept by the
-daemon on its side and only stored, never read back.
+maps; it does no I/O.  Neither end trusts what the other writes in the buffer.
+:class:`RingReader` reads ``tail`` once per drain and checks it (it only grows, and is
+never more than ``size`` ahead of ``head``), and copies the bytes out before they are
+decoded, since the client may rewrite them afterwards; ``head`` and ``asleep`` are
+kept by the daemon on its side and only stored, never read back.  :class:`RingWriter`
+takes a ring only as laid out new (the magic, a power-of-two ``size`` its mapping
+holds, ``head`` and ``tail`` 0), keeps ``tail`` on its side, and reads each of the
+daemon's words once into a local before it uses it: ``head`` must lie between the
+last ``head`` it read and its own ``tail`` (it only grows, and never passes what was
+published), or :class:`RemoteProtocolError` (``bad_message``) is raised and nothing
+is written; ``asleep`` is only compared, so any value is harmless.  So no header a
+daemon writes, at any moment, makes the writer copy outside the data area.
 """
 
 from __future__ import annotations
@@ -132,19 +139,25 @@ class RingWriter:
             raise ValueError("a ring's mapping is smaller than its header")
         words = _words(buf)
         size = words[_SIZE]
+        why = None
         if (
             words[_MAGIC] != MAGIC
             or size <= 0
             or size & (size - 1)
             or len(buf) != RING_HEADER + size
         ):
-            raise ValueError("the mapping is not a ring of the size it announces")
+            why = "the mapping is not a ring of the size it announces"
+        elif words[_HEAD] or words[_TAIL]:
+            why = "the ring is not new: its head or tail is not 0"
+        if why is not None:
+            words.release()  # the owner's mapping can close
+            raise ValueError(why)
         self._words = words
         self._data = buf[RING_HEADER:]
         self.size = size
         self._mask = size - 1
-        self._tail = words[_TAIL]
-        self._head = words[_HEAD]
+        self._tail = 0
+        self._head = 0
         self._acquire = fence.acquire
         self._release = fence.release
         #: The daemon's wait this end poked last (``asleep`` then).
@@ -152,13 +165,26 @@ class RingWriter:
 
     @property
     def room(self) -> int:
-        """Bytes that can be written now (the daemon's ``head`` read again)."""
-        self._head = self._words[_HEAD]
-        return self.size - (self._tail - self._head)
+        """Bytes that can be written now (the daemon's ``head`` read again).
+
+        Raises :class:`RemoteProtocolError` (``bad_message``) when ``head`` went back
+        or passed ``tail``: the daemon broke the ring.
+        """
+        head = self._words[_HEAD]
+        if not self._head <= head <= self._tail:
+            raise RemoteProtocolError(
+                f"the ring's head {head} is not between its last head {self._head}"
+                f" and its tail {self._tail}",
+                code=ErrorCode.BAD_MESSAGE,
+            )
+        self._head = head
+        return self.size - (self._tail - head)
 
     def write(self, data: bytes | memoryview) -> tuple[int, bool]:
         """Copy as much of ``data`` as fits and publish it: (bytes taken, whether the
-        daemon sleeps in a wait not poked yet, and must be poked now)."""
+        daemon sleeps in a wait not poked yet, and must be poked now).
+
+        Raises :class:`RemoteProtocolError` as :attr:`room` does (nothing written)."""
         size = self.size
         tail = self._tail
         room = size - (tail - self._head)
@@ -195,7 +221,7 @@ class RingWriter:
 
     def wait(self) -> int:
         """Say the client waits for room; the room there is now (if any, it need not
-        wait).  :meth:`waited` when done."""
+        wait).  :meth:`waited` when done.  Raises as :attr:`room` does."""
         self._words[_WAITING] = 1
         self._acquire()
         self._release()

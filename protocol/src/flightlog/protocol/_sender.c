@@ -15,7 +15,13 @@ Python version (tests/protocol/test_sender.py holds them equal):
 * RingWriter: the client's end of the ring (flightlog.protocol._ring, whose
   docstring has the layout and the wake-up protocol), with its fence a real one
   (__atomic_thread_fence, sequentially consistent) instead of the lock the Python
-  end borrows.  Same methods, same answers.
+  end borrows.  Same methods, same answers, same checks of what the daemon writes:
+  each shared word is loaded once into a local and checked before it is used (a
+  new ring's head and tail are 0; head lies between the last head read and the
+  writer's own tail), and a bad one raises what the Python end raises, with nothing
+  written.  So no header, however and whenever the daemon's side rewrites it, makes
+  a copy leave the data area (tests/protocol/test_sender.py, also under
+  AddressSanitizer and UBSan).
 
 No Python code runs during a call: the GIL holds other threads off the ring.
 */
@@ -188,6 +194,9 @@ sender_encode_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssiz
 #define MAGIC 0x6f6c746867696c66ULL /* "flightlo", little-endian */
 enum { W_MAGIC = 0, W_SIZE = 1, W_HEAD = 8, W_TAIL = 16, W_WAITING = 17, W_ASLEEP = 24 };
 
+/* flightlog.protocol.RemoteProtocolError, what a broken header raises (taken at import). */
+static PyObject *RemoteProtocolError = NULL;
+
 typedef struct {
     PyObject_HEAD
     Py_buffer view; /* the whole mapping; view.buf NULL once released */
@@ -255,13 +264,16 @@ RingWriter_init(RingWriterObject *self, PyObject *args, PyObject *kwargs)
             (uint64_t)len != RING_HEADER + size) {
             why = "the mapping is not a ring of the size it announces";
         }
+        else if (words[W_HEAD] || words[W_TAIL]) {
+            why = "the ring is not new: its head or tail is not 0";
+        }
         else {
             self->words = words;
             self->data = (unsigned char *)self->view.buf + RING_HEADER;
             self->size = size;
             self->mask = size - 1;
-            self->tail = words[W_TAIL];
-            self->head = words[W_HEAD];
+            self->tail = 0;
+            self->head = 0;
             self->poked = 0;
         }
     }
@@ -283,6 +295,37 @@ RingWriter_dealloc(RingWriterObject *self)
     PyTypeObject *type = Py_TYPE(self);
     type->tp_free((PyObject *)self);
     Py_DECREF(type);
+}
+
+/* The daemon's head, loaded once and checked: it never goes back and never passes the
+   tail (so the room is 0 to size).  -1 with RemoteProtocolError set when it does. */
+static int
+read_head(RingWriterObject *self, uint64_t *out)
+{
+    uint64_t head = load_word(self, W_HEAD);
+    if (head < self->head || head > self->tail) {
+        PyObject *message = PyUnicode_FromFormat(
+            "the ring's head %llu is not between its last head %llu and its tail %llu",
+            (unsigned long long)head, (unsigned long long)self->head,
+            (unsigned long long)self->tail);
+        if (message == NULL) {
+            return -1;
+        }
+        PyObject *args = PyTuple_Pack(1, message);
+        Py_DECREF(message);
+        PyObject *kwargs = args == NULL ? NULL : Py_BuildValue("{s:s}", "code", "bad_message");
+        PyObject *error = kwargs == NULL ? NULL : PyObject_Call(RemoteProtocolError, args, kwargs);
+        Py_XDECREF(args);
+        Py_XDECREF(kwargs);
+        if (error != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+            Py_DECREF(error);
+        }
+        return -1;
+    }
+    self->head = head;
+    *out = head;
+    return 0;
 }
 
 /* After storing tail: the fence, then whether to poke (a wait not poked yet). */
@@ -312,10 +355,13 @@ RingWriter_write(RingWriterObject *self, PyObject *arg)
     uint64_t n = (uint64_t)in.len;
     uint64_t room = self->size - (self->tail - self->head);
     if (room < n) {
-        self->head = load_word(self, W_HEAD);
-        room = self->size - (self->tail - self->head);
-        if (room == 0 || room > self->size) {
-            /* Full (or a head the daemon broke: nothing is written then either). */
+        uint64_t head;
+        if (read_head(self, &head) < 0) {
+            PyBuffer_Release(&in);
+            return NULL;
+        }
+        room = self->size - (self->tail - head);
+        if (room == 0) {
             PyBuffer_Release(&in);
             return Py_BuildValue("(nO)", (Py_ssize_t)0, Py_False);
         }
@@ -358,8 +404,11 @@ RingWriter_room(RingWriterObject *self, void *Py_UNUSED(closure))
     if (ring_released(self)) {
         return NULL;
     }
-    self->head = load_word(self, W_HEAD);
-    return PyLong_FromLongLong((long long)(self->size - (self->tail - self->head)));
+    uint64_t head;
+    if (read_head(self, &head) < 0) {
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(self->size - (self->tail - head));
 }
 
 PyDoc_STRVAR(wait_doc, "wait() -> int: as flightlog.protocol.RingWriter.wait.");
@@ -453,6 +502,17 @@ sender_exec(PyObject *module)
     if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0) {
         PyErr_SetString(PyExc_ImportError, "FLIGHTLOG_NO_SPEEDUPS is set");
         return -1;
+    }
+    if (RemoteProtocolError == NULL) {
+        PyObject *errors = PyImport_ImportModule("flightlog.protocol._errors");
+        if (errors == NULL) {
+            return -1;
+        }
+        RemoteProtocolError = PyObject_GetAttrString(errors, "RemoteProtocolError");
+        Py_DECREF(errors);
+        if (RemoteProtocolError == NULL) {
+            return -1;
+        }
     }
     PyObject *type = PyType_FromModuleAndSpec(module, &RingWriter_spec, NULL);
     if (type == NULL) {

@@ -21,7 +21,14 @@ took bytes from a ring whose client waits: a full ring holds the sender as a ful
 socket buffer would.  The wait also ends every :data:`_ROOM_RECHECK` seconds (the
 room is looked at again), and when the daemon hangs up (ConnectionLost).  The
 socket still carries the daemon's replies and pushes, and the end of the connection
-either way.
+either way.  A ring is mapped only when its memfd is sealed against shrinking and
+against changes to its seals and holds the size announced (:func:`_ring_fault`), so
+nothing the daemon's side does later can fault the mapping; a ring the writer finds
+broken (``head`` out of reach) is refused too, and ends the connection
+(ConnectionLost).  A refused ring is logged once, kept in ``ring_refused``, and ends
+the connection (before anything but the hello went out, unless it broke later): the
+client's reconnect makes a new one, which asks no ring of that socket path again (its
+records go by the socket, and the unacknowledged ones are sent again).
 * :class:`MockTransport` and :class:`AsyncMockTransport`: a daemon in the same
   process, for tests: a :class:`~._memory.MemoryDaemon`, which applies flightlogd's
   rules through the protocol's real server connection and keeps sessions in memory.
@@ -31,11 +38,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import logging
 import mmap
 import os
 import platform
 import select
 import socket
+import stat
 import sys
 import threading
 from typing import Any, Final, Protocol
@@ -47,6 +57,7 @@ import anyio.lowlevel
 from flightlog.protocol import (
     RING_HEADER,
     Message,
+    RemoteProtocolError,
     RingWriter,
     encode_frame,
     ring_supported,
@@ -75,6 +86,13 @@ _POKE: Final = b"\x00"
 #: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
 _FENCE: Final = threading.Lock()
 _RINGS: Final = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
+#: The seals a ring's memfd must hold before it is mapped: no shrinking (a mapping
+#: past the end of the file faults: SIGBUS), and no more changes to the seals.
+_RING_SEALS: Final = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+#: Why a ring a daemon passed was refused, by socket path: connections made there
+#: afterwards ask for none.
+_REFUSED_RINGS: dict[str, str] = {}
+logger = logging.getLogger("flightlog.sdk")
 
 
 def wants_ring() -> bool:
@@ -169,12 +187,32 @@ def _drain(sock: socket.socket, poller: select.poll | None = None) -> bytes | No
     return b"".join(chunks)
 
 
+def _ring_fault(fd: int, size: int) -> str | None:
+    """Why the memfd ``fd``, passed as a ring whose data area is ``size`` bytes, is not
+    safe to map (None: it is).  The seals are looked at before the size, which they
+    then keep."""
+    if size <= 0 or size & (size - 1):
+        return f"its announced size {size} is not a power of two"
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        status = os.fstat(fd)
+    except OSError as exc:
+        return f"its seals cannot be read ({exc.strerror or exc})"
+    if seals & _RING_SEALS != _RING_SEALS:
+        return f"its memfd is not sealed against shrinking and resealing (seals {seals:#x})"
+    if not stat.S_ISREG(status.st_mode) or status.st_size != RING_HEADER + size:
+        return f"its memfd holds {status.st_size} bytes, not the {RING_HEADER + size} announced"
+    return None
+
+
 class _RingEnd:
     """The ring a socket transport sends through, once the daemon passed one."""
 
-    def __init__(self, sock: socket.socket, ring: bool | None) -> None:
+    def __init__(self, sock: socket.socket, ring: bool | None, path: str | None) -> None:
         self._sock = sock
-        self.wants_ring = wants_ring() if ring is None else ring
+        #: Why a ring the daemon at this path passed was refused (None: none was).
+        self.ring_refused = _REFUSED_RINGS.get(path) if path is not None else None
+        self.wants_ring = (wants_ring() if ring is None else ring) and self.ring_refused is None
         #: Until welcomed(): descriptors passed with what was received.
         self._awaiting = self.wants_ring
         self._fds: list[int] = []
@@ -197,21 +235,55 @@ class _RingEnd:
         fds, self._fds = self._fds, []
         try:
             if ring:
-                if len(fds) != 2:
-                    raise ConnectionLost("the daemon announced a ring but did not pass it")
-                mapping = mmap.mmap(fds[0], RING_HEADER + ring)
+                fault = "it was not passed" if len(fds) != 2 else _ring_fault(fds[0], ring)
+                if fault is not None:
+                    self._refuse(fault)
+                    return
                 try:
-                    self._ring = ring_writer(memoryview(mapping), _FENCE)
+                    mapping = mmap.mmap(fds[0], RING_HEADER + ring)
+                except OSError as exc:
+                    self._refuse(f"it cannot be mapped ({exc.strerror or exc})")
+                    return
+                view = memoryview(mapping)
+                try:
+                    self._ring = ring_writer(view, _FENCE)
                 except ValueError as exc:
+                    view.release()  # else the mapping cannot close (BufferError)
                     mapping.close()
-                    raise ConnectionLost(f"the daemon's ring is unusable: {exc}") from None
+                    self._refuse(str(exc))
+                    return
                 self._mapping = mapping
                 self._room_fd = fds.pop()
+                # Read after each wait that timed out: never one that blocks.
+                os.set_blocking(self._room_fd, False)
         except OSError as exc:
             raise _lost(exc) from exc
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _refuse(self, fault: str) -> None:
+        """Refuse the daemon's ring: say why (once per socket path), and end the
+        connection, whose stream the daemon reads from the ring now; the reconnect asks
+        for none."""
+        self.ring_refused = fault
+        path = getattr(self, "path", None)
+        if isinstance(path, str) and path not in _REFUSED_RINGS:
+            _REFUSED_RINGS[path] = fault
+            logger.warning(
+                "flightlog refused the ring of shared memory the daemon at %s passed (%s); "
+                "the connection is made again and records go by the socket",
+                path,
+                fault,
+            )
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _broken(self, exc: RemoteProtocolError) -> ConnectionLost:
+        """The daemon's side wrote a header the ring's writer refused: the ring is
+        refused (as :meth:`_refuse`), and the connection is lost."""
+        self._refuse(f"its header broke: {exc.message}")
+        return ConnectionLost(f"the daemon broke the ring: {exc.message}")
 
     def _poke(self) -> None:
         """Wake the daemon: one byte on the socket (a full socket is awake already)."""
@@ -255,8 +327,8 @@ class SocketTransport(_RingEnd):
     def __init__(
         self, sock: socket.socket, path: str | None = None, *, ring: bool | None = None
     ) -> None:
-        super().__init__(sock, ring)
         self.path = path
+        super().__init__(sock, ring, path)
         self._poller = select.poll()
         self._poller.register(sock, select.POLLIN)
 
@@ -287,6 +359,8 @@ class SocketTransport(_RingEnd):
             taken, poke = ring.write(data)
         except ValueError:
             raise _closed() from None
+        except RemoteProtocolError as exc:
+            raise self._broken(exc) from None
         if poke:
             self._poke()
         if taken < len(data):
@@ -312,6 +386,8 @@ class SocketTransport(_RingEnd):
                     self._poke()
         except ValueError:
             raise _closed() from None
+        except RemoteProtocolError as exc:
+            raise self._broken(exc) from None
         finally:
             if self._ring is ring:
                 ring.waited()
@@ -341,9 +417,9 @@ class AsyncSocketTransport(_RingEnd):
     def __init__(
         self, stream: anyio.abc.SocketStream, path: str | None = None, *, ring: bool | None = None
     ) -> None:
-        super().__init__(stream.extra(anyio.abc.SocketAttribute.raw_socket), ring)
-        self._stream = stream
         self.path = path
+        super().__init__(stream.extra(anyio.abc.SocketAttribute.raw_socket), ring, path)
+        self._stream = stream
 
     @classmethod
     async def connect(cls, path: str) -> AsyncSocketTransport:
@@ -370,6 +446,8 @@ class AsyncSocketTransport(_RingEnd):
                 taken, poke = ring.write(view)
             except ValueError:
                 raise _closed() from None
+            except RemoteProtocolError as exc:
+                raise self._broken(exc) from None
             if poke:
                 self._poke()
             if taken < len(data):
@@ -409,6 +487,9 @@ class AsyncSocketTransport(_RingEnd):
                     self._poke()
         except ValueError:
             raise _closed() from None
+        except RemoteProtocolError as exc:
+            await self.aclose()
+            raise self._broken(exc) from None
         except BaseException:
             await self.aclose()
             raise

@@ -16,6 +16,7 @@ import fcntl
 import functools
 import os
 import resource
+import secrets
 import socket
 import stat
 import struct
@@ -27,7 +28,14 @@ import anyio
 import structlog
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 
-from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
+from flightlog.protocol import (
+    ErrorCode,
+    ErrorReply,
+    FlightlogError,
+    StatusReply,
+    encode_frame,
+    socket_directory_problem,
+)
 
 from ._access import Access, Who
 from ._budget import MemoryBudget
@@ -293,7 +301,7 @@ async def serve(
                         notifier.ready(daemon.status_line())
                     log.info(
                         "listening",
-                        sockets=[str(s.getsockname()) for s in listeners],
+                        sockets=socket_paths or [str(s.getsockname()) for s in listeners],
                         root=roots.root,
                         allow=list(roots.allowed[1:]),
                         pid=daemon.pid,
@@ -365,10 +373,14 @@ def _root_lock(root: str) -> Iterator[None]:
 
 
 def _bind(path: str, mode: int) -> socket.socket:
+    """A socket listening on ``path`` with ``mode``, in a directory the daemon owns.
+
+    The directory is made (mode 0700) when missing, and refused when it is not the
+    daemon's own (:func:`_own_directory`).  The socket is bound to a temporary name
+    beside ``path``, given its mode, made to listen, and only then renamed to ``path``:
+    a client that finds the path can connect at once (never ``ECONNREFUSED``)."""
     parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        os.makedirs(parent, mode=0o700)
-        os.chmod(parent, 0o700)
+    _own_directory(parent)
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise FlightlogError(
@@ -377,20 +389,58 @@ def _bind(path: str, mode: int) -> socket.socket:
         pid = _live_peer(path)
         if pid is not None:
             raise AlreadyRunning(f"socket {path}", pid or None)
-        os.unlink(path)
         log.info("stale_socket_removed", socket=path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)
     try:
-        sock.bind(path)
+        temporary = _bind_temporary(sock, parent)
+        try:
+            os.chmod(temporary, mode)
+            sock.listen(1024)
+            os.rename(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
     except BaseException:
         sock.close()
         raise
+    return sock
+
+
+def _bind_temporary(sock: socket.socket, directory: str) -> str:
+    """Bind ``sock`` to a fresh hidden name in ``directory`` (mode 0600 until chmod)."""
+    old_umask = os.umask(0o177)
+    try:
+        while True:
+            temporary = os.path.join(directory, f".{secrets.token_hex(4)}")
+            try:
+                sock.bind(temporary)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            return temporary
     finally:
         os.umask(old_umask)
-    os.chmod(path, mode)
-    sock.listen(1024)
-    return sock
+
+
+def _own_directory(directory: str) -> None:
+    """Make ``directory`` (mode 0700) if missing; refuse it unless the daemon owns it
+    and no one else may write in it (:func:`~flightlog.protocol.socket_directory_problem`).
+
+    Anyone may make ``/tmp/flightlog-$UID`` first: a socket bound there would be theirs
+    to replace, and its clients' secrets theirs to read."""
+    if not os.path.lexists(directory):
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(directory, mode=0o700)
+    st = os.lstat(directory)
+    problem = socket_directory_problem(directory, st.st_mode, st.st_uid, {os.geteuid()})
+    if problem is not None:
+        raise FlightlogError(
+            f"refusing to listen in {problem}: the daemon binds its socket only in a "
+            "directory of its own that no one else may write in",
+            code="path_refused",
+        )
 
 
 def _live_peer(path: str) -> int | None:

@@ -29,6 +29,7 @@ from ._exceptions import (
     LocalProtocolError,
     RecordingError,
     RemoteProtocolError,
+    UntrustedDaemon,
 )
 from ._files import check, read
 from ._memory import MemoryDaemon
@@ -62,6 +63,7 @@ __all__ = [
     "StatusReply",
     "Tail",
     "Transport",
+    "UntrustedDaemon",
     "check",
     "connect",
     "read",

@@ -41,15 +41,14 @@ from ._commands import (
 from ._demo import cmd_demo
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
-from ._render import Style, TerminalText
+from ._render import Style, TerminalText, say
 from ._tail_all import after_value, tail_all_after
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
 
 def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    say(text, sys.stderr)
 
 
 _EXIT_HELP: Final = "exit status:\n" + "\n".join(

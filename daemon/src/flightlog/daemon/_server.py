@@ -44,6 +44,7 @@ from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
+from ._refusals import WINDOW, log_dropped_after_window, log_refusal
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
 from ._tail import Tails
@@ -65,6 +66,12 @@ SHUTDOWN_BOUND = FINAL_SYNC_BOUND + 5.0
 _ACCEPT_TRANSIENT = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EPROTO}
 )
+
+
+class _Refused:
+    """What one uid's refused connections are counted under (a weakly held key)."""
+
+    __slots__ = ("__weakref__",)
 
 
 class AlreadyRunning(FlightlogError):
@@ -119,6 +126,8 @@ class Daemon:
         self._idle.set()
         self._accepting: list[anyio.CancelScope] = []
         self.draining = False
+        #: Per uid: what its refused connections are counted under (see _refusals).
+        self._refused: dict[int, _Refused] = {}
 
     def status(self, request_id: int, viewer: Who, closed: bool = False) -> StatusReply:
         """The daemon's status as ``viewer`` may see it: the sessions it may read (with
@@ -163,7 +172,10 @@ class Daemon:
                 )
             share = self.fairness.admit(uid)
         except FlightlogError as exc:
-            log.warning("refused", code=exc.code, reason=exc.message, pid=pid, uid=uid)
+            refused = self._refused.get(uid)
+            if refused is None:
+                refused = self._refused[uid] = _Refused()
+            log_refusal(refused, log, code=exc.code, reason=exc.message, pid=pid, uid=uid)
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.send(
                     encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message))
@@ -222,6 +234,15 @@ class Daemon:
                     await anyio.sleep(0.1)
                     continue
                 task_group.start_soon(self._handle, stream)
+
+    async def _report_refusals(self) -> None:
+        """Each window, say how many refused connections of each uid were not logged
+        (a uid refused thousands a second must not flood the journal)."""
+        while True:
+            await anyio.sleep(WINDOW)
+            for uid, refused in list(self._refused.items()):
+                if log_dropped_after_window(refused, log.bind(uid=uid)):
+                    del self._refused[uid]
 
     async def _report_status(self, notifier: Notifier) -> None:
         while True:
@@ -295,6 +316,7 @@ async def serve(
                 async with anyio.create_task_group() as conns_tg:
                     for listener in anyio_listeners:
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
+                    actors_tg.start_soon(daemon._report_refusals)
                     if notifier is not None:
                         actors_tg.start_soon(watchdog_loop, notifier)
                         actors_tg.start_soon(daemon._report_status, notifier)

@@ -131,22 +131,36 @@ class Daemon:
 
     def status(self, request_id: int, viewer: Who, closed: bool = False) -> StatusReply:
         """The daemon's status as ``viewer`` may see it: the sessions it may read (with
-        ``closed``, those closed lately too)."""
+        ``closed``, those closed lately too), and the daemon's figures, or, unless it
+        reads every session (root, the daemon's user, the readers' group), its own
+        uid's: its connections, what its sessions wrote, their subscribers and open
+        files.  One uid must not learn the sizes of another's writes."""
         sessions = self.sessions
+        visible = sessions.status(viewer)
+        share = self.fairness.share(viewer.uid)
+        if sessions.access.reads_all(viewer):
+            figures = sessions.all
+            connections, subscribers = len(self.connections), self.tails.count
+            open_files = sessions.open_files
+        else:
+            figures = sessions.figures(viewer.uid)
+            connections = len(share.connections)
+            subscribers = sum(session.subscribers for session in visible)
+            open_files = sum(session.file_open for session in visible)
         return StatusReply(
             id=request_id,
             pid=self.pid,
             version=self.version,
             uptime=time.monotonic() - self.started,
-            connections=len(self.connections),
-            subscribers=self.tails.count,
-            records_written=sessions.records_written,
-            bytes_written=sessions.bytes_written,
-            records_per_second=sessions.records_per_second(),
-            errors=sessions.errors,
-            open_files=sessions.open_files,
-            sessions=sessions.status(viewer),
-            uid_limits=self.fairness.share(viewer.uid).status(),
+            connections=connections,
+            subscribers=subscribers,
+            records_written=figures.records_written,
+            bytes_written=figures.bytes_written,
+            records_per_second=figures.records_per_second(),
+            errors=figures.errors,
+            open_files=open_files,
+            sessions=visible,
+            uid_limits=share.status(),
             closed=sessions.closed(viewer) if closed else [],
         )
 

@@ -424,3 +424,18 @@ def test_a_client_connecting_in_a_tight_loop_never_sees_econnrefused(short_tmp: 
         finally:
             prober.kill()
             proc.stop()
+
+
+def test_a_socket_out_of_reach_is_a_connect_error_not_a_crash(daemon: DaemonProcess) -> None:
+    """The checks look at what they can; a directory the caller may not enter leaves the
+    verdict to the connect (a permission), as before."""
+
+    def attempt() -> str:
+        _victim_env(FLIGHTLOG_SOCKET=daemon.socket)
+        try:
+            connect(reconnect_grace=0)
+        except FlightlogError as exc:
+            return exc.code
+        return "connected"
+
+    assert as_uid(VICTIM, attempt) == "connect_failed"

@@ -59,12 +59,13 @@ def trusted_uids(environ: Mapping[str, str] | None = None) -> frozenset[int]:
 def check_directory(path: str, trusted: frozenset[int]) -> None:
     """Refuse ``path`` when its directory or its node is not the daemon's.
 
-    A missing directory or node passes (the connect then finds nothing listening).
+    A directory or node that is missing or out of reach passes: the connect then
+    fails with what keeps it out (nothing listening, a permission).
     """
     directory = os.path.dirname(path) or "."
     try:
         st = os.lstat(directory)
-    except FileNotFoundError:
+    except OSError:  # missing or out of reach: the connect fails and says why
         return
     problem = socket_directory_problem(directory, st.st_mode, st.st_uid, trusted)
     if problem is not None:
@@ -77,7 +78,7 @@ def check_directory(path: str, trusted: frozenset[int]) -> None:
         )
     try:
         node = os.lstat(path)
-    except FileNotFoundError:
+    except OSError:
         return
     if stat.S_ISSOCK(node.st_mode) and node.st_uid in trusted:
         return

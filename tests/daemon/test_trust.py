@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 import pytest
-from daemon_support import AsUid, as_uid, needs_root
+from daemon_support import AsUid, as_uid, needs_root, shared_daemon
 
 from flightlog.daemon import _server
 from flightlog.daemon.__main__ import main
@@ -439,3 +439,13 @@ def test_a_socket_out_of_reach_is_a_connect_error_not_a_crash(daemon: DaemonProc
         return "connected"
 
     assert as_uid(VICTIM, attempt) == "connect_failed"
+
+
+def test_a_shared_root_daemon_serves_other_uids_with_nothing_to_configure() -> None:
+    """A daemon run as root, socket 0666 in a root-owned 0755 directory: root is
+    trusted, so another uid's agent records through it."""
+    with shared_daemon() as shared:
+        served = as_uid(VICTIM, lambda: _record_secret(FLIGHTLOG_SOCKET=shared.socket))
+        assert served == {"ok": True, "path": shared.socket}
+        [path] = (shared.root / "uid" / str(VICTIM)).glob("*.jsonl")
+        assert SECRET in path.read_text()

@@ -398,6 +398,11 @@ def test_record_with_an_impossible_date(run: _Run) -> None:
     _refused_record(run, "bad_event", time="2026-13-45T25:61:61.000000Z")
 
 
+def test_record_in_the_year_zero(run: _Run) -> None:
+    """Accepted before issue 27, and then every reader failed on the line."""
+    _refused_record(run, "bad_event", time="0000-01-01T00:00:00.000000Z")
+
+
 def test_record_with_non_ascii_digits_in_the_time(run: _Run) -> None:
     _refused_record(run, "bad_event", time="\uff12\uff10\uff12\uff16-11-29T20:00:00.000000Z")
 

@@ -387,6 +387,40 @@ def test_root_reads_every_session(shared: DaemonProcess, recorded: dict[str, Any
     assert isinstance(status, StatusReply)
 
 
+STRANGER = 40004
+
+
+def test_status_shows_a_uid_only_its_own_figures(
+    shared: DaemonProcess, recorded: dict[str, Any]
+) -> None:
+    """Daemon-wide counters told one uid the exact sizes of another's writes (issue 27)."""
+
+    def figures(socket: str, record: bool) -> tuple[StatusReply, StatusReply]:
+        with RawClient(socket, client="stranger") as client:
+            before = client.request(Status(id=client.next_id()))
+            if record:
+                opened = create(client, "stranger.jsonl")
+                begin(client, opened.session_id)
+                synced_seq(client, opened.session_id)
+            after = client.request(Status(id=client.next_id()))
+        assert isinstance(before, StatusReply) and isinstance(after, StatusReply)
+        return before, after
+
+    before, after = as_uid(STRANGER, lambda: figures(shared.socket, True))
+    with RawClient(shared.socket) as root:
+        everything = root.request(Status(id=root.next_id()))
+    assert isinstance(everything, StatusReply)
+    assert (before.records_written, before.bytes_written, before.errors) == (0, 0, 0)
+    assert before.connections == 1
+    mine = shared.root / "uid" / str(STRANGER) / "stranger.jsonl"
+    written = mine.read_bytes()
+    assert after.records_written == written.count(b"\n") == 2
+    assert after.bytes_written == len(written)
+    # Root sees every uid's: the owner's secret-bearing session counts there.
+    assert everything.records_written >= after.records_written + 5
+    assert everything.bytes_written > after.bytes_written
+
+
 # ----------------------------------------------------------- hostile paths
 
 

@@ -52,6 +52,7 @@ ALLOWED = {
     "msgspec",
     "operator",
     "re",
+    "stat",
     "string",
     "struct",
     "types",

@@ -188,6 +188,17 @@ def test_not_record_times(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "text", ["0000-01-01T00:00:00Z", "0000-02-28T23:59:59.999999Z", "0000-12-31T00:00:00.1Z"]
+)
+def test_year_zero_is_no_record_time(text: str) -> None:
+    """Year 0000 was accepted, and every reader's datetime then failed on it (issue 27)."""
+    assert not is_time(text)
+    assert utc_time(text) is None
+    assert is_time("0001" + text[4:])
+    parse_time("0001" + text[4:])
+
+
+@pytest.mark.parametrize(
     "text", ["2026-11-29T20:00Z", "", "now", "2026-02-30T20:00:00Z", "2026-11-29T20:00:00+24:00"]
 )
 def test_not_rfc_3339_times(text: str) -> None:

@@ -254,6 +254,7 @@ def test_session_rules_refuse_with_their_code() -> None:
         ({"run_id": "stale"}, "not open"),
         ({"event_type": "run_start"}, "not an agent fact type"),
         ({"time": "yesterday"}, "not RFC 3339"),
+        ({"time": "0000-01-01T00:00:00Z"}, "not RFC 3339"),
         ({"data": b"[1]"}, "one JSON object"),
         ({"data": b"{x"}, "not valid UTF-8 JSON"),
         ({"data": b'{"a":"\xff"}'}, "not valid UTF-8 JSON"),

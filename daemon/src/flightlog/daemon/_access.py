@@ -91,6 +91,10 @@ class Access:
         if not self._may_read(who, Roots.owner(resolved)):
             raise PermissionDenied(resolved.path, who.uid, "read")
 
+    def owner_uid(self, path: str) -> int:
+        """The uid that owns the session at the resolved ``path`` (-1: nobody)."""
+        return self._owner(self.roots.owner_of(path))
+
     def may_read(self, who: Who, path: str) -> bool:
         """Whether ``who`` may read the session at the resolved ``path``."""
         return self._may_read(who, self.roots.owner_of(path))

@@ -4,7 +4,9 @@ Every refusal is worth a line, until a client sends thousands: 6.7 MB of bad req
 once made 23 MB of log.  Each client (the connection, as a :class:`~._peers.Peer` or
 itself) may have :data:`BURST` refusals logged per :data:`WINDOW` seconds; the rest
 are counted, and the next line logged for it (or the one at its end, from
-:func:`log_dropped`) says how many were left out (``dropped``).
+:func:`log_dropped`) says how many were left out (``dropped``).  A client that does
+not end (the refused connections of one uid, keyed by the uid) has its count said by
+:func:`log_dropped_after_window` once its window is over.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import weakref
 from typing import Any, Final
 
-__all__ = ["BURST", "WINDOW", "log_dropped", "log_refusal"]
+__all__ = ["BURST", "WINDOW", "log_dropped", "log_dropped_after_window", "log_refusal"]
 
 #: Refusals logged per client and window at most.
 BURST: Final = 20
@@ -55,3 +57,13 @@ def log_dropped(client: object, logger: Any) -> None:
     count = _counts.pop(client, None)
     if count is not None and count.dropped:
         logger.warning("refusals_not_logged", dropped=count.dropped)
+
+
+def log_dropped_after_window(client: object, logger: Any) -> bool:
+    """Once ``client``'s window is over: say how many refusals were not logged, if any,
+    and forget it (True); False while its window lasts."""
+    count = _counts.get(client)
+    if count is not None and time.monotonic() - count.started < WINDOW:
+        return False
+    log_dropped(client, logger)
+    return True

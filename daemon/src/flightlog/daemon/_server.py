@@ -16,6 +16,7 @@ import fcntl
 import functools
 import os
 import resource
+import secrets
 import socket
 import stat
 import struct
@@ -27,7 +28,14 @@ import anyio
 import structlog
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 
-from flightlog.protocol import ErrorCode, ErrorReply, FlightlogError, StatusReply, encode_frame
+from flightlog.protocol import (
+    ErrorCode,
+    ErrorReply,
+    FlightlogError,
+    StatusReply,
+    encode_frame,
+    socket_directory_problem,
+)
 
 from ._access import Access, Who
 from ._budget import MemoryBudget
@@ -36,6 +44,7 @@ from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
+from ._refusals import WINDOW, log_dropped_after_window, log_refusal
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
 from ._tail import Tails
@@ -57,6 +66,12 @@ SHUTDOWN_BOUND = FINAL_SYNC_BOUND + 5.0
 _ACCEPT_TRANSIENT = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EPROTO}
 )
+
+
+class _Refused:
+    """What one uid's refused connections are counted under (a weakly held key)."""
+
+    __slots__ = ("__weakref__",)
 
 
 class AlreadyRunning(FlightlogError):
@@ -111,25 +126,41 @@ class Daemon:
         self._idle.set()
         self._accepting: list[anyio.CancelScope] = []
         self.draining = False
+        #: Per uid: what its refused connections are counted under (see _refusals).
+        self._refused: dict[int, _Refused] = {}
 
     def status(self, request_id: int, viewer: Who, closed: bool = False) -> StatusReply:
         """The daemon's status as ``viewer`` may see it: the sessions it may read (with
-        ``closed``, those closed lately too)."""
+        ``closed``, those closed lately too), and the daemon's figures, or, unless it
+        reads every session (root, the daemon's user, the readers' group), its own
+        uid's: its connections, what its sessions wrote, their subscribers and open
+        files.  One uid must not learn the sizes of another's writes."""
         sessions = self.sessions
+        visible = sessions.status(viewer)
+        share = self.fairness.share(viewer.uid)
+        if sessions.access.reads_all(viewer):
+            figures = sessions.all
+            connections, subscribers = len(self.connections), self.tails.count
+            open_files = sessions.open_files
+        else:
+            figures = sessions.figures(viewer.uid)
+            connections = len(share.connections)
+            subscribers = sum(session.subscribers for session in visible)
+            open_files = sum(session.file_open for session in visible)
         return StatusReply(
             id=request_id,
             pid=self.pid,
             version=self.version,
             uptime=time.monotonic() - self.started,
-            connections=len(self.connections),
-            subscribers=self.tails.count,
-            records_written=sessions.records_written,
-            bytes_written=sessions.bytes_written,
-            records_per_second=sessions.records_per_second(),
-            errors=sessions.errors,
-            open_files=sessions.open_files,
-            sessions=sessions.status(viewer),
-            uid_limits=self.fairness.share(viewer.uid).status(),
+            connections=connections,
+            subscribers=subscribers,
+            records_written=figures.records_written,
+            bytes_written=figures.bytes_written,
+            records_per_second=figures.records_per_second(),
+            errors=figures.errors,
+            open_files=open_files,
+            sessions=visible,
+            uid_limits=share.status(),
             closed=sessions.closed(viewer) if closed else [],
         )
 
@@ -155,7 +186,10 @@ class Daemon:
                 )
             share = self.fairness.admit(uid)
         except FlightlogError as exc:
-            log.warning("refused", code=exc.code, reason=exc.message, pid=pid, uid=uid)
+            refused = self._refused.get(uid)
+            if refused is None:
+                refused = self._refused[uid] = _Refused()
+            log_refusal(refused, log, code=exc.code, reason=exc.message, pid=pid, uid=uid)
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.send(
                     encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message))
@@ -214,6 +248,15 @@ class Daemon:
                     await anyio.sleep(0.1)
                     continue
                 task_group.start_soon(self._handle, stream)
+
+    async def _report_refusals(self) -> None:
+        """Each window, say how many refused connections of each uid were not logged
+        (a uid refused thousands a second must not flood the journal)."""
+        while True:
+            await anyio.sleep(WINDOW)
+            for uid, refused in list(self._refused.items()):
+                if log_dropped_after_window(refused, log.bind(uid=uid)):
+                    del self._refused[uid]
 
     async def _report_status(self, notifier: Notifier) -> None:
         while True:
@@ -287,13 +330,14 @@ async def serve(
                 async with anyio.create_task_group() as conns_tg:
                     for listener in anyio_listeners:
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
+                    actors_tg.start_soon(daemon._report_refusals)
                     if notifier is not None:
                         actors_tg.start_soon(watchdog_loop, notifier)
                         actors_tg.start_soon(daemon._report_status, notifier)
                         notifier.ready(daemon.status_line())
                     log.info(
                         "listening",
-                        sockets=[str(s.getsockname()) for s in listeners],
+                        sockets=socket_paths or [str(s.getsockname()) for s in listeners],
                         root=roots.root,
                         allow=list(roots.allowed[1:]),
                         pid=daemon.pid,
@@ -365,10 +409,14 @@ def _root_lock(root: str) -> Iterator[None]:
 
 
 def _bind(path: str, mode: int) -> socket.socket:
+    """A socket listening on ``path`` with ``mode``, in a directory the daemon owns.
+
+    The directory is made (mode 0700) when missing, and refused when it is not the
+    daemon's own (:func:`_own_directory`).  The socket is bound to a temporary name
+    beside ``path``, given its mode, made to listen, and only then renamed to ``path``:
+    a client that finds the path can connect at once (never ``ECONNREFUSED``)."""
     parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        os.makedirs(parent, mode=0o700)
-        os.chmod(parent, 0o700)
+    _own_directory(parent)
     if os.path.lexists(path):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise FlightlogError(
@@ -377,20 +425,58 @@ def _bind(path: str, mode: int) -> socket.socket:
         pid = _live_peer(path)
         if pid is not None:
             raise AlreadyRunning(f"socket {path}", pid or None)
-        os.unlink(path)
         log.info("stale_socket_removed", socket=path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)
     try:
-        sock.bind(path)
+        temporary = _bind_temporary(sock, parent)
+        try:
+            os.chmod(temporary, mode)
+            sock.listen(1024)
+            os.rename(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
     except BaseException:
         sock.close()
         raise
+    return sock
+
+
+def _bind_temporary(sock: socket.socket, directory: str) -> str:
+    """Bind ``sock`` to a fresh hidden name in ``directory`` (mode 0600 until chmod)."""
+    old_umask = os.umask(0o177)
+    try:
+        while True:
+            temporary = os.path.join(directory, f".{secrets.token_hex(4)}")
+            try:
+                sock.bind(temporary)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            return temporary
     finally:
         os.umask(old_umask)
-    os.chmod(path, mode)
-    sock.listen(1024)
-    return sock
+
+
+def _own_directory(directory: str) -> None:
+    """Make ``directory`` (mode 0700) if missing; refuse it unless the daemon owns it
+    and no one else may write in it (:func:`~flightlog.protocol.socket_directory_problem`).
+
+    Anyone may make ``/tmp/flightlog-$UID`` first: a socket bound there would be theirs
+    to replace, and its clients' secrets theirs to read."""
+    if not os.path.lexists(directory):
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(directory, mode=0o700)
+    st = os.lstat(directory)
+    problem = socket_directory_problem(directory, st.st_mode, st.st_uid, {os.geteuid()})
+    if problem is not None:
+        raise FlightlogError(
+            f"refusing to listen in {problem}: the daemon binds its socket only in a "
+            "directory of its own that no one else may write in",
+            code="path_refused",
+        )
 
 
 def _live_peer(path: str) -> int | None:

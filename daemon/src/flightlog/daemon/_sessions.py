@@ -37,7 +37,7 @@ from ._peers import Peer, Shutdown
 from ._primitives import DISK_THREADS, Disks
 from ._storage import SessionFile
 
-__all__ = ["CLOSED_KEPT", "DISK_THREADS", "Sessions", "Watcher"]
+__all__ = ["CLOSED_KEPT", "DISK_THREADS", "Figures", "Sessions", "Watcher"]
 
 log = structlog.get_logger("flightlogd.sessions")
 
@@ -65,6 +65,27 @@ class Watcher(Protocol):
     def session_started(self, actor: SessionActor) -> None: ...
 
 
+class Figures:
+    """What one uid's sessions wrote since the daemon started."""
+
+    __slots__ = ("_rate_mark", "bytes_written", "errors", "rate", "records_written")
+
+    def __init__(self, started: float) -> None:
+        self.records_written = 0
+        self.bytes_written = 0
+        self.errors = 0
+        self._rate_mark = (started, 0)
+        self.rate = 0.0
+
+    def records_per_second(self) -> float:
+        mark_time, mark_records = self._rate_mark
+        moment = time.monotonic()
+        if moment - mark_time >= 1.0:
+            self.rate = (self.records_written - mark_records) / (moment - mark_time)
+            self._rate_mark = (moment, self.records_written)
+        return self.rate
+
+
 class Sessions:
     """All sessions the daemon holds open."""
 
@@ -89,12 +110,13 @@ class Sessions:
         self._open_files: OrderedDict[SessionActor, None] = OrderedDict()
         #: The last ``CLOSED_KEPT`` sessions closed, by path, the latest last.
         self._closed: OrderedDict[str, SessionStatus] = OrderedDict()
-        self.records_written = 0
-        self.bytes_written = 0
-        self.errors = 0
         self.started = time.monotonic()
-        self._rate_mark = (self.started, 0)
-        self.rate = 0.0
+        #: What every session wrote.
+        self.all = Figures(self.started)
+        #: What each uid's sessions wrote: a uid's ``status`` shows only its own.
+        self.by_uid: dict[int, Figures] = {}
+        #: The owner of each session written, by path (until it finishes).
+        self._owners: dict[str, Figures] = {}
 
     def live(self, path: str) -> SessionActor | None:
         """The actor of the session at ``path``, unless there is none or it is closing."""
@@ -257,8 +279,11 @@ class Sessions:
 
     def file_used(self, actor: SessionActor, records: int, nbytes: int) -> None:
         """An actor wrote (or opened) its file: it is now the most recently used."""
-        self.records_written += records
-        self.bytes_written += nbytes
+        self.all.records_written += records
+        self.all.bytes_written += nbytes
+        figures = self._figures(actor.path)
+        figures.records_written += records
+        figures.bytes_written += nbytes
         self._open_files[actor] = None
         self._open_files.move_to_end(actor)
         if len(self._open_files) > self.config.max_open_files:
@@ -275,7 +300,19 @@ class Sessions:
         self._open_files.pop(actor, None)
 
     def session_failed(self, actor: SessionActor) -> None:
-        self.errors += 1
+        self.all.errors += 1
+        self._figures(actor.path).errors += 1
+
+    def _figures(self, path: str) -> Figures:
+        """The figures of the uid that owns the session at ``path``."""
+        figures = self._owners.get(path)
+        if figures is None:
+            uid = self.access.owner_uid(path)
+            figures = self.by_uid.get(uid)
+            if figures is None:
+                figures = self.by_uid[uid] = Figures(self.started)
+            self._owners[path] = figures
+        return figures
 
     def session_finished(self, actor: SessionActor) -> None:
         """The actor closed its file and stopped: forget it, but for what ``status``
@@ -283,6 +320,7 @@ class Sessions:
         self._open_files.pop(actor, None)
         if self.by_path.get(actor.path) is actor:
             del self.by_path[actor.path]
+            self._owners.pop(actor.path, None)
         if self.by_id.get(actor.session_id) is actor:
             del self.by_id[actor.session_id]
         self._remember_closed(actor)
@@ -312,13 +350,24 @@ class Sessions:
     def open_files(self) -> int:
         return len(self._open_files)
 
+    def figures(self, uid: int) -> Figures:
+        """What the sessions of ``uid`` wrote (nothing yet: zeros)."""
+        return self.by_uid.get(uid) or Figures(self.started)
+
+    @property
+    def records_written(self) -> int:
+        return self.all.records_written
+
+    @property
+    def bytes_written(self) -> int:
+        return self.all.bytes_written
+
+    @property
+    def errors(self) -> int:
+        return self.all.errors
+
     def records_per_second(self) -> float:
-        mark_time, mark_records = self._rate_mark
-        moment = time.monotonic()
-        if moment - mark_time >= 1.0:
-            self.rate = (self.records_written - mark_records) / (moment - mark_time)
-            self._rate_mark = (moment, self.records_written)
-        return self.rate
+        return self.all.records_per_second()
 
     def status(self, viewer: Who) -> list[SessionStatus]:
         """The sessions ``viewer`` may read."""

@@ -321,7 +321,8 @@ def parse_time(text: str) -> datetime:
 
 
 def is_time(text: str) -> bool:
-    """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix, a real date."""
+    """Whether ``text`` is a record time: RFC 3339, UTC, ``Z`` suffix, a real date in
+    the years 0001 to 9999 (what ``datetime``, and so every reader, represents)."""
     global _valid_second
     if fast_is_time is not None and fast_is_time(text):
         return True
@@ -337,6 +338,8 @@ def is_time(text: str) -> bool:
     if match is None:
         return False
     year, month, day = match.group(1, 2, 3)
+    if year == "0000":  # before what datetime, and so every reader, represents
+        return False
     if day > "28":
         try:
             date(int(year), int(month), int(day))

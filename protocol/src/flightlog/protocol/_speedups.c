@@ -383,7 +383,8 @@ two_digits(cursor s, int *out)
     return 1;
 }
 
-/* Whether s is certainly a record time (RFC 3339 UTC with Z, a real date). */
+/* Whether s is certainly a record time (RFC 3339 UTC with Z, a real date in the years
+   0001 to 9999: year 0000 is refused by the Python rule, so never accepted here). */
 static int
 time_ok(cursor s, Py_ssize_t n)
 {

@@ -46,7 +46,16 @@ from flightlog.sdk._files import check as check_file
 from flightlog.sdk._sync import connect
 
 from ._inspect import SessionSummary
-from ._render import Style, format_bytes, format_duration, record_data, short, tail_line
+from ._render import (
+    Style,
+    format_bytes,
+    format_duration,
+    one_line,
+    record_data,
+    say,
+    short,
+    tail_line,
+)
 from ._views import call_details, inspect_lines, show_lines
 
 __all__ = [
@@ -107,12 +116,12 @@ class CommandError(Exception):
 
 
 def _out(text: str = "", file: TextIO | None = None) -> None:
-    (file or sys.stdout).write(text + "\n")
+    """Print ``text`` as one line: what a record brings in cannot break it."""
+    (file or sys.stdout).write(one_line(text) + "\n")
 
 
 def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    say(text, sys.stderr)
 
 
 # --------------------------------------------------------------------------- paths

@@ -40,6 +40,7 @@ from ._render import (
     format_args,
     format_duration,
     format_tokens,
+    one_line,
     record_data,
     short,
 )
@@ -126,8 +127,8 @@ class Step:
 
     def headline(self) -> str:
         if self.kind == "tool":
-            return f"tool {self.name}({format_args(self.call.arguments, 50)})"
-        return f"{self.kind} {self.name}"
+            return one_line(f"tool {self.name}({format_args(self.call.arguments, 50)})")
+        return one_line(f"{self.kind} {self.name}")
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -278,7 +279,7 @@ def _lines(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        return value.splitlines() or [""]
+        return [one_line(line) for line in value.split("\n")]
     text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
     return text.splitlines()
 
@@ -319,7 +320,7 @@ def _print(comparison: Comparison, after: int, style: Style) -> None:
             figures.append(f"{format_tokens(totals['tokens'])} tokens")
         figures.append(format_duration(totals["seconds"]))
         out.write(
-            style.bold(f"{sign} {side.label}@{(side.run.run_id or '')[:8]}")
+            style.bold(one_line(f"{sign} {side.label}@{(side.run.run_id or '')[:8]}"))
             + f" ({side.run.status}, {', '.join(figures)})\n"
         )
     for step, _ in comparison.alike:

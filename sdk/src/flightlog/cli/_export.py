@@ -27,7 +27,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from flightlog.protocol import FileFormatError, Record, default_root
@@ -42,7 +42,7 @@ from ._commands import (
     installed_version,
     local_path,
 )
-from ._render import Style
+from ._render import Style, say
 from ._sessions import AllSessions, Doorbell, Rescan, SessionFile, session_files
 from ._spans import Span, SpanBuilder
 
@@ -127,8 +127,7 @@ def state_dir(environ: dict[str, str] | os._Environ[str], home: str) -> str:
 
 
 def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    say(text, sys.stderr)
 
 
 # ------------------------------------------------------------- the OpenTelemetry side
@@ -179,9 +178,11 @@ class _Otel:
             context=context(span.trace_id, span.span_id),
             parent=None if span.parent_id is None else context(span.trace_id, span.parent_id),
             resource=self.resource,
-            attributes=span.attributes,
-            events=[Event(e.name, e.attributes, e.time_ns) for e in span.events],
-            links=[Link(context(li.trace_id, li.span_id), li.attributes) for li in span.links],
+            attributes=_carried(span.attributes),
+            events=[Event(e.name, _carried(e.attributes), e.time_ns) for e in span.events],
+            links=[
+                Link(context(li.trace_id, li.span_id), _carried(li.attributes)) for li in span.links
+            ],
             kind=SpanKind.CLIENT if span.kind == "client" else SpanKind.INTERNAL,
             status=status,
             start_time=span.start_ns,
@@ -198,6 +199,21 @@ class _Otel:
 
     def close(self) -> None:
         self.exporter.shutdown()
+
+
+#: OTLP's integers are signed 64-bit.
+_INT64: Final = range(-(1 << 63), 1 << 63)
+
+
+def _carried(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``attributes`` as OTLP carries them: an integer beyond 64 bits (a record may hold
+    4,300 digits) as its decimal text."""
+    return {
+        key: str(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value not in _INT64
+        else value
+        for key, value in attributes.items()
+    }
 
 
 def _span_exporter(endpoint: str | None) -> tuple[SpanExporter, str]:
@@ -277,6 +293,7 @@ def cmd_export(args: argparse.Namespace, style: Style) -> int:
             try:
                 for record in file.read():
                     pending.extend(builder.add(record))
+                    _report_skipped(path, builder)
                     if len(pending) >= BATCH:
                         spans += _send_now(otel, pending)
             except (OSError, FileFormatError) as exc:
@@ -294,6 +311,13 @@ def cmd_export(args: argparse.Namespace, style: Style) -> int:
         )
     )
     return EXIT_UNSOUND if unsound else EXIT_OK
+
+
+def _report_skipped(path: str, builder: SpanBuilder) -> None:
+    """Say which records ``builder`` skipped (a time no span carries), once each."""
+    for why in builder.skipped:
+        _err(f"flightlog export: {path}: {why}")
+    builder.skipped.clear()
 
 
 def _why(exc: Exception) -> str:
@@ -388,6 +412,7 @@ class _Follower:
                 builder = self.builders[key] = SpanBuilder(content=self.content, path=path)
             confirmed = self.cursors.seqs.get(record.session_id, 0)
             self.pending.extend(s for s in builder.add(record) if s.end_seq > confirmed)
+            _report_skipped(path, builder)
             if record.seq > confirmed:
                 self.moved[record.session_id] = (path, record.seq)
 

@@ -61,7 +61,7 @@ from flightlog.protocol import (
 )
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
-from ._render import Style, failed, record_data, tail_line
+from ._render import Style, failed, one_line, record_data, say, tail_line
 from ._sessions import session_files
 from ._text import JOINED_PARTS, byte_test, first_match, match_json, match_line
 
@@ -617,11 +617,11 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
         nonlocal unsound, unreadable
         if isinstance(exc, FileFormatError):
             unsound = True
-            sys.stderr.write(f"flightlog: {path}: line {exc.line}: {exc.reason}\n")
+            say(f"flightlog: {path}: line {exc.line}: {exc.reason}", sys.stderr)
         else:
             unreadable = True
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            sys.stderr.write(f"flightlog: {path}: cannot read: {reason}\n")
+            say(f"flightlog: {path}: cannot read: {reason}", sys.stderr)
 
     out = sys.stdout
     # --json lines are written in pieces of _OUTPUT bytes, and at the end of each file
@@ -646,7 +646,8 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
                 pending.clear()
         else:
             record = found.record
-            out.write(f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}\n")
+            line = f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}"
+            out.write(one_line(line) + "\n")
             if query.text is not None:
                 out.write(match_line(query.text, record, style))
         if args.limit is not None and count >= args.limit:

@@ -35,7 +35,7 @@ from flightlog.sdk import session_files as walk_sessions
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
 from ._find import _moment
-from ._render import Style, format_tokens, record_data, short
+from ._render import Style, format_tokens, one_line, record_data, short
 
 __all__ = [
     "SessionRow",
@@ -320,7 +320,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
         when = (row.last_activity or "")[:19].replace("T", " ")
         label = f"{row.name}  {style.dim(row.path)}" if row.name else row.path
         figures = f"{len(row.runs):>4} {format_tokens(tokens):>8} {cost:>10}"
-        out.write(f"{when:<20} {painted} {figures}  {short(label, 200)}\n")
+        out.write(one_line(f"{when:<20} {painted} {figures}  {short(label, 200)}") + "\n")
     if not pricing:
         out.write(style.dim("cost: pip install 'flightlog-sdk[cost]' (genai-prices)") + "\n")
     return EXIT_OK

@@ -43,7 +43,7 @@ from ._diff import add_diff_arguments, cmd_diff, diff_epilog
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
 from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
-from ._render import Style, TerminalText
+from ._render import Style, TerminalText, say
 from ._sql import add_sql_arguments, cmd_sql, sql_epilog
 from ._tail_all import after_value, tail_all_after
 
@@ -51,8 +51,7 @@ __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
 
 def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    say(text, sys.stderr)
 
 
 _EXIT_HELP: Final = "exit status:\n" + "\n".join(

@@ -30,7 +30,9 @@ __all__ = [
     "format_tokens",
     "format_usage",
     "message_text",
+    "one_line",
     "record_data",
+    "say",
     "short",
     "summarize",
     "tail_line",
@@ -113,6 +115,34 @@ def neutralize(text: str, *, colours: bool = False) -> str:
     title changes, BEL, erasing) written as a visible ``\\xNN`` escape; with
     ``colours``, colour sequences pass."""
     return (_CONTROL_BUT_COLOURS if colours else _CONTROL).sub(_visible, text)
+
+
+#: What would end or break a line: ``\n`` inside an execution id, a path or a tool's
+#: name would otherwise print a line of the record's choosing (a forged one).
+_LINE_BREAKS = re.compile(r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+_BREAK_NAMES: Final = {"\n": "\\n", "\r": "\\r"}
+
+
+def _break_visible(match: re.Match[str]) -> str:
+    char = match.group()
+    name = _BREAK_NAMES.get(char)
+    if name is not None:
+        return name
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of output: every character that would break it (``\\n``,
+    ``\\r``, vertical tab, form feed, the separators, NEL, U+2028/9) written as a
+    visible escape.  Every readable line the commands print goes through it."""
+    return _LINE_BREAKS.sub(_break_visible, text)
+
+
+def say(text: str, stream: TextIO) -> None:
+    """Write ``text`` to ``stream`` (stderr) as one line, flushed: line breaks and every
+    control character but colours escaped, as :class:`TerminalText` does for stdout."""
+    stream.write(one_line(neutralize(text, colours=True)) + "\n")
+    stream.flush()
 
 
 class TerminalText:

@@ -103,9 +103,18 @@ class Span:
     end_seq: int = 0
 
 
+#: OTLP carries times as unsigned 64-bit nanoseconds since 1970.
+_MAX_NS = (1 << 64) - 1
+
+
 def _ns(record: Record) -> int:
+    """``record``'s time in nanoseconds since 1970; ValueError when OTLP cannot carry
+    it (before 1970, after 2554) or it is no time (a line of an old file)."""
     moment = parse_time(record.time)
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+    ns = int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+    if not 0 <= ns <= _MAX_NS:
+        raise ValueError(f"time {record.time} is outside what OTLP carries (1970 to 2554)")
+    return ns
 
 
 def _json(value: Any) -> str:
@@ -206,7 +215,8 @@ class SpanBuilder:
 
     ``content`` adds message content (the conventions' opt-in); ``path`` is recorded as
     ``flightlog.session.path``.  Never raises on odd data: a field of an unexpected shape
-    is left out of the span.
+    is left out of the span, and a record whose time no span can carry is skipped and
+    named in :attr:`skipped` (the caller reports and clears it).
     """
 
     def __init__(self, *, content: bool = False, path: str | None = None) -> None:
@@ -217,9 +227,18 @@ class SpanBuilder:
         self.run: _Run | None = None
         # tool_call_id -> the span that ran it, in an earlier run (re-issued calls).
         self._tool_calls: dict[str, tuple[int, int]] = {}
+        #: Records skipped since the caller last cleared it: why, per record.
+        self.skipped: list[str] = []
 
     def add(self, record: Record) -> list[Span]:
         """The spans ``record`` completes (often none)."""
+        try:
+            return self._add(record)
+        except ValueError as exc:
+            self.skipped.append(f"seq {record.seq} ({record.type}): {exc}; skipped")
+            return []
+
+    def _add(self, record: Record) -> list[Span]:
         if record.type == "session_start":
             self.session_id = record.session_id
             meta = record_data(record).get("meta")
@@ -228,6 +247,7 @@ class SpanBuilder:
         if self.session_id is None:
             self.session_id = record.session_id
         if record.type == "run_start":
+            _ns(record)  # a time no span carries skips it before the run it ends
             done = self._end_run(record, interrupted=True) if self.run is not None else []
             self._start_run(record)
             return done
@@ -315,8 +335,8 @@ class SpanBuilder:
     def _end_run(self, record: Record, *, interrupted: bool) -> list[Span]:
         run = self.run
         assert run is not None
-        self.run = None
         end = run.last_ns if interrupted else max(_ns(record), run.start_ns)
+        self.run = None
         spans = [
             self._call_span(run, call, end, INTERRUPTED, record.seq)
             for call in list(run.calls.values())

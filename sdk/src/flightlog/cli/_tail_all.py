@@ -29,7 +29,7 @@ from ._commands import (
     _socket,
     _TailPrinter,
 )
-from ._render import Style
+from ._render import Style, say
 from ._sessions import AllSessions, Doorbell, Rescan, format_cursor, parse_cursor
 
 __all__ = ["after_value", "tail_all_after"]
@@ -80,7 +80,7 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
             reason = f"line {exc.line}: {exc.reason}"
         else:
             reason = f"cannot read: {getattr(exc, 'strerror', None) or exc}"
-        sys.stderr.write(f"flightlog: {path}: {reason}; skipped\n")
+        say(f"flightlog: {path}: {reason}; skipped", sys.stderr)
 
     signal.signal(signal.SIGTERM, _stop)
     client = connect(_socket(args), client_name="flightlog", reconnect_grace=args.reconnect_grace)

@@ -31,6 +31,7 @@ from ._exceptions import (
     MissingExtra,
     RecordingError,
     RemoteProtocolError,
+    UntrustedDaemon,
 )
 from ._files import check, read
 from ._memory import MemoryDaemon
@@ -70,6 +71,7 @@ __all__ = [
     "Tail",
     "Total",
     "Transport",
+    "UntrustedDaemon",
     "check",
     "connect",
     "price",

@@ -10,6 +10,8 @@ that a caller imports everything from here:
 * :class:`RemoteProtocolError`: the daemon sent bytes that break the protocol.
 * :class:`FileFormatError`: a session file breaks the reading rules.
 * :class:`ConnectError`, :class:`DaemonNotRunning`: no connection could be made.
+* :class:`UntrustedDaemon`: the socket's directory, or whoever answers on it, is not
+  the daemon's: nothing was sent.
 * :class:`ConnectionLost`: the connection broke while in use.
 * :class:`DaemonError`: the daemon refused a request; ``code`` says why.
 * :class:`MissingExtra`: a feature needs an optional dependency that is not installed.
@@ -38,6 +40,7 @@ __all__ = [
     "MissingExtra",
     "RecordingError",
     "RemoteProtocolError",
+    "UntrustedDaemon",
 ]
 
 
@@ -59,6 +62,38 @@ class DaemonNotRunning(ConnectError):
             code="daemon_not_running",
         )
         self.path = path
+
+
+class UntrustedDaemon(ConnectError):
+    """The socket is not the daemon's, so nothing was sent to it (code
+    ``untrusted_daemon``).
+
+    Its directory is a symlink, or owned by a uid not trusted, or writable by others
+    (anyone who could write there could have put their socket in the daemon's place),
+    or the process that answers (its ``SO_PEERCRED``) runs as a uid not trusted.
+    Trusted are the caller's own uid, root, and the users named in
+    ``$FLIGHTLOG_DAEMON_USER`` (docs/sdk.md, "Who answers").  ``path`` is the socket's
+    path; ``owner`` and ``mode`` those of the directory, or None when it passed;
+    ``peer_uid`` and ``peer_pid`` those of whoever answered, or None when the check
+    failed before connecting.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        owner: int | None = None,
+        mode: int | None = None,
+        peer_uid: int | None = None,
+        peer_pid: int | None = None,
+    ) -> None:
+        super().__init__(message, code="untrusted_daemon")
+        self.path = path
+        self.owner = owner
+        self.mode = mode
+        self.peer_uid = peer_uid
+        self.peer_pid = peer_pid
 
 
 class ConnectionLost(FlightlogError):

@@ -67,6 +67,7 @@ from flightlog.protocol import (
 
 from ._exceptions import ConnectError, ConnectionLost, DaemonNotRunning
 from ._memory import MemoryDaemon
+from ._trust import check_directory, check_peer, trusted_uids
 
 __all__ = [
     "AsyncMockTransport",
@@ -336,15 +337,22 @@ class SocketTransport(_RingEnd):
     def connect(cls, path: str) -> SocketTransport:
         """Connect to the daemon's socket at ``path``.
 
-        Raises :class:`DaemonNotRunning` when nothing listens there and
+        Raises :class:`DaemonNotRunning` when nothing listens there,
+        :class:`UntrustedDaemon` when the socket is not the daemon's, and
         :class:`ConnectError` for any other failure.
         """
+        trusted = trusted_uids()
+        check_directory(path, trusted)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
+            check_peer(sock, path, trusted)
         except OSError as exc:
             sock.close()
             raise _connect_failed(path, exc) from None
+        except BaseException:
+            sock.close()
+            raise
         return cls(sock, path)
 
     def send(self, data: bytes) -> None:
@@ -425,13 +433,21 @@ class AsyncSocketTransport(_RingEnd):
     async def connect(cls, path: str) -> AsyncSocketTransport:
         """Connect to the daemon's socket at ``path``.
 
-        Raises :class:`DaemonNotRunning` when nothing listens there and
+        Raises :class:`DaemonNotRunning` when nothing listens there,
+        :class:`UntrustedDaemon` when the socket is not the daemon's, and
         :class:`ConnectError` for any other failure.
         """
+        trusted = trusted_uids()
+        check_directory(path, trusted)
         try:
             stream = await anyio.connect_unix(path)
         except OSError as exc:
             raise _connect_failed(path, exc) from None
+        try:
+            check_peer(stream.extra(anyio.abc.SocketAttribute.raw_socket), path, trusted)
+        except BaseException:
+            await anyio.aclose_forcefully(stream)
+            raise
         return cls(stream, path)
 
     async def send(self, data: bytes) -> None:

@@ -8,23 +8,45 @@ one frame and a read, a connection stops taking frames once ``connection_buffer`
 wait in actors); the global budget bounds their sum over every connection: while it is
 spent (``--max-buffered``), a connection that holds more than :data:`FLOOR` itself is
 not read, so a client that sends small requests always goes on while large partial
-frames wait for room.  (Per-user limits are another module's.)
+frames wait for room.
+
+Each uid other than the daemon's has its own account too (:class:`UidMemory`): its
+connections together may hold at most a share of the budget (``1 / UID_SHARE``) before
+those holding more than the floor stop being read, so one uid cannot take the whole
+budget from the others.
 
 The rings connections read from (docs/protocol.md, "The ring") are charged too, for
 as long as their connection lives: a ring is made only while every ring together
-takes at most a quarter of the budget, so past that many connections new ones use
-their socket alone.
+takes at most a quarter of the budget, and one uid's rings at most ``1 / UID_SHARE``
+of that, so past that many connections new ones use their socket alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["FLOOR", "ConnectionBudget", "MemoryBudget"]
+__all__ = ["FLOOR", "UID_SHARE", "ConnectionBudget", "MemoryBudget", "UidMemory"]
 
 #: Bytes a connection may always hold, whatever the global budget says: a client of
 #: small requests is never held up by others' large frames.
 FLOOR = 1024 * 1024
+#: One uid other than the daemon's holds at most ``1 / UID_SHARE`` of the budget, and
+#: of the rings' part of it.
+UID_SHARE = 2
+
+
+class UidMemory:
+    """What one uid's connections hold together; ``limited`` False: the daemon's own
+    uid, bounded by the global budget alone."""
+
+    __slots__ = ("held", "limited", "rings")
+
+    def __init__(self, *, limited: bool) -> None:
+        self.limited = limited
+        #: Bytes held, rings included.
+        self.held = 0
+        #: Bytes of rings, within ``held``.
+        self.rings = 0
 
 
 class MemoryBudget:
@@ -45,20 +67,30 @@ class MemoryBudget:
     def spent(self) -> bool:
         return self.used >= self.cap
 
-    def take_ring(self, size: int) -> bool:
-        """Charge a ring of ``size`` bytes, if rings stay within a quarter of the cap."""
-        if self.rings + size > self.cap // 4:
+    def uid_spent(self, uid: UidMemory) -> bool:
+        """Whether ``uid`` holds its whole share of the budget."""
+        return uid.limited and uid.held >= self.cap // UID_SHARE
+
+    def take_ring(self, size: int, uid: UidMemory) -> bool:
+        """Charge a ring of ``size`` bytes to the budget and to ``uid``, if rings stay
+        within a quarter of the cap and ``uid``'s rings within its share of that."""
+        part = self.cap // 4
+        if self.rings + size > part or (uid.limited and uid.rings + size > part // UID_SHARE):
             return False
         self.rings += size
         self.used += size
+        uid.rings += size
+        uid.held += size
         if self.used > self.peak:
             self.peak = self.used
         return True
 
-    def give_ring(self, size: int) -> None:
-        """A ring of ``size`` bytes was unmapped."""
+    def give_ring(self, size: int, uid: UidMemory) -> None:
+        """A ring of ``size`` bytes is gone (unmapped, its pages given back)."""
         self.rings -= size
         self.used -= size
+        uid.rings -= size
+        uid.held -= size
         if self._waiting:
             self._freed()
 
@@ -78,14 +110,17 @@ class MemoryBudget:
 class ConnectionBudget:
     """What one connection holds, charged to the daemon's :class:`MemoryBudget`."""
 
-    __slots__ = ("_global", "held")
+    __slots__ = ("_global", "_uid", "held")
 
-    def __init__(self, budget: MemoryBudget) -> None:
+    def __init__(self, budget: MemoryBudget, uid: UidMemory | None = None) -> None:
         self._global = budget
+        #: The account of the connection's uid (None: an unlimited one of its own).
+        self._uid = uid if uid is not None else UidMemory(limited=False)
         self.held = 0
 
     def charge(self, count: int) -> None:
         self.held += count
+        self._uid.held += count
         budget = self._global
         budget.used += count
         if budget.used > budget.peak:
@@ -93,6 +128,7 @@ class ConnectionBudget:
 
     def discharge(self, count: int) -> None:
         self.held -= count
+        self._uid.held -= count
         budget = self._global
         budget.used -= count
         if budget._waiting:
@@ -100,7 +136,10 @@ class ConnectionBudget:
 
     def may_read(self) -> bool:
         """Whether the connection may read more now."""
-        return self.held < FLOOR or not self._global.spent
+        if self.held < FLOOR:
+            return True
+        budget = self._global
+        return not budget.spent and not budget.uid_spent(self._uid)
 
     def wait(self, who: object, resume: Callable[[], None]) -> None:
         """Call ``resume`` once the global budget has room again."""

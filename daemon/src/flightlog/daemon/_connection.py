@@ -163,7 +163,7 @@ class Connection:
         )
         self._memory = budget
         self._ring_size = 0
-        self._budget = ConnectionBudget(budget)
+        self._budget = ConnectionBudget(budget, share.memory)
         self._channel = Channel(
             sock,
             poller,
@@ -174,6 +174,8 @@ class Connection:
             budget=self._budget,
         )
         self._inflight = 0
+        #: Places in the uid's share of sessions taken for creates and opens under way.
+        self._claims = 0
         self._requests_seen = False  # in the frames handled since the last read
         self._drained = anyio.Event()
         self._drained.set()
@@ -217,7 +219,8 @@ class Connection:
         none (0) when rings are off, unsound here, over their share of the memory
         budget, or the system refuses."""
         size = self._config.ring_size
-        if not size or not _RINGS or not self._memory.take_ring(RING_HEADER + size):
+        memory = self._share.memory
+        if not size or not _RINGS or not self._memory.take_ring(RING_HEADER + size, memory):
             return 0
         fd = -1
         try:
@@ -228,7 +231,7 @@ class Connection:
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            self._memory.give_ring(RING_HEADER + size)
+            self._memory.give_ring(RING_HEADER + size, memory)
             self.log.warning("ring_refused", reason=str(exc))
             return 0
         self._ring_size = RING_HEADER + size
@@ -266,9 +269,12 @@ class Connection:
                 with anyio.move_on_after(5):
                     await self._channel.flush()
             finally:
+                # A claim whose task never ran (cancelled first) gives its place back.
+                while self._claims:
+                    self._claimed()
                 self._channel.close()
                 if self._ring_size:
-                    self._memory.give_ring(self._ring_size)
+                    self._memory.give_ring(self._ring_size, self._share.memory)
                     self._ring_size = 0
                 log_dropped(self, self.log)
                 self.log.info("connection_closed")
@@ -452,7 +458,9 @@ class Connection:
             case CloseSession():
                 await self._hand_to(self.sessions.pop(event.session_id), event)
             case Create() | Open():
-                self._share.check_session()
+                # The uid's place is taken before anything is awaited.
+                self._share.claim_session()
+                self._claims += 1
                 if self._registry.must_wait(self, event.path):
                     # It waits for another connection: answered when done, while this
                     # connection's other sessions go on.
@@ -467,13 +475,18 @@ class Connection:
                 await self._tails.unsubscribe(self, event)
 
     async def _claim(self, message: Create | Open) -> None:
-        """Create or open a session and answer with it."""
+        """Create or open a session and answer with it; its place in the uid's share
+        was taken (:meth:`UidShare.claim_session`) and is given back here."""
         registry = self._registry
         try:
-            if isinstance(message, Create):
-                actor = await registry.create(self, message.path, dict(message.meta))
-            else:
-                actor = await registry.open(self, message.path)
+            try:
+                if isinstance(message, Create):
+                    actor = await registry.create(self, message.path, dict(message.meta))
+                else:
+                    actor = await registry.open(self, message.path)
+            except BaseException:
+                self._claimed()
+                raise
         except FlightlogError as exc:
             self._log_refusal(exc)
             self._server.refuse(message, exc)
@@ -483,6 +496,7 @@ class Connection:
 
     async def _opened(self, request_id: int, actor: SessionActor) -> None:
         self.sessions[actor.session_id] = actor
+        self._claimed()  # counted in ``sessions`` from now
         file = actor.file
         reply = SessionOpened(
             id=request_id,
@@ -498,6 +512,10 @@ class Connection:
         )
         self._server.opened(reply, actor.rules)
         await self._flush()
+
+    def _claimed(self) -> None:
+        self._claims -= 1
+        self._share.claimed()
 
     async def _hand_to(self, actor: SessionActor, event: Message | StartRun | Records) -> None:
         # Counted until the actor has written it: what makes reading stop.

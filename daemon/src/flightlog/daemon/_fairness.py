@@ -25,6 +25,8 @@ import anyio
 
 from flightlog.protocol import ErrorCode, LocalProtocolError, UidLimits
 
+from ._budget import UidMemory
+
 __all__ = [
     "DEFAULT_BYTES_PER_SECOND_PER_UID",
     "DEFAULT_CONNECTIONS_PER_UID",
@@ -67,6 +69,10 @@ class UidShare:
         self.uid = uid
         self.limits = limits
         self.connections: set[Writer] = set()
+        #: Creates and opens under way: counted as sessions until they are answered.
+        self.claims = 0
+        #: What its connections make the daemon hold (``_budget``).
+        self.memory = UidMemory(limited=limits is not None)
         rate = limits.bytes_per_second if limits else 0
         self._tokens = float(rate)
         self._stamp = time.monotonic()
@@ -76,15 +82,23 @@ class UidShare:
         """Sessions this uid's connections write now."""
         return sum(len(conn.sessions) for conn in self.connections)
 
-    def check_session(self) -> None:
-        """Raises :class:`LocalProtocolError` (``too_many``) when the uid writes as many
-        sessions as it may."""
-        if self.limits is not None and self.sessions >= self.limits.sessions:
+    def claim_session(self) -> None:
+        """Take a place for a session about to be created or opened, before anything
+        is awaited (give it back with :meth:`claimed` once it is answered, opened or
+        not), so that creates at once on many connections cannot all pass.  Raises
+        :class:`LocalProtocolError` (``too_many``) when the uid writes, or is about
+        to, as many sessions as it may."""
+        if self.limits is not None and self.sessions + self.claims >= self.limits.sessions:
             raise LocalProtocolError(
                 f"uid {self.uid} writes {self.limits.sessions} sessions, the most one uid "
                 "may (flightlogd --max-sessions-per-uid); close one first",
                 code=ErrorCode.TOO_MANY,
             )
+        self.claims += 1
+
+    def claimed(self) -> None:
+        """A claim is answered: the session is the connection's now, or was refused."""
+        self.claims -= 1
 
     async def pace(self, nbytes: int) -> None:
         """Count ``nbytes`` read from one of the uid's sockets; wait (reading none of

@@ -2,8 +2,10 @@
 
 Every byte a client can make the daemon hold is charged to its connection's
 :class:`ConnectionBudget` and to the daemon's :class:`MemoryBudget`: bytes read and not
-yet taken as messages (a partial frame too), and messages handed to session actors and
-not yet written.  Per connection these are bounded already (the decoder holds at most
+yet taken as messages (a partial frame too), messages handed to session actors and
+not yet written, replies queued and not yet sent, and the checkpoints sessions load for
+it until their replies are sent (:meth:`ConnectionBudget.reserve`: a load waits for
+room).  Per connection these are bounded already (the decoder holds at most
 one frame and a read, a connection stops taking frames once ``connection_buffer`` bytes
 wait in actors); the global budget bounds their sum over every connection: while it is
 spent (``--max-buffered``), a connection that holds more than :data:`FLOOR` itself is
@@ -23,6 +25,8 @@ of that, so past that many connections new ones use their socket alone.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
 
 __all__ = ["FLOOR", "UID_SHARE", "ConnectionBudget", "MemoryBudget", "UidMemory"]
@@ -134,6 +138,28 @@ class ConnectionBudget:
         if budget._waiting:
             budget._freed()
 
+    def fits(self, count: int) -> bool:
+        """Whether ``count`` more bytes may be held now: within the floor, or within
+        the budget and the uid's share of it."""
+        if self.held + count <= FLOOR:
+            return True
+        budget, uid = self._global, self._uid
+        if budget.used + count > budget.cap:
+            return False
+        return not uid.limited or uid.held + count <= budget.cap // UID_SHARE
+
+    async def reserve(self, count: int) -> None:
+        """Charge ``count`` bytes once they fit (:meth:`fits`); a connection that holds
+        nothing always may (a maximum frame is within every budget)."""
+        while self.held and not self.fits(count):
+            room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._global.wait(room, functools.partial(_set, room))
+            try:
+                await room
+            finally:
+                self._global.forget(room)
+        self.charge(count)
+
     def may_read(self) -> bool:
         """Whether the connection may read more now."""
         if self.held < FLOOR:
@@ -148,3 +174,8 @@ class ConnectionBudget:
     def forget(self, who: object) -> None:
         """``who`` waits for the budget no more."""
         self._global.forget(who)
+
+
+def _set(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

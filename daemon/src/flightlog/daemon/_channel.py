@@ -118,6 +118,8 @@ class Channel:
         self._room_fd = -1
         self._recheck: asyncio.TimerHandle | None = None
         self._queue = bytearray()
+        #: Bytes of the queue charged to the budget (settled on the loop).
+        self._queue_charged = 0
         self._queue_bytes = queue_bytes
         self._send_timeout = send_timeout
         #: A send waited ``send_timeout`` for room: the client reads nothing, so writing
@@ -371,6 +373,7 @@ class Channel:
         with self._write_lock:
             if self._queue:
                 self._queue += data
+                self._settle_queue()
                 return
             try:
                 pass_fd = self._pass_fd is not None
@@ -383,6 +386,18 @@ class Channel:
             if sent < len(data):
                 self._queue += memoryview(data)[sent:]
                 self._start_writing()
+        self._settle_queue()
+
+    def _settle_queue(self) -> None:
+        """Charge the budget with what the queue holds now (on the loop): unsent
+        replies are memory the client makes the daemon hold."""
+        change = len(self._queue) - self._queue_charged
+        if change:
+            self._queue_charged += change
+            if change > 0:
+                self._budget.charge(change)
+            else:
+                self._budget.discharge(-change)
 
     def _send_ring(self, data: bytes) -> int:
         """Send ``data`` with the ring's memfd attached (SCM_RIGHTS), then close it
@@ -460,6 +475,7 @@ class Channel:
                 self._end_writing()
             elif self._queue and not self._closed:
                 self._start_writing()
+        self._settle_queue()
 
     def _on_writable(self) -> None:
         with self._write_lock:
@@ -473,6 +489,10 @@ class Channel:
             del self._queue[:sent]
             if not self._queue:
                 self._stop_writing()
+                # An emptied queue lets its buffer go (a bytearray keeps its largest
+                # size): megabytes of replies once queued are not kept for ever.
+                self._queue = bytearray()
+        self._settle_queue()
         self._make_room()
 
     def _start_writing(self) -> None:
@@ -495,7 +515,8 @@ class Channel:
 
     def _end_writing(self) -> None:
         self.write_ended = True
-        self._queue.clear()
+        self._queue = bytearray()
+        self._settle_queue()
         self._stop_writing()
         self._make_room()
 
@@ -523,6 +544,7 @@ class Channel:
         self._budget.forget(self)
         self._budget.discharge(self._in_decoder)
         self._in_decoder = 0
+        self._settle_queue()
         self._make_room()
 
     def _close_ring(self) -> None:

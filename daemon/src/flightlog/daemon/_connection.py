@@ -218,6 +218,17 @@ class Connection:
         if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
 
+    def fits(self, count: int) -> bool:
+        return self._channel.write_ended or self._budget.fits(count)
+
+    async def reserve(self, count: int) -> None:
+        if self._channel.write_ended:
+            # Nothing will be sent: the bytes are handed back at once after the load.
+            self._budget.charge(count)
+        else:
+            await self._budget.reserve(count)
+        self._inflight += count
+
     def _make_ring(self) -> int:
         """The hello asked for a ring: make one for the channel to read (its size), or
         none (0) when rings are off, unsound here, over their share of the memory

@@ -33,6 +33,8 @@ from flightlog.protocol import (
     SessionOpened,
     Status,
     StatusReply,
+    Subscribe,
+    Subscribed,
     client_decoder,
     encode_frame,
     ring_supported,
@@ -237,3 +239,36 @@ def test_a_rings_pages_go_back_when_its_connection_ends_though_the_client_keeps_
     # Before, the pages the daemon faulted in stayed for as long as the client kept
     # the memfd (charged to the daemon's memory cgroup, outside every budget).
     assert seen == {"blocks": 0}
+
+
+# ------------------------------------------------------------------ subscriptions
+
+
+def test_a_uids_subscriptions_are_bounded_over_all_its_connections(
+    eight_sessions: DaemonProcess,
+) -> None:
+    def follow() -> dict[str, int]:
+        clients = [RawClient(eight_sessions.socket) for _ in range(3)]
+        codes: dict[str, int] = {}
+        for n in range(1500):
+            client = clients[n % 3]
+            client.send(Subscribe(id=client.next_id(), path=f"later/{n}.jsonl", follow=True))
+        for n in range(1500):
+            reply = clients[n % 3].receive(timeout=30)
+            code = reply.code if isinstance(reply, ErrorReply) else type(reply).__name__
+            codes[code] = codes.get(code, 0) + 1
+        # Ending subscriptions (here, a connection) frees their places.
+        clients.pop().close()
+        wait_for(lambda: _subscribed(eight_sessions.socket))
+        for client in clients:
+            client.close()
+        return codes
+
+    # Before, 48 connections of one uid could hold 1,024 follows each (+454 MiB).
+    assert as_uid(GREEDY, follow) == {"Subscribed": 1024, "too_many": 476}
+
+
+def _subscribed(path: str) -> bool:
+    with RawClient(path) as client:
+        reply = client.request(Subscribe(id=client.next_id(), path="x.jsonl", follow=True))
+        return isinstance(reply, Subscribed)

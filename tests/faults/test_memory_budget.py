@@ -6,13 +6,22 @@ while a client of small requests goes on.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import struct
 import time
 from pathlib import Path
 
-from daemon_support import begin, create, fact, proc_status_kb, synced_seq, wait_for_log
+from daemon_support import (
+    assert_serving,
+    begin,
+    create,
+    fact,
+    proc_status_kb,
+    synced_seq,
+    wait_for_log,
+)
 
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import (
@@ -173,4 +182,35 @@ def test_checkpoints_loaded_for_a_slow_reader_stay_within_the_budget(short_tmp: 
     # budget, plus what glibc's malloc keeps of freed memory in the disk threads'
     # arenas (docs/operations.md, --max-buffered): measured 136 MiB.
     assert growth_kb < (cap >> 10) + 96 * 1024, growth_kb
+    daemon.stop()
+
+
+def test_partial_frames_on_many_connections_hold_the_budget_and_give_the_memory_back(
+    short_tmp: Path,
+) -> None:
+    """64 connections each send all but the last byte of a maximum frame after their
+    hello (issue 27, 4): the daemon's RSS stays within ``--max-buffered`` and what
+    every connection may hold beyond it, and goes back once they close."""
+    frame, cap, holders = 4 << 20, 64 << 20, 64
+    daemon = DaemonProcess(
+        short_tmp, "--max-frame-size", str(frame), "--max-buffered", str(cap)
+    ).start()
+    before_kb = proc_status_kb(daemon.pid, "VmRSS")
+    clients = [RawClient(daemon.socket, client=f"holder {n}") for n in range(holders)]
+    partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
+    try:
+        for client in clients:
+            _send_until_stuck(client.sock, partial, patience=0.2)
+        during_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+    finally:
+        for client in clients:
+            client.close()
+    # Everything was charged and is handed back: the daemon gives the memory back too.
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: proc_status_kb(daemon.pid, "VmRSS") - before_kb < 32 * 1024, timeout=10)
+    after_kb = proc_status_kb(daemon.pid, "VmRSS") - before_kb
+    print(f"\nRSS growth: peak {during_kb >> 10} MiB, after {after_kb >> 10} MiB (cap 64 MiB)")
+    assert during_kb < (cap >> 10) + holders * (FLOOR + READ_SIZE) // 1024 + 32 * 1024
+    assert after_kb < 32 * 1024, after_kb
+    assert_serving(daemon)
     daemon.stop()

@@ -26,10 +26,12 @@ of that, so past that many connections new ones use their socket alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import functools
 from collections.abc import Callable
 
-__all__ = ["FLOOR", "UID_SHARE", "ConnectionBudget", "MemoryBudget", "UidMemory"]
+__all__ = ["FLOOR", "UID_SHARE", "ConnectionBudget", "MemoryBudget", "UidMemory", "malloc_trim"]
 
 #: Bytes a connection may always hold, whatever the global budget says: a client of
 #: small requests is never held up by others' large frames.
@@ -56,12 +58,16 @@ class UidMemory:
 class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
-    __slots__ = ("_waiting", "cap", "peak", "rings", "used")
+    __slots__ = ("_trim", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, *, trim: Callable[[], None] | None = None) -> None:
         self.cap = cap
         self.used = 0
         self.peak = 0
+        #: Gives freed memory back to the system (:func:`malloc_trim`), once use fell
+        #: from over half the cap to under an eighth of it.
+        self._trim = trim
+        self._trim_due = False
         #: Bytes of rings, within ``used``.
         self.rings = 0
         #: Connections not read until the budget has room again: how to resume each.
@@ -98,6 +104,17 @@ class MemoryBudget:
         if self._waiting:
             self._freed()
 
+    def _trimmed(self) -> None:
+        """Use fell back after a high: what malloc kept of the freed buffers (megabytes
+        of partial frames, replies, checkpoints) goes back to the system now, on the
+        loop's next turn, rather than staying in the daemon's RSS for good."""
+        self._trim_due = False
+        assert self._trim is not None
+        try:
+            asyncio.get_running_loop().call_soon(self._trim)
+        except RuntimeError:  # no loop: at once
+            self._trim()
+
     def wait(self, who: object, resume: Callable[[], None]) -> None:
         self._waiting[who] = resume
 
@@ -129,6 +146,8 @@ class ConnectionBudget:
         budget.used += count
         if budget.used > budget.peak:
             budget.peak = budget.used
+        if budget.used > budget.cap // 2:
+            budget._trim_due = budget._trim is not None
 
     def discharge(self, count: int) -> None:
         self.held -= count
@@ -137,6 +156,8 @@ class ConnectionBudget:
         budget.used -= count
         if budget._waiting:
             budget._freed()
+        if budget._trim_due and budget.used < budget.cap // 8:
+            budget._trimmed()
 
     def fits(self, count: int) -> bool:
         """Whether ``count`` more bytes may be held now: within the floor, or within
@@ -179,3 +200,12 @@ class ConnectionBudget:
 def _set(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def malloc_trim() -> None:
+    """Give the memory glibc's malloc keeps of freed buffers (in every arena) back to
+    the system; nothing where the C library has no ``malloc_trim``.  flightlogd sets
+    malloc's thresholds high for speed (``tune_malloc``): without this, the memory
+    of an attack's buffers would stay in the daemon's RSS after it ended."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)

@@ -542,6 +542,13 @@ class Channel:
             self._budget_timer.cancel()
         self._close_ring()
         self._budget.forget(self)
+        # The partial frame read goes now, not whenever the connection's objects are
+        # collected (they hold each other): that can take long, and it may be
+        # megabytes on each of many connections.
+        with contextlib.suppress(RemoteProtocolError):  # a broken decoder keeps it
+            buf, _ = self._decoder.pending()
+            buf.clear()
+            self._decoder.consumed(0)
         self._budget.discharge(self._in_decoder)
         self._in_decoder = 0
         self._settle_queue()

@@ -215,22 +215,12 @@ def main() -> None:
             time.sleep(0.5)
             alone, flooded = [], []
             for n in range(args.rounds):
-                for pid in flooders:
-                    os.kill(pid, signal.SIGSTOP)
-                name = f"{kind.split()[0]}-alone-{n}.jsonl"
-                alone.append(
-                    _result(
-                        _as_uid(VICTIM, functools.partial(_agent, daemon.socket, name, args.events))
-                    )
-                )
-                for pid in flooders:
-                    os.kill(pid, signal.SIGCONT)
-                name = f"{kind.split()[0]}-flooded-{n}.jsonl"
-                flooded.append(
-                    _result(
-                        _as_uid(VICTIM, functools.partial(_agent, daemon.socket, name, args.events))
-                    )
-                )
+                for stop, rounds in ((signal.SIGSTOP, alone), (signal.SIGCONT, flooded)):
+                    for pid in flooders:
+                        os.kill(pid, stop)
+                    name = f"{kind.split()[0]}-{stop.name}-{n}.jsonl"
+                    agent = functools.partial(_agent, daemon.socket, name, args.events)
+                    rounds.append(_result(_as_uid(VICTIM, agent)))
             for pid in flooders:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)

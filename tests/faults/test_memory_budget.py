@@ -16,6 +16,7 @@ from pathlib import Path
 from daemon_support import (
     assert_serving,
     begin,
+    checkpoint,
     create,
     fact,
     proc_status_kb,
@@ -151,17 +152,7 @@ def test_checkpoints_loaded_for_a_slow_reader_stay_within_the_budget(short_tmp: 
         ids = []
         for n in range(sessions):
             opened = create(client, f"loads/{n}.jsonl")
-            run = begin(client, opened.session_id)
-            saved = client.request(
-                SaveCheckpoint(
-                    id=client.next_id(),
-                    session_id=opened.session_id,
-                    run_id=run.run_id,
-                    time=now(),
-                    snapshot=snapshot,
-                )
-            )
-            assert isinstance(saved, Ack), saved
+            checkpoint(client, opened.session_id, begin(client, opened.session_id).run_id, snapshot)
             ids.append(opened.session_id)
         before_kb = proc_status_kb(daemon.pid, "VmHWM")
         requests = [

@@ -16,6 +16,7 @@ import os
 import platform
 import select
 import socket
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -272,3 +273,54 @@ def _subscribed(path: str) -> bool:
     with RawClient(path) as client:
         reply = client.request(Subscribe(id=client.next_id(), path="x.jsonl", follow=True))
         return isinstance(reply, Subscribed)
+
+
+# ------------------------------------------------------------------ memory
+
+
+def _partial_frames(path: str, count: int, frame: int, ready: Signal, done: Signal) -> list[int]:
+    """``count`` connections each sending all but the last byte of a ``frame``-byte
+    frame, as far as the daemon reads; the bytes each got sent, once ``done``."""
+    clients = [RawClient(path) for _ in range(count)]
+    partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
+    sent = [_send_until_stuck(client.sock, partial) for client in clients]
+    ready.set()
+    done.wait()
+    for client in clients:
+        client.close()
+    return sent
+
+
+def _send_until_stuck(sock: socket.socket, data: bytes, patience: float = 1.0) -> int:
+    sock.setblocking(False)
+    sent = 0
+    while sent < len(data):
+        try:
+            sent += sock.send(data[sent : sent + 65536])
+        except BlockingIOError:
+            if not select.select([], [sock], [], patience)[1]:
+                break
+    return sent
+
+
+def test_one_uids_partial_frames_take_at_most_its_share_of_the_budget() -> None:
+    frame, cap = 4 << 20, 16 << 20
+    with shared_daemon("--max-frame-size", str(frame), "--max-buffered", str(cap)) as daemon:
+        ready, done = Signal(), Signal()
+        hog = AsUid(GREEDY, lambda: _partial_frames(daemon.socket, 4, frame, ready, done))
+        ready.wait()
+        other = as_uid(OTHER, lambda: _partial_frames(daemon.socket, 1, frame, Signal(), _set()))
+        done.set()
+        held = hog.result()
+    # The first uid is held to about half the budget (each connection may always
+    # read up to the floor and one read more); the other uid's frame is read whole.
+    # Before, the first uid's four frames took the whole budget and the other's
+    # stopped at the floor.
+    assert sum(held) < cap // 2 + 4 * (1 << 20) + 4 * (256 << 10), held
+    assert other == [frame + 3], other
+
+
+def _set() -> Signal:
+    signal = Signal()
+    signal.set()
+    return signal

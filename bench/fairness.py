@@ -18,6 +18,7 @@ import argparse
 import functools
 import os
 import pickle
+import shutil
 import signal
 import socket
 import tempfile
@@ -234,6 +235,7 @@ def main() -> None:
             )
     finally:
         daemon.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ few runs.  Both rates are printed; only their ratio is asserted, never a time.
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,11 +35,13 @@ from flightlog.protocol import (
     CloseSession,
     Create,
     ErrorReply,
+    Open,
     SessionOpened,
     Status,
     StatusReply,
     UidLimits,
     Welcome,
+    encode_frame,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 
@@ -206,9 +210,10 @@ def _crowd(socket: str, ready: Signal, stop: Signal) -> list[str]:
 _ROUNDS = 3
 
 
-def _victim(shared: DaemonProcess, kind: str) -> float:
+def _victim(shared: DaemonProcess, kind: str, events: int = 20000) -> float:
     paths = [f"{kind}-{n}.jsonl" for n in range(_ROUNDS)]
-    return max(as_uid(VICTIM, functools.partial(_agent, shared.socket, path)) for path in paths)
+    agent = functools.partial(_agent, shared.socket, events=events)
+    return max(as_uid(VICTIM, functools.partial(agent, path)) for path in paths)
 
 
 #: The flooder's measured span.
@@ -261,3 +266,84 @@ def test_a_flooding_uid_does_not_stop_another_uids_agent_from_recording(
         lines = read_lines(shared.root / "uid" / str(VICTIM) / name)
         assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
         assert len(lines) == 20000 + 200 + 2
+
+
+# ------------------------------------------------------------ floods of work, not bytes
+#
+# What a frame costs the daemon is not its size: a record the C accelerator cannot
+# take goes the Python way (tens of µs), a refused one makes no event at all, a status
+# request walks the sessions.  Each flood below stays within the flooder's bytes per
+# second, and before its work was charged (and a connection's turn bounded) the first
+# cut the victim's agent to a fifth of its rate or less (issue 27, 3).
+
+
+def _refused(socket: str, started: Signal) -> None:
+    """Records of a run the daemon refuses (not an agent fact type), back to back."""
+    with RawClient(socket, client="refused") as client:
+        opened = create(client, f"refused-{os.getpid()}.jsonl")
+        run = begin(client, opened.session_id)
+        record = fact(opened.session_id, run.run_id, event_type="not_a_fact")
+        burst = encode_frame(record) * 2000
+        started.set()
+        while True:
+            client.send_bytes(burst)
+
+
+def _statuses(socket: str, started: Signal) -> None:
+    """Status requests, a thousand in flight at a time."""
+    with RawClient(socket, client="statuses") as client:
+        burst = b"".join(encode_frame(Status(id=n + 1)) for n in range(1000))
+        started.set()
+        while True:
+            client.send_bytes(burst)
+            for _ in range(1000):
+                client.receive(timeout=60)
+
+
+def _opens(socket: str, started: Signal) -> None:
+    """Opens of sessions that do not exist, a hundred in flight at a time."""
+    with RawClient(socket, client="opens") as client:
+        burst = b"".join(encode_frame(Open(id=n + 1, path=f"none/{n}.jsonl")) for n in range(100))
+        started.set()
+        while True:
+            client.send_bytes(burst)
+            for _ in range(100):
+                client.receive(timeout=60)
+
+
+_FLOODS = {"refused": _refused, "statuses": _statuses, "opens": _opens}
+#: The victim's events per run here: rounds of a fraction of a second (5,000 events)
+#: made the ratio swing between 0.15 and 0.7 on a loaded machine.
+_WORK_EVENTS = 20000
+
+
+@pytest.mark.parametrize("kind", sorted(_FLOODS))
+def test_a_uid_flooding_with_work_leaves_another_uid_a_third_of_its_rate(
+    shared: DaemonProcess, kind: str
+) -> None:
+    flood = _FLOODS[kind]
+    starts = [Signal() for _ in range(2)]
+    flooders = [AsUid(FLOODER, functools.partial(flood, shared.socket, s)) for s in starts]
+    agent = functools.partial(_agent, shared.socket, events=_WORK_EVENTS)
+    alone, flooded = [], []
+    try:
+        for started in starts:
+            started.wait()
+        # Rounds alone and flooded alternate (the flooders stopped, then going on), so
+        # that the rest of the machine's load weighs alike on both.
+        for n in range(_ROUNDS):
+            for flooder in flooders:
+                os.kill(flooder.pid, signal.SIGSTOP)
+            alone.append(as_uid(VICTIM, functools.partial(agent, f"alone-{n}.jsonl")))
+            for flooder in flooders:
+                os.kill(flooder.pid, signal.SIGCONT)
+            flooded.append(as_uid(VICTIM, functools.partial(agent, f"flooded-{n}.jsonl")))
+    finally:
+        for flooder in flooders:
+            flooder.kill()
+    solo, during = max(alone), max(flooded)
+    print(
+        f"{kind}: victim alone {solo:,.0f} events/s, while uid {FLOODER} floods "
+        f"{during:,.0f} events/s ({during / solo:.2f}x; best of {_ROUNDS} each)"
+    )
+    assert during >= solo / 3

@@ -29,6 +29,7 @@ from daemon_support import (
     needs_root,
     shared_daemon,
     synced_seq,
+    wait_for_log,
 )
 
 from flightlog.protocol import (
@@ -468,7 +469,7 @@ def test_hostile_paths_of_one_uid_never_reach_another_uids_files(
     assert after == before
 
 
-def test_a_directory_planted_in_a_shared_allowed_root_is_refused(
+def test_a_directory_planted_in_a_shared_allowed_root_is_moved_aside(
     shared: DaemonProcess, allow: Path
 ) -> None:
 
@@ -487,7 +488,13 @@ def test_a_directory_planted_in_a_shared_allowed_root_is_refused(
                 Create(id=client.next_id(), path=f"{allow}/uid/{OWNER}/s.jsonl", meta={})
             )
 
+    # The daemon (root here, as the owner of its --allow root would be) moves the
+    # planted directory aside and records in its own (tests/daemon/test_shared_root.py).
     reply = as_uid(OWNER, record_there)
-    assert isinstance(reply, ErrorReply) and reply.code == "path_refused", reply
-    assert "not flightlogd's own directory" in reply.message
-    assert list((allow / "uid" / str(OWNER)).iterdir()) == []
+    assert isinstance(reply, SessionOpened), reply
+    moved = wait_for_log(shared, event="planted_directory_moved")
+    assert moved["owner"] == OTHER
+    assert list((Path(moved["moved_to"]) / str(OWNER)).iterdir()) == []
+    for directory in (allow / "uid", allow / "uid" / str(OWNER)):
+        st = directory.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o700)

@@ -6,12 +6,23 @@ while a client of small requests goes on.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import struct
+import time
 from pathlib import Path
 
-from daemon_support import begin, create, fact, proc_status_kb, synced_seq, wait_for_log
+from daemon_support import (
+    assert_serving,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    proc_status_kb,
+    synced_seq,
+    wait_for_log,
+)
 
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import (
@@ -127,4 +138,70 @@ def test_pipelined_checkpoint_loads_are_answered_a_few_megabytes_at_a_time(
     # was loaded.
     growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
     assert growth_kb < 96 * 1024, growth_kb
+    daemon.stop()
+
+
+def test_checkpoints_loaded_for_a_slow_reader_stay_within_the_budget(short_tmp: Path) -> None:
+    """40 sessions' checkpoints loaded again and again for a client that reads its
+    replies slowly: what the sessions loaded and the replies queued count against
+    ``--max-buffered`` (issue 27, 4), which holds the daemon's memory."""
+    cap, sessions, loads = 64 << 20, 40, 4
+    daemon = DaemonProcess(short_tmp, "--max-buffered", str(cap)).start()
+    snapshot = b'{"blob":"' + b"x" * (2 << 20) + b'"}'
+    with RawClient(daemon.socket) as client:
+        ids = []
+        for n in range(sessions):
+            opened = create(client, f"loads/{n}.jsonl")
+            checkpoint(client, opened.session_id, begin(client, opened.session_id).run_id, snapshot)
+            ids.append(opened.session_id)
+        before_kb = proc_status_kb(daemon.pid, "VmHWM")
+        requests = [
+            LoadCheckpoint(id=client.next_id(), session_id=sid) for _ in range(loads) for sid in ids
+        ]
+        client.send_bytes(b"".join(encode_frame(load) for load in requests))
+        answered = set()
+        for _ in requests:
+            time.sleep(0.02)  # a slow reader: the sessions load far faster
+            loaded = client.receive(timeout=60)
+            assert isinstance(loaded, CheckpointLoaded) and loaded.snapshot == snapshot, loaded
+            answered.add(loaded.id)
+        assert answered == {load.id for load in requests}
+    growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+    print(f"\ndaemon's peak RSS grew by {growth_kb >> 10} MiB (--max-buffered 64 MiB)")
+    # Before, each session held up to 16 MiB of loaded checkpoints and the connection
+    # 8 MiB of replies, none of it charged: 391 MiB more at the peak here.  Now the
+    # budget, plus what glibc's malloc keeps of freed memory in the disk threads'
+    # arenas (docs/operations.md, --max-buffered): measured 136 MiB.
+    assert growth_kb < (cap >> 10) + 96 * 1024, growth_kb
+    daemon.stop()
+
+
+def test_partial_frames_on_many_connections_hold_the_budget_and_give_the_memory_back(
+    short_tmp: Path,
+) -> None:
+    """64 connections each send all but the last byte of a maximum frame after their
+    hello (issue 27, 4): the daemon's RSS stays within ``--max-buffered`` and what
+    every connection may hold beyond it, and goes back once they close."""
+    frame, cap, holders = 4 << 20, 64 << 20, 64
+    daemon = DaemonProcess(
+        short_tmp, "--max-frame-size", str(frame), "--max-buffered", str(cap)
+    ).start()
+    before_kb = proc_status_kb(daemon.pid, "VmRSS")
+    clients = [RawClient(daemon.socket, client=f"holder {n}") for n in range(holders)]
+    partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
+    try:
+        for client in clients:
+            _send_until_stuck(client.sock, partial, patience=0.2)
+        during_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+    finally:
+        for client in clients:
+            client.close()
+    # Everything was charged and is handed back: the daemon gives the memory back too.
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: proc_status_kb(daemon.pid, "VmRSS") - before_kb < 32 * 1024, timeout=10)
+    after_kb = proc_status_kb(daemon.pid, "VmRSS") - before_kb
+    print(f"\nRSS growth: peak {during_kb >> 10} MiB, after {after_kb >> 10} MiB (cap 64 MiB)")
+    assert during_kb < (cap >> 10) + holders * (FLOOR + READ_SIZE) // 1024 + 32 * 1024
+    assert after_kb < 32 * 1024, after_kb
+    assert_serving(daemon)
     daemon.stop()

@@ -438,3 +438,28 @@ def test_an_owner_may_iterate_over_the_events_until_more_bytes_are_needed() -> N
         ConnectionClosed(released={SID: run_id}),
         None,
     ]
+
+
+def test_frames_per_turn_bounds_the_frames_taken_between_two_nones() -> None:
+    client = Client(ServerConnection(max_frame_size=4096, frames_per_turn=4))
+    writing(client)
+    # Records refused (not an agent fact type) make no event: ten of them, then two
+    # status requests, are taken four frames at a time.
+    refused = RecordEvent(
+        session_id=SID, run_id="r" * 32, event_type="no_fact", time=TIME, data=b"{}"
+    )
+    statuses = [Status(id=n) for n in (50, 51)]
+    client.server.receive_data(b"".join(encode_frame(m) for m in [refused] * 10 + statuses))
+    turns = []
+    while True:
+        turns.append(client.events())
+        if not client.server.more:
+            break
+    assert turns == [[], [], statuses]
+    assert not client.server.more
+    # Without the bound, one turn takes everything.
+    unbounded = Client()
+    hello(unbounded)
+    unbounded.server.receive_data(b"".join(encode_frame(m) for m in statuses * 20))
+    assert unbounded.events() == statuses * 20
+    assert not unbounded.server.more

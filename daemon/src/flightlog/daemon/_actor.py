@@ -236,6 +236,16 @@ class SessionActor:
                     stop = self.closing = True
                 case _:
                     assert peer is not None
+                    if (
+                        isinstance(message, LoadCheckpoint)
+                        and not stop
+                        and not self._room_to_load(peer)
+                    ):
+                        # The client's budget has no room for the checkpoint: answer
+                        # what the batch holds first, so that nothing is held while
+                        # the load waits for room.
+                        await self._complete(batch, False)
+                        batch = Batch(self.file.last_seq + 1, self._max_line)
                     stop = await self._request(batch, peer, message) or stop
                     if batch.reply_bytes > _BATCH_REPLY_BYTES and not stop:
                         # Checkpoints loaded and not yet sent: answer them (waiting
@@ -344,12 +354,28 @@ class SessionActor:
         batch.needs_sync = True
         return self._durable(Ack(id=message.id, seq=seq))
 
+    def _room_to_load(self, peer: Peer) -> bool:
+        ref = self.file.checkpoint
+        return ref is None or peer.fits(2 * ref.length)
+
     async def _load_checkpoint(self, batch: Batch, message: LoadCheckpoint) -> Reply:
         # The checkpoint may be in this very batch: write first, then read.
         await self._flush(batch)
         batch.restart(self.file.last_seq + 1)
         if self.error is not None:
             raise self.error
+        ref = self.file.checkpoint
+        # Its line read, then its data (one copy each, the line freed once parsed),
+        # then its encoded reply: twice the line's length, held until the reply is
+        # sent.
+        size = 2 * ref.length if ref is not None else 0
+        if size:
+            # What it loads is the client's to hold until its reply is sent: it waits
+            # for room in the client's memory budget first.
+            peer = self.writer
+            assert peer is not None
+            await peer.reserve(size)
+            batch.loaded.append((peer, size))
         self.busy = True
         try:
             record = await self._disk.run(self.file.read_checkpoint)
@@ -396,9 +422,15 @@ class SessionActor:
             # that deletes the file finds its space freed.
             self.closing = True
             self.file.close()
-        if not replied:
-            for peer, make_reply in batch.replies:
-                await peer.send(make_reply())
+        try:
+            if not replied:
+                for peer, make_reply in batch.replies:
+                    await peer.send(make_reply())
+        finally:
+            # Sent (queued replies are charged by the channel), or never to be.
+            for peer, size in batch.loaded:
+                peer.release_bytes(size)
+            batch.loaded.clear()
         if stop:
             return True
         return self.writer is None and not self._subscribers and not self._mailbox.items

@@ -43,6 +43,7 @@ class Batch:
         "checkpoints",
         "count",
         "first_seq",
+        "loaded",
         "max_line",
         "needs_sync",
         "released",
@@ -58,6 +59,9 @@ class Batch:
         self.replies: list[tuple[Peer, Reply]] = []
         #: Bytes of the replies made already (checkpoints loaded), held until sent.
         self.reply_bytes = 0
+        #: The bytes of those replies charged to each connection's budget, handed
+        #: back once the replies are sent (queued replies are charged there).
+        self.loaded: list[tuple[Peer, int]] = []
         self.needs_sync = False
         self.released: dict[int, tuple[Peer, int]] = {}
         # (seq, offset in buf, length) of the checkpoints, indexed once written.

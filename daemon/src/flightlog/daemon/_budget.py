@@ -2,40 +2,72 @@
 
 Every byte a client can make the daemon hold is charged to its connection's
 :class:`ConnectionBudget` and to the daemon's :class:`MemoryBudget`: bytes read and not
-yet taken as messages (a partial frame too), and messages handed to session actors and
-not yet written.  Per connection these are bounded already (the decoder holds at most
+yet taken as messages (a partial frame too), messages handed to session actors and
+not yet written, replies queued and not yet sent, and the checkpoints sessions load for
+it until their replies are sent (:meth:`ConnectionBudget.reserve`: a load waits for
+room).  Per connection these are bounded already (the decoder holds at most
 one frame and a read, a connection stops taking frames once ``connection_buffer`` bytes
 wait in actors); the global budget bounds their sum over every connection: while it is
 spent (``--max-buffered``), a connection that holds more than :data:`FLOOR` itself is
 not read, so a client that sends small requests always goes on while large partial
-frames wait for room.  (Per-user limits are another module's.)
+frames wait for room.
+
+Each uid other than the daemon's has its own account too (:class:`UidMemory`): its
+connections together may hold at most a share of the budget (``1 / UID_SHARE``) before
+those holding more than the floor stop being read, so one uid cannot take the whole
+budget from the others.
 
 The rings connections read from (docs/protocol.md, "The ring") are charged too, for
 as long as their connection lives: a ring is made only while every ring together
-takes at most a quarter of the budget, so past that many connections new ones use
-their socket alone.
+takes at most a quarter of the budget, and one uid's rings at most ``1 / UID_SHARE``
+of that, so past that many connections new ones use their socket alone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ctypes
+import functools
 from collections.abc import Callable
 
-__all__ = ["FLOOR", "ConnectionBudget", "MemoryBudget"]
+__all__ = ["FLOOR", "UID_SHARE", "ConnectionBudget", "MemoryBudget", "UidMemory", "malloc_trim"]
 
 #: Bytes a connection may always hold, whatever the global budget says: a client of
 #: small requests is never held up by others' large frames.
 FLOOR = 1024 * 1024
+#: One uid other than the daemon's holds at most ``1 / UID_SHARE`` of the budget, and
+#: of the rings' part of it.
+UID_SHARE = 2
+
+
+class UidMemory:
+    """What one uid's connections hold together; ``limited`` False: the daemon's own
+    uid, bounded by the global budget alone."""
+
+    __slots__ = ("held", "limited", "rings")
+
+    def __init__(self, *, limited: bool) -> None:
+        self.limited = limited
+        #: Bytes held, rings included.
+        self.held = 0
+        #: Bytes of rings, within ``held``.
+        self.rings = 0
 
 
 class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
-    __slots__ = ("_waiting", "cap", "peak", "rings", "used")
+    __slots__ = ("_trim", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, *, trim: Callable[[], None] | None = None) -> None:
         self.cap = cap
         self.used = 0
         self.peak = 0
+        #: Gives freed memory back to the system (:func:`malloc_trim`), once use fell
+        #: from over half the cap to under an eighth of it.
+        self._trim = trim
+        self._trim_due = False
         #: Bytes of rings, within ``used``.
         self.rings = 0
         #: Connections not read until the budget has room again: how to resume each.
@@ -45,22 +77,43 @@ class MemoryBudget:
     def spent(self) -> bool:
         return self.used >= self.cap
 
-    def take_ring(self, size: int) -> bool:
-        """Charge a ring of ``size`` bytes, if rings stay within a quarter of the cap."""
-        if self.rings + size > self.cap // 4:
+    def uid_spent(self, uid: UidMemory) -> bool:
+        """Whether ``uid`` holds its whole share of the budget."""
+        return uid.limited and uid.held >= self.cap // UID_SHARE
+
+    def take_ring(self, size: int, uid: UidMemory) -> bool:
+        """Charge a ring of ``size`` bytes to the budget and to ``uid``, if rings stay
+        within a quarter of the cap and ``uid``'s rings within its share of that."""
+        part = self.cap // 4
+        if self.rings + size > part or (uid.limited and uid.rings + size > part // UID_SHARE):
             return False
         self.rings += size
         self.used += size
+        uid.rings += size
+        uid.held += size
         if self.used > self.peak:
             self.peak = self.used
         return True
 
-    def give_ring(self, size: int) -> None:
-        """A ring of ``size`` bytes was unmapped."""
+    def give_ring(self, size: int, uid: UidMemory) -> None:
+        """A ring of ``size`` bytes is gone (unmapped, its pages given back)."""
         self.rings -= size
         self.used -= size
+        uid.rings -= size
+        uid.held -= size
         if self._waiting:
             self._freed()
+
+    def _trimmed(self) -> None:
+        """Use fell back after a high: what malloc kept of the freed buffers (megabytes
+        of partial frames, replies, checkpoints) goes back to the system now, on the
+        loop's next turn, rather than staying in the daemon's RSS for good."""
+        self._trim_due = False
+        assert self._trim is not None
+        try:
+            asyncio.get_running_loop().call_soon(self._trim)
+        except RuntimeError:  # no loop: at once
+            self._trim()
 
     def wait(self, who: object, resume: Callable[[], None]) -> None:
         self._waiting[who] = resume
@@ -78,29 +131,62 @@ class MemoryBudget:
 class ConnectionBudget:
     """What one connection holds, charged to the daemon's :class:`MemoryBudget`."""
 
-    __slots__ = ("_global", "held")
+    __slots__ = ("_global", "_uid", "held")
 
-    def __init__(self, budget: MemoryBudget) -> None:
+    def __init__(self, budget: MemoryBudget, uid: UidMemory | None = None) -> None:
         self._global = budget
+        #: The account of the connection's uid (None: an unlimited one of its own).
+        self._uid = uid if uid is not None else UidMemory(limited=False)
         self.held = 0
 
     def charge(self, count: int) -> None:
         self.held += count
+        self._uid.held += count
         budget = self._global
         budget.used += count
         if budget.used > budget.peak:
             budget.peak = budget.used
+        if budget.used > budget.cap // 2:
+            budget._trim_due = budget._trim is not None
 
     def discharge(self, count: int) -> None:
         self.held -= count
+        self._uid.held -= count
         budget = self._global
         budget.used -= count
         if budget._waiting:
             budget._freed()
+        if budget._trim_due and budget.used < budget.cap // 8:
+            budget._trimmed()
+
+    def fits(self, count: int) -> bool:
+        """Whether ``count`` more bytes may be held now: within the floor, or within
+        the budget and the uid's share of it."""
+        if self.held + count <= FLOOR:
+            return True
+        budget, uid = self._global, self._uid
+        if budget.used + count > budget.cap:
+            return False
+        return not uid.limited or uid.held + count <= budget.cap // UID_SHARE
+
+    async def reserve(self, count: int) -> None:
+        """Charge ``count`` bytes once they fit (:meth:`fits`); a connection that holds
+        nothing always may (a maximum frame is within every budget)."""
+        while self.held and not self.fits(count):
+            room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._global.wait(room, functools.partial(_set, room))
+            try:
+                await room
+            finally:
+                self._global.forget(room)
+        self.charge(count)
 
     def may_read(self) -> bool:
         """Whether the connection may read more now."""
-        return self.held < FLOOR or not self._global.spent
+        if self.held < FLOOR:
+            return True
+        budget = self._global
+        return not budget.spent and not budget.uid_spent(self._uid)
 
     def wait(self, who: object, resume: Callable[[], None]) -> None:
         """Call ``resume`` once the global budget has room again."""
@@ -109,3 +195,17 @@ class ConnectionBudget:
     def forget(self, who: object) -> None:
         """``who`` waits for the budget no more."""
         self._global.forget(who)
+
+
+def _set(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def malloc_trim() -> None:
+    """Give the memory glibc's malloc keeps of freed buffers (in every arena) back to
+    the system; nothing where the C library has no ``malloc_trim``.  flightlogd sets
+    malloc's thresholds high for speed (``tune_malloc``): without this, the memory
+    of an attack's buffers would stay in the daemon's RSS after it ended."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)

@@ -37,7 +37,9 @@ through an eventfd passed with the ring, after each take that finds it waiting. 
 the end the ring says it sleeps for good, so a client still alive
 (the daemon shut its read side) pokes at its next publish and fails there, as its
 next send on the socket would.  A ``tail`` the client wrote that cannot be (behind ``head``, or
-more than the ring ahead) ends reading with a :class:`RemoteProtocolError`.
+more than the ring ahead) ends reading with a :class:`RemoteProtocolError`.  When the
+channel closes it gives the ring's pages back (``MADV_REMOVE``), whether or not the
+client still holds the memfd: the ring's memory lives no longer than its connection.
 
 Cancellation (see :mod:`._primitives`): a cancelled :meth:`Channel.send` writes nothing
 of its message; a cancelled :meth:`Channel.wait_readable` loses no bytes.
@@ -62,7 +64,8 @@ __all__ = ["RING_RECHECK", "Channel", "ThreadWrite"]
 
 #: Seconds after the channel went to sleep on a ring that it looks at it once more.
 RING_RECHECK: Final = 0.005
-#: Bytes of pokes read at once from a ring's socket.
+#: Bytes of pokes read at once from a ring's socket, and read before the task, which
+#: paces its uid, has run again.
 _POKES = 4096
 #: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
 _FENCE = threading.Lock()
@@ -98,8 +101,10 @@ class Channel:
         #: Whether the client sent more while its socket was held (the last hold).
         self.streaming = False
         self._reads = 0
-        #: Bytes read from the socket so far.
+        #: Bytes read from the socket (or the ring) so far, pokes included.
         self.bytes_read = 0
+        #: Bytes of pokes read since the task last waited.
+        self._pokes = 0
         self._news = False
         self._waiter: asyncio.Future[None] | None = None
         #: Reading ended: at the end of the stream (read_error None) or on an error.
@@ -113,6 +118,8 @@ class Channel:
         self._room_fd = -1
         self._recheck: asyncio.TimerHandle | None = None
         self._queue = bytearray()
+        #: Bytes of the queue charged to the budget (settled on the loop).
+        self._queue_charged = 0
         self._queue_bytes = queue_bytes
         self._send_timeout = send_timeout
         #: A send waited ``send_timeout`` for room: the client reads nothing, so writing
@@ -245,6 +252,7 @@ class Channel:
             finally:
                 self._waiter = None
         self._news = False
+        self._pokes = 0
 
     # ------------------------------------------------------------------ the ring
 
@@ -282,6 +290,15 @@ class Channel:
         assert ring is not None
         ring.wake()
         self._cancel_recheck()
+        if data:
+            # Pokes count as bytes read (the uid's rate paces them), and past a read's
+            # worth of them the socket waits for the task, which paces the uid.
+            self.bytes_read += len(data)
+            self._pokes += len(data)
+            if self._pokes >= _POKES:
+                self._pause_reading()
+                self._wake()
+                return
         if not self._take_ring() and self._waiter is not None and self._reading:
             # A poke for bytes taken already: the task still waits, so sleep again.
             self._doze()
@@ -356,6 +373,7 @@ class Channel:
         with self._write_lock:
             if self._queue:
                 self._queue += data
+                self._settle_queue()
                 return
             try:
                 pass_fd = self._pass_fd is not None
@@ -368,6 +386,18 @@ class Channel:
             if sent < len(data):
                 self._queue += memoryview(data)[sent:]
                 self._start_writing()
+        self._settle_queue()
+
+    def _settle_queue(self) -> None:
+        """Charge the budget with what the queue holds now (on the loop): unsent
+        replies are memory the client makes the daemon hold."""
+        change = len(self._queue) - self._queue_charged
+        if change:
+            self._queue_charged += change
+            if change > 0:
+                self._budget.charge(change)
+            else:
+                self._budget.discharge(-change)
 
     def _send_ring(self, data: bytes) -> int:
         """Send ``data`` with the ring's memfd attached (SCM_RIGHTS), then close it
@@ -445,6 +475,7 @@ class Channel:
                 self._end_writing()
             elif self._queue and not self._closed:
                 self._start_writing()
+        self._settle_queue()
 
     def _on_writable(self) -> None:
         with self._write_lock:
@@ -458,6 +489,10 @@ class Channel:
             del self._queue[:sent]
             if not self._queue:
                 self._stop_writing()
+                # An emptied queue lets its buffer go (a bytearray keeps its largest
+                # size): megabytes of replies once queued are not kept for ever.
+                self._queue = bytearray()
+        self._settle_queue()
         self._make_room()
 
     def _start_writing(self) -> None:
@@ -480,7 +515,8 @@ class Channel:
 
     def _end_writing(self) -> None:
         self.write_ended = True
-        self._queue.clear()
+        self._queue = bytearray()
+        self._settle_queue()
         self._stop_writing()
         self._make_room()
 
@@ -506,8 +542,16 @@ class Channel:
             self._budget_timer.cancel()
         self._close_ring()
         self._budget.forget(self)
+        # The partial frame read goes now, not whenever the connection's objects are
+        # collected (they hold each other): that can take long, and it may be
+        # megabytes on each of many connections.
+        with contextlib.suppress(RemoteProtocolError):  # a broken decoder keeps it
+            buf, _ = self._decoder.pending()
+            buf.clear()
+            self._decoder.consumed(0)
         self._budget.discharge(self._in_decoder)
         self._in_decoder = 0
+        self._settle_queue()
         self._make_room()
 
     def _close_ring(self) -> None:
@@ -519,6 +563,12 @@ class Channel:
             self._ring.release()
             self._ring = None
         if self._mapping is not None:
+            # The client may keep the memfd (and its mapping) after hanging up: the
+            # pages are given back now, not when it lets go, so that nothing the
+            # daemon faulted in outlives the connection it was charged to.  What the
+            # client touches afterwards is its own memory.
+            with contextlib.suppress(OSError):
+                self._mapping.madvise(mmap.MADV_REMOVE)
             self._mapping.close()
             self._mapping = None
         if self._room_fd >= 0:

@@ -90,6 +90,9 @@ _OUTBOX_BYTES = 8 * 1024 * 1024
 _QUIET_WINDOWS = 40
 #: Seconds an abandoned connection (shutdown) waits to hand its sessions back.
 _RELEASE_BOUND = 1.0
+#: Frames taken the Python way in one turn of a connection (each tens of µs at most):
+#: then the loop runs the others before the connection takes more.
+_FRAMES_PER_TURN = 64
 #: The largest frame read before the hello (a hello is a few hundred bytes).
 _HELLO_FRAME_SIZE = 64 * 1024
 #: A ring's memfd can neither shrink (the daemon's reads of it would fault) nor grow,
@@ -160,10 +163,11 @@ class Connection:
             hello_frame_size=_HELLO_FRAME_SIZE,
             ring=self._make_ring,
             record_lines=True,
+            frames_per_turn=_FRAMES_PER_TURN,
         )
         self._memory = budget
         self._ring_size = 0
-        self._budget = ConnectionBudget(budget)
+        self._budget = ConnectionBudget(budget, share.memory)
         self._channel = Channel(
             sock,
             poller,
@@ -174,6 +178,8 @@ class Connection:
             budget=self._budget,
         )
         self._inflight = 0
+        #: Places in the uid's share of sessions taken for creates and opens under way.
+        self._claims = 0
         self._requests_seen = False  # in the frames handled since the last read
         self._drained = anyio.Event()
         self._drained.set()
@@ -212,12 +218,24 @@ class Connection:
         if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
 
+    def fits(self, count: int) -> bool:
+        return self._channel.write_ended or self._budget.fits(count)
+
+    async def reserve(self, count: int) -> None:
+        if self._channel.write_ended:
+            # Nothing will be sent: the bytes are handed back at once after the load.
+            self._budget.charge(count)
+        else:
+            await self._budget.reserve(count)
+        self._inflight += count
+
     def _make_ring(self) -> int:
         """The hello asked for a ring: make one for the channel to read (its size), or
         none (0) when rings are off, unsound here, over their share of the memory
         budget, or the system refuses."""
         size = self._config.ring_size
-        if not size or not _RINGS or not self._memory.take_ring(RING_HEADER + size):
+        memory = self._share.memory
+        if not size or not _RINGS or not self._memory.take_ring(RING_HEADER + size, memory):
             return 0
         fd = -1
         try:
@@ -228,7 +246,7 @@ class Connection:
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            self._memory.give_ring(RING_HEADER + size)
+            self._memory.give_ring(RING_HEADER + size, memory)
             self.log.warning("ring_refused", reason=str(exc))
             return 0
         self._ring_size = RING_HEADER + size
@@ -266,9 +284,12 @@ class Connection:
                 with anyio.move_on_after(5):
                     await self._channel.flush()
             finally:
+                # A claim whose task never ran (cancelled first) gives its place back.
+                while self._claims:
+                    self._claimed()
                 self._channel.close()
                 if self._ring_size:
-                    self._memory.give_ring(self._ring_size)
+                    self._memory.give_ring(self._ring_size, self._share.memory)
                     self._ring_size = 0
                 log_dropped(self, self.log)
                 self.log.info("connection_closed")
@@ -306,10 +327,20 @@ class Connection:
         last = last_request = 0.0
         paced = 0
         while True:
-            await channel.wait_readable()
+            if self._server.more:
+                # The last turn handled its bound of frames: the other connections
+                # run before this one takes the rest of what it read.
+                await asyncio.sleep(0)
+            else:
+                await channel.wait_readable()
             if channel.read_ended:
                 self._server.receive_data(b"")
             self._requests_seen = False
+            # The loop's time this turn takes is the uid's (for its share of the
+            # loop): the rules' decoding, checking and refusing, the routing, the
+            # answers.  A turn that waits (on a disk, for room) is charged what ran
+            # meanwhile too: rare, and never less than the turn's own.
+            began = time.thread_time()
             if not await self._handle_events():
                 error = channel.read_error
                 if isinstance(error, RemoteProtocolError):
@@ -321,7 +352,7 @@ class Connection:
                 return
             # Counted before the wait: what is read meanwhile counts next time.
             paced, unpaced = channel.bytes_read, channel.bytes_read - paced
-            await self._share.pace(unpaced)
+            await self._share.pace(unpaced, time.thread_time() - began)
             if window:
                 # A client streaming records (a burst less than a window after the
                 # last, or more sent while it was held) is left unread for a window:
@@ -349,7 +380,9 @@ class Connection:
         records: Records = []
         to: SessionActor | None = None
         size = 0
-        for event in server.events:
+        events = server.events
+        while True:
+            event = next(events)
             if type(event) is RecordLines or type(event) is RecordEvent:
                 if isinstance(event, RecordLines):
                     # A stretch the C accelerator took: checked, and small.
@@ -387,7 +420,6 @@ class Connection:
                 self._log_refusal(exc)
                 server.refuse(event, exc)
                 await self._flush()
-        raise AssertionError("a connection's events never end")  # pragma: no cover
 
     async def _hand_records(self, actor: SessionActor, records: Records, size: int) -> None:
         """Hand ``records`` (``size`` payload bytes) to ``actor``: at once into a mailbox
@@ -452,7 +484,9 @@ class Connection:
             case CloseSession():
                 await self._hand_to(self.sessions.pop(event.session_id), event)
             case Create() | Open():
-                self._share.check_session()
+                # The uid's place is taken before anything is awaited.
+                self._share.claim_session()
+                self._claims += 1
                 if self._registry.must_wait(self, event.path):
                     # It waits for another connection: answered when done, while this
                     # connection's other sessions go on.
@@ -467,13 +501,18 @@ class Connection:
                 await self._tails.unsubscribe(self, event)
 
     async def _claim(self, message: Create | Open) -> None:
-        """Create or open a session and answer with it."""
+        """Create or open a session and answer with it; its place in the uid's share
+        was taken (:meth:`UidShare.claim_session`) and is given back here."""
         registry = self._registry
         try:
-            if isinstance(message, Create):
-                actor = await registry.create(self, message.path, dict(message.meta))
-            else:
-                actor = await registry.open(self, message.path)
+            try:
+                if isinstance(message, Create):
+                    actor = await registry.create(self, message.path, dict(message.meta))
+                else:
+                    actor = await registry.open(self, message.path)
+            except BaseException:
+                self._claimed()
+                raise
         except FlightlogError as exc:
             self._log_refusal(exc)
             self._server.refuse(message, exc)
@@ -483,6 +522,7 @@ class Connection:
 
     async def _opened(self, request_id: int, actor: SessionActor) -> None:
         self.sessions[actor.session_id] = actor
+        self._claimed()  # counted in ``sessions`` from now
         file = actor.file
         reply = SessionOpened(
             id=request_id,
@@ -498,6 +538,10 @@ class Connection:
         )
         self._server.opened(reply, actor.rules)
         await self._flush()
+
+    def _claimed(self) -> None:
+        self._claims -= 1
+        self._share.claimed()
 
     async def _hand_to(self, actor: SessionActor, event: Message | StartRun | Records) -> None:
         # Counted until the actor has written it: what makes reading stop.

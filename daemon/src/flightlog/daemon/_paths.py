@@ -9,7 +9,11 @@ A client of another uid than the daemon's has its relative paths resolved under
 ``uid/UID/`` of the data root: its own directory (docs/operations.md, "Who may write,
 who may read").  The ``uid`` directory and those in it are the daemon's own: a
 directory there that the daemon's uid does not own is refused, so that nobody who may
-write a root on disk can put one in place first.
+write a root on disk can put one in place first.  A ``uid`` directory of a root that
+is not the daemon's (planted by someone who may write the root, perhaps after moving
+the daemon's away) is moved aside and replaced, logged (``planted_directory_moved``);
+where the daemon may not move it (a sticky root it does not own) every path under it
+is refused, logged as ``planted_directory``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
+import structlog
+
 from flightlog.protocol import ErrorCode, FlightlogError
 
 __all__ = ["USERS_DIR", "PathRefused", "ResolvedPath", "Roots"]
+
+log = structlog.get_logger("flightlogd.paths")
 
 #: The directory of a root that holds one directory per uid, named by the number.
 USERS_DIR = "uid"
@@ -138,6 +146,8 @@ class Roots:
                     next_fd = self._open_dir(resolved, part, fd)
                 except OSError as exc:
                     raise self._refusal(resolved, part, exc) from None
+                if depth == 0 and part == USERS_DIR and not _daemons(next_fd):
+                    next_fd = _replant(resolved, fd, next_fd, create=create)
                 os.close(fd)
                 fd = next_fd
                 if depth < 2 and resolved.parts[0] == USERS_DIR:
@@ -247,12 +257,59 @@ class Roots:
         return exc
 
 
+def _daemons(fd: int) -> bool:
+    """Whether the directory is the daemon's own: its uid's, and nobody else's to write."""
+    st = os.fstat(fd)
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def _check_daemons(resolved: ResolvedPath, part: str, fd: int) -> None:
     """Refuse a directory of the users' tree that the daemon's uid does not own, or
     that others may write: someone else made it, and could swap what is in it."""
-    st = os.fstat(fd)
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+    if not _daemons(fd):
         raise PathRefused(resolved.path, f"{part!r} is not flightlogd's own directory")
+
+
+def _replant(resolved: ResolvedPath, root_fd: int, planted: int, *, create: bool) -> int:
+    """The users' directory of a root is not the daemon's: someone who may write the
+    root made it (or renamed the daemon's away and made their own).  Move it aside,
+    under a name that says whose it is, and make the daemon's own in its place; a
+    descriptor of that one.  Where the daemon may not move it (a sticky root it does
+    not own) the path is refused, and both are logged: an administrator must remove it.
+    """
+    st = os.fstat(planted)
+    os.close(planted)
+    aside = f"{USERS_DIR}.planted-by-{st.st_uid}-{secrets.token_hex(4)}"
+    try:
+        os.rename(USERS_DIR, aside, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+    except OSError as exc:
+        log.error(
+            "planted_directory",
+            root=resolved.root,
+            owner=st.st_uid,
+            mode=oct(stat.S_IMODE(st.st_mode)),
+            reason=f"not flightlogd's own, and it cannot be moved aside: {exc.strerror}; "
+            f"remove {os.path.join(resolved.root, USERS_DIR)!r}",
+        )
+        refusal = f"{USERS_DIR!r} is not flightlogd's own directory"
+        raise PathRefused(resolved.path, refusal) from None
+    log.warning(
+        "planted_directory_moved",
+        root=resolved.root,
+        owner=st.st_uid,
+        mode=oct(stat.S_IMODE(st.st_mode)),
+        moved_to=os.path.join(resolved.root, aside),
+    )
+    if not create:
+        raise FileNotFoundError(errno.ENOENT, "no users' directory", resolved.path)
+    with suppress(FileExistsError):
+        os.mkdir(USERS_DIR, 0o700, dir_fd=root_fd)
+    os.fsync(root_fd)
+    fd = os.open(USERS_DIR, _DIR_FLAGS, dir_fd=root_fd)
+    if not _daemons(fd):  # planted again meanwhile: refused, not raced
+        os.close(fd)
+        raise PathRefused(resolved.path, f"{USERS_DIR!r} is not flightlogd's own directory")
+    return fd
 
 
 def _unnamed_file(dir_fd: int) -> tuple[int, str | None]:

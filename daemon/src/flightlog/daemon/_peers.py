@@ -67,6 +67,16 @@ class Peer(Protocol):
 
     def release_bytes(self, count: int) -> None: ...
 
+    def fits(self, count: int) -> bool:
+        """Whether :meth:`reserve` would charge ``count`` bytes without waiting."""
+        ...
+
+    async def reserve(self, count: int) -> None:
+        """Charge ``count`` bytes the session is about to hold for the client (a
+        checkpoint it loads) to its memory budget, once they fit there; they are
+        handed back with :meth:`release_bytes`."""
+        ...
+
     def thread_write(self, messages: list[Message]) -> ThreadWrite | None:
         """``messages``, to be written by a disk thread right after a sync; None when
         they must go through :meth:`send`."""

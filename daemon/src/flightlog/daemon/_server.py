@@ -38,7 +38,7 @@ from flightlog.protocol import (
 )
 
 from ._access import Access, Who
-from ._budget import MemoryBudget
+from ._budget import MemoryBudget, malloc_trim
 from ._config import Config
 from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
@@ -120,7 +120,7 @@ class Daemon:
         self.socket_paths = socket_paths
         self.connections: set[Connection] = set()
         #: What every connection together makes the daemon hold.
-        self.budget = MemoryBudget(config.max_buffered)
+        self.budget = MemoryBudget(config.max_buffered, trim=malloc_trim)
         self._numbers = 0
         self._idle = anyio.Event()
         self._idle.set()

@@ -22,6 +22,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from flightlog.protocol import (
+    MAX_SUBSCRIPTIONS,
     Ack,
     ErrorCode,
     FileFormatError,
@@ -408,6 +409,8 @@ class Tails:
         self._all: set[Subscription] = set()
         self._by_peer: dict[TailPeer, _PeerTails] = {}
         self._waiting: dict[str, set[Subscription]] = {}
+        #: Subscriptions held by each uid (bounded for all but the daemon's own).
+        self._per_uid: dict[int, int] = {}
 
     @property
     def count(self) -> int:
@@ -423,6 +426,14 @@ class Tails:
         holds."""
         shared = self._by_peer.get(peer)
         access = self.access
+        held = self._per_uid.get(peer.uid, 0)
+        if peer.uid != access.daemon_uid and held >= MAX_SUBSCRIPTIONS:
+            # One connection's bound, for all of a uid's connections together: each
+            # subscription holds a task and a buffer.
+            raise LocalProtocolError(
+                f"uid {peer.uid} holds {held} subscriptions, the most one uid may; end one first",
+                code=ErrorCode.TOO_MANY,
+            )
         resolved = None
         if request.path is not None:
             resolved = access.resolve(peer, request.path)
@@ -447,6 +458,7 @@ class Tails:
             else lambda path: access.may_read(peer, path),
         )
         shared.subscriptions[sub.number] = sub
+        self._per_uid[peer.uid] = held + 1
         try:
             await peer.send(Subscribed(id=request.id, subscription=sub.number, path=sub.path))
         except BaseException:
@@ -484,7 +496,11 @@ class Tails:
         self._all.discard(sub)
         shared = self._by_peer.get(sub.peer)
         if shared is not None:
-            shared.subscriptions.pop(sub.number, None)
+            if shared.subscriptions.pop(sub.number, None) is not None:
+                uid = sub.peer.uid
+                self._per_uid[uid] -= 1
+                if not self._per_uid[uid]:
+                    del self._per_uid[uid]
             if not shared.subscriptions:
                 del self._by_peer[sub.peer]
         if sub.resolved is not None:

@@ -203,7 +203,11 @@ class ServerConnection:
     docstring); ``hello_frame_size`` bounds the frames read before the hello;
     ``ring`` is called for a hello that asks for a ring and returns the size of the
     one the owner made to pass with the Welcome (0: none, the socket goes on);
-    ``record_lines`` asks for :class:`RecordLines` (see the module docstring).
+    ``record_lines`` asks for :class:`RecordLines` (see the module docstring);
+    ``frames_per_turn`` bounds the frames taken the Python way (each decoded and
+    checked alone, refused ones included) between two Nones of :attr:`events`: past
+    it the events give None early, with :attr:`more` true, so that an owner serving
+    many connections on one loop may let the others run before it asks again.
     """
 
     def __init__(
@@ -220,6 +224,7 @@ class ServerConnection:
         hello_frame_size: int | None = None,
         ring: Callable[[], int] | None = None,
         record_lines: bool = False,
+        frames_per_turn: int | None = None,
     ) -> None:
         self.max_frame_size = max_frame_size
         self.max_line = max_line
@@ -248,6 +253,10 @@ class ServerConnection:
         self._ended = False
         self._closed_reported = False
         self._take = take_records if record_lines else None
+        self._frames_per_turn = frames_per_turn
+        #: The last None of :attr:`events` came early (``frames_per_turn``): frames
+        #: read are still waiting, and come with the next events, without new bytes.
+        self.more = False
         #: The events, as :meth:`next_event` returns them: an owner may iterate over it
         #: until it gives None (more bytes are needed), and again once they came.
         self.events: Iterator[ServerEvent | None] = self._events()
@@ -286,7 +295,16 @@ class ServerConnection:
         next_message, sessions, facts = self._decoder.next_message, self._sessions, AGENT_FACT_TYPES
         max_data, inline = self.max_data, self.check_inline
         decoder, take, taken = self._decoder, self._take, min(max_data, inline)
+        turn = self._frames_per_turn
+        frames = 0
         while True:
+            if turn is not None:
+                frames += 1
+                if frames > turn:
+                    frames = 0
+                    self.more = True
+                    yield None
+                    self.more = False
             if self.state is _CLOSED:
                 yield None if self._closed_reported else self._hang_up()
                 continue
@@ -319,6 +337,7 @@ class ServerConnection:
                     yield self._hang_up()
                 continue
             if message is None:
+                frames = 0
                 yield self._hang_up() if self._ended else None
                 continue
             if self._bad_frames:

@@ -35,7 +35,7 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Final, TypeVar
@@ -150,6 +150,9 @@ class Recorder:
         #: The client whose drops are counted, and its ``dropped`` counted so far.
         self._counted_client: Client | None = None
         self._counted: dict[str, int] = {}
+        #: Per session path, its agents' continuations (see Continuation): they live as
+        #: long as the session stays open here.
+        self._continuations: dict[str, dict[Hashable, Continuation]] = {}
 
     def problem(self, exc: BaseException, where: str) -> str:
         """Count ``exc``, log it the first time its kind is met; returns its text."""
@@ -171,6 +174,34 @@ class Recorder:
             counted.update((code, counted.get(code, 0) + n) for code, n in fresh.items())
         for code, count in fresh.items():
             self._count(code, f"{code}: {count} events not recorded", where, count)
+
+    def continuation(self, path: str, key: Hashable) -> Continuation:
+        """The continuation of the agent ``key`` in the session at ``path``."""
+        with self._lock:
+            found = self._continuations.setdefault(path, {})
+            continuation = found.get(key)
+            if continuation is None:
+                continuation = found[key] = Continuation(self._mark)
+            return continuation
+
+    def _mark(self) -> object:
+        # What changes with any problem: the client, the events it dropped (those it
+        # gave up on after a send included), and the problems counted.
+        client = self._client
+        dropped = sum(client.dropped.values()) if client is not None else 0
+        return (id(client), dropped, self.stats.problems)
+
+    def _recorded(self, path: str, batch: Sequence[Event], ok: bool) -> None:
+        """The continuations of ``path`` learn whether ``batch`` was recorded whole."""
+        with self._lock:
+            continuations = list(self._continuations.get(path, {}).values())
+        for continuation in continuations:
+            if not ok:
+                continuation.forget()
+                continue
+            for event in batch:
+                if isinstance(event, events.ModelRequest):
+                    continuation.confirm(event.execution.id)
 
     def _count(self, code: str, text: str, where: str, count: int) -> None:
         with self._lock:
@@ -229,8 +260,11 @@ class Recorder:
         evicted: list[Session] = []
         with self._lock:
             self._sessions[path] = session
+            self._continuations.pop(path, None)
             while len(self._sessions) > self.max_sessions:
-                evicted.append(self._sessions.popitem(last=False)[1])
+                gone, old = self._sessions.popitem(last=False)
+                self._continuations.pop(gone, None)
+                evicted.append(old)
         for old in evicted:
             try:
                 old.close()
@@ -266,6 +300,7 @@ class Recorder:
             return
         with self._lock:
             self._sessions.pop(path, None)
+            self._continuations.pop(path, None)
         client = self._client
         if client is None or not _usable(client):
             self._drop_client()
@@ -274,6 +309,7 @@ class Recorder:
         with self._lock:
             client, self._client = self._client, None
             self._sessions.clear()
+            self._continuations.clear()
         if client is not None:
             try:
                 client.close()
@@ -285,6 +321,7 @@ class Recorder:
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
+            self._continuations.clear()
         for session in sessions:
             try:
                 session.close()
@@ -325,6 +362,14 @@ class RecordedRun:
     def run_id(self) -> str | None:
         return self.run.run_id if self.run is not None else None
 
+    def continuation(self, *key: Hashable) -> Continuation:
+        """The continuation of the agent ``key`` names (its name, say) in this run's
+        session, shared with the session's earlier and later runs in this recorder; a
+        run that records nothing gets one of its own, which never continues."""
+        if self.run is None:
+            return Continuation()
+        return self.recorder.continuation(self.path, key)
+
     def record(self, *events: Event) -> None:
         """Record ``events`` (with one send); what is dropped is counted, and the run's
         ``run_close`` names it."""
@@ -342,9 +387,12 @@ class RecordedRun:
             text = self.recorder.problem(exc, self._about(events))
             with self._lock:
                 self._error = self._error or text
+            self.recorder._recorded(self.path, events, False)
             return
-        if run.dropped != dropped:
+        intact = run.dropped == dropped
+        if not intact:
             self.recorder.dropped(run.session.client, self._about(events))
+        self.recorder._recorded(self.path, events, intact)
 
     def _about(self, events: Sequence[Event]) -> str:
         return f"{', '.join(event.record_type for event in events)} in {self.path}"
@@ -413,28 +461,62 @@ class Hooks:
 
 
 class Continuation:
-    """One agent's latest model request, so that the next one is written as continuing it.
+    """One agent's latest model request known to be in the file, so that the next one is
+    written as continuing it.
 
-    A request that starts with the messages the latest one sent (the same objects, or
-    equal ones) is recorded with ``model_request.continues`` naming that call and only
-    the messages after them (docs/format.md): a run's requests then cost the size of the
-    conversation once, not once per step.
+    A request that starts with the messages the latest recorded one sent (the same
+    objects, or equal ones) is recorded with ``model_request.continues`` naming that call
+    and only the messages after them (docs/format.md): a run's requests then cost the size
+    of the conversation once, not once per step.  Get one from
+    :meth:`RecordedRun.continuation`: it lives as long as its session stays open in the
+    recorder, so that a conversation's next run continues its previous run's last
+    request.
+
+    Only a request its :class:`RecordedRun` recorded without a problem is continued: a
+    request is a candidate when :meth:`split`, and becomes the base when the recorder
+    confirms it.  A dropped or failed record, or any problem the recorder met since the
+    base was confirmed, makes the next request be written in full, so that no
+    ``continues`` names a call the file may not hold.
     """
 
-    def __init__(self) -> None:
+    #: Requests split and not yet confirmed, kept (the latest ones) for their confirmation.
+    _PENDING: Final = 4
+
+    def __init__(self, mark: Callable[[], object] = lambda: None) -> None:
+        self._mark = mark
+        self._lock = threading.Lock()
         self._sent: list[Any] = []
         self._sent_by: str | None = None
+        self._sent_mark: object = None
+        self._pending: OrderedDict[str, list[Any]] = OrderedDict()
 
     def split(self, execution_id: str, messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
         """``(continues, new messages)`` of the request ``execution_id`` sending ``messages``."""
         sent = list(messages)
-        known = self._sent
-        continues = None
+        with self._lock:
+            known, by = self._sent, self._sent_by
+            if by is not None and self._sent_mark != self._mark():
+                by = None  # a problem since it was recorded: it may not be in the file
+            self._pending[execution_id] = sent
+            while len(self._pending) > self._PENDING:
+                self._pending.popitem(last=False)
         if (
-            self._sent_by is not None
+            by is not None
             and len(sent) >= len(known)
             and all(a is b or a == b for a, b in zip(sent, known, strict=False))
         ):
-            continues = self._sent_by
-        self._sent, self._sent_by = sent, execution_id
-        return continues, sent[len(known) :] if continues else sent
+            return by, sent[len(known) :]
+        return None, sent
+
+    def confirm(self, execution_id: str) -> None:
+        """The request ``execution_id`` is recorded: the next one may continue it."""
+        with self._lock:
+            sent = self._pending.pop(execution_id, None)
+            if sent is not None:
+                self._sent, self._sent_by, self._sent_mark = sent, execution_id, self._mark()
+
+    def forget(self) -> None:
+        """A record failed: the next request is written in full."""
+        with self._lock:
+            self._sent, self._sent_by, self._sent_mark = [], None, None
+            self._pending.clear()

@@ -97,9 +97,6 @@ class Flightlog(AbstractCapability[Any]):
     #: Whether the latest model call's end is still to be recorded.
     _model_open: bool = dataclasses.field(default=False, init=False, repr=False)
     _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
-    _continuation: Continuation = dataclasses.field(
-        default_factory=Continuation, init=False, repr=False
-    )
     # Facts held back until the agent next hands control away (see _hold).
     _held: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
     _tools_running: int = dataclasses.field(default=0, init=False, repr=False)
@@ -246,7 +243,10 @@ class Flightlog(AbstractCapability[Any]):
         tools = [
             _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
-        continues, new = self._continuation.split(execution.id, request.messages)
+        run = self._run
+        key = (self._agent, self._parent_id is not None)
+        continuation = run.continuation(*key) if run is not None else Continuation()
+        continues, new = continuation.split(execution.id, request.messages)
         system, messages = _request_messages(new)
         self._record(
             events.ModelRequest(

@@ -35,14 +35,17 @@ from ._memory import MemoryDaemon
 from ._models import CallRef
 from ._resume import OpenCall, Resumption
 from ._sync import Client, Run, Session, Tail, connect
+from ._transcript import CallNotFound, Conversation, Prompt, Transcript, conversation, prompt
 from ._transport import MockTransport, SocketTransport, Transport
 
 __all__ = [
+    "CallNotFound",
     "CallRef",
     "CheckReport",
     "Client",
     "ConnectError",
     "ConnectionLost",
+    "Conversation",
     "DaemonError",
     "DaemonNotRunning",
     "ErrorCode",
@@ -52,6 +55,7 @@ __all__ = [
     "MemoryDaemon",
     "MockTransport",
     "OpenCall",
+    "Prompt",
     "Record",
     "RecordingError",
     "RemoteProtocolError",
@@ -61,8 +65,11 @@ __all__ = [
     "SocketTransport",
     "StatusReply",
     "Tail",
+    "Transcript",
     "Transport",
     "check",
     "connect",
+    "conversation",
+    "prompt",
     "read",
 ]

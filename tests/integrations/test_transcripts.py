@@ -81,9 +81,7 @@ class Chat:
     def model(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.received.append(plain(messages))
         last = messages[-1]
-        if isinstance(last, ModelRequest) and any(
-            p.part_kind == "user-prompt" for p in last.parts
-        ):
+        if isinstance(last, ModelRequest) and any(p.part_kind == "user-prompt" for p in last.parts):
             return ModelResponse(parts=[ToolCallPart("lookup", {"city": "Lisbon"})])
         return ModelResponse(parts=[TextPart(ANSWER.format(city="Lisbon", run=self.run))])
 
@@ -94,9 +92,7 @@ class Chat:
 
 
 def prompts(path: Path) -> list[dict[str, Any]]:
-    return [
-        {"system": p.system, "messages": p.messages} for p in Transcript.read(path).prompts()
-    ]
+    return [{"system": p.system, "messages": p.messages} for p in Transcript.read(path).prompts()]
 
 
 @pytest.mark.anyio
@@ -166,15 +162,20 @@ async def test_after_a_dropped_request_the_next_is_written_in_full(
 
 
 @pytest.mark.anyio
-async def test_a_thousand_step_run_stays_linear_and_rebuilds(
+async def test_a_long_run_stays_linear_and_rebuilds(
     daemon: DaemonProcess, recorder: Recorder
 ) -> None:
+    # pydantic-ai's own loop is quadratic in its steps (300 take 20 s unrecorded), so
+    # 50 and 200 steps here; test_recorder_continuation.py drives 1,000.
     sizes = {}
-    for steps in (100, 1000):
+    for steps in (50, 200):
         received: list[list[ModelMessage]] = []
 
         def model(
-            messages: list[ModelMessage], info: AgentInfo, steps: int = steps
+            messages: list[ModelMessage],
+            info: AgentInfo,
+            steps: int = steps,
+            received: list[list[ModelMessage]] = received,
         ) -> ModelResponse:
             received.append(list(messages))
             step = sum(isinstance(m, ModelResponse) for m in messages)
@@ -195,11 +196,7 @@ async def test_a_thousand_step_run_stays_linear_and_rebuilds(
         await finish(recorder)
         path = daemon.root / f"steps{steps}.jsonl"
         sizes[steps] = path.stat().st_size
-        transcript = Transcript.read(path)
-        # The last call's prompt and a middle one's, rebuilt, are what the model got.
-        last = transcript.latest()
-        assert {"system": last.system, "messages": last.messages} == plain(received[-1])
-        (middle,) = [p for p in transcript.prompts() if len(p.messages) == len(received[50])]
-        assert middle.messages == plain(received[50])["messages"]
-    # Ten times the steps, about ten times the bytes (a quadratic file would be 100x).
-    assert sizes[1000] <= 11 * sizes[100], sizes
+        # Every call's prompt, rebuilt, is what the model got.
+        assert prompts(path) == [plain(messages) for messages in received]
+    # Four times the steps, about four times the bytes (a quadratic file: sixteen).
+    assert sizes[200] <= 4.4 * sizes[50], sizes

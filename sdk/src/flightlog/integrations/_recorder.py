@@ -376,7 +376,7 @@ class RecordedRun:
         run = self.run
         if run is None:
             return
-        dropped = run.dropped
+        dropped, problems = run.dropped, self.recorder.stats.problems
         try:
             if len(events) == 1:
                 run.record(events[0])
@@ -389,7 +389,9 @@ class RecordedRun:
                 self._error = self._error or text
             self.recorder._recorded(self.path, events, False)
             return
-        intact = run.dropped == dropped
+        # Whole, as far as the recorder can tell: nothing dropped, no problem counted
+        # meanwhile (an event written with a diagnostic in place of a value included).
+        intact = run.dropped == dropped and self.recorder.stats.problems == problems
         if not intact:
             self.recorder.dropped(run.session.client, self._about(events))
         self.recorder._recorded(self.path, events, intact)

@@ -250,13 +250,17 @@ class Transcript:
         for node in self._nodes:
             yield node.call, node.attempt, node.run_id
 
-    def prompts(self) -> Iterator[Prompt]:
-        """Every model request's prompt, in file order.
+    def prompts(
+        self, call: str | None = None, *, attempt: int | None = None, run: str | None = None
+    ) -> Iterator[Prompt]:
+        """The prompts of every model request, in file order; ``call`` (an execution
+        id), ``attempt`` and ``run`` (a run id or a prefix of one) narrow them down.
 
         Raises :class:`CallNotFound` at the first request whose chain is broken.
         """
         for node in self._nodes:
-            yield self._resolve(node)
+            if _matches(node, call, attempt, run):
+                yield self._resolve(node)
 
     def prompt(self, call: str, *, attempt: int | None = None, run: str | None = None) -> Prompt:
         """The prompt of model call ``call`` (an execution id).
@@ -267,11 +271,7 @@ class Transcript:
         its chain is broken (``line`` names the request that continues a missing call).
         """
         for node in reversed(self._nodes):
-            if (
-                node.call == call
-                and (attempt is None or node.attempt == attempt)
-                and (run is None or (node.run_id or "").startswith(run))
-            ):
+            if _matches(node, call, attempt, run):
                 return self._resolve(node)
         raise CallNotFound(call)
 
@@ -315,6 +315,14 @@ class Transcript:
             headers=data.headers,
             continues=data.continues,
         )
+
+
+def _matches(node: _Node, call: str | None, attempt: int | None, run: str | None) -> bool:
+    return (
+        (call is None or node.call == call)
+        and (attempt is None or node.attempt == attempt)
+        and (run is None or (node.run_id or "").startswith(run))
+    )
 
 
 def _transcript(source: str | os.PathLike[str] | Iterable[Record]) -> Transcript:

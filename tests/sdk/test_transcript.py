@@ -45,6 +45,7 @@ def request(
     call: str,
     *messages: events.ChatMessage,
     continues: str | None = None,
+    with_response: bool = False,
     system: str | None = None,
     attempt: int = 1,
     parent_id: str | None = None,
@@ -56,11 +57,12 @@ def request(
         tools=[events.ToolDeclaration(name="lookup")],
         config=events.CallConfig(model="m"),
         continues=continues,
+        with_response=with_response,
     )
 
 
-def end(call: str, message: events.AssistantMessage) -> events.ModelExecEnd:
-    return events.ModelExecEnd(execution=model(call), message=message)
+def end(call: str, message: events.AssistantMessage, attempt: int = 1) -> events.ModelExecEnd:
+    return events.ModelExecEnd(execution=model(call, attempt), message=message)
 
 
 def j(*messages: events.ChatMessage) -> list[Any]:
@@ -152,8 +154,8 @@ def test_a_retry_continues_its_first_attempt_and_attempts_are_told_apart(
     with session, session.begin_run() as run:
         run.record(request("a", user("q1")))
         run.record(request("a", continues="a", attempt=2))
+        run.record(end("a", answer("r1"), attempt=2))
         # A sub-agent's call is not the conversation's last call.
-        run.record(end("a", answer("r1")))
         run.record(request("s", user("sub"), parent_id="t1"))
     transcript = Transcript.read(root / "retry.jsonl")
     assert transcript.prompt("a", attempt=1).messages == j(user("q1"))
@@ -184,3 +186,22 @@ def test_an_empty_session_has_an_empty_conversation(client: Client, root: Path) 
     client.create("empty.jsonl").close()
     talk = conversation(root / "empty.jsonl")
     assert talk.prompt is None and talk.messages == []
+
+
+def test_a_request_with_response_takes_the_continued_calls_answer_from_its_end(
+    client: Client, root: Path
+) -> None:
+    session = client.create("answered.jsonl")
+    with session, session.begin_run() as run:
+        run.record(request("a", user("q1"), system="Be terse."))
+        run.record(end("a", answer("r1")))
+        run.record(request("b", user("q2"), continues="a", with_response=True))
+        # "c" says "b" was answered, but no model_exec_end of "b" is in the file.
+        run.record(request("c", user("q3"), continues="b", with_response=True))
+    transcript = Transcript.read(root / "answered.jsonl")
+    second = transcript.prompt("b")
+    assert second.messages == j(user("q1"), answer("r1"), user("q2"))
+    assert second.system == "Be terse."
+    with pytest.raises(CallNotFound) as caught:
+        transcript.prompt("c")
+    assert caught.value.call == "b" and "with its response" in caught.value.message

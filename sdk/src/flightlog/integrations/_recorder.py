@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolError, events
 from flightlog.sdk import Client, Run, Session, connect
@@ -51,6 +51,7 @@ __all__ = [
     "RecordedRun",
     "Recorder",
     "RecorderStats",
+    "Split",
     "cancelled_tool_end",
     "default_recorder",
 ]
@@ -462,6 +463,16 @@ class Hooks:
             self.recorder.problem(exc, self.where)
 
 
+class Split(NamedTuple):
+    """How a model request is written: ``continues`` (the call it continues, or None),
+    ``with_response`` (that call's response comes before the new messages) and the new
+    messages to write."""
+
+    continues: str | None
+    with_response: bool
+    new: list[Any]
+
+
 class Continuation:
     """One agent's latest model request known to be in the file, so that the next one is
     written as continuing it.
@@ -469,16 +480,18 @@ class Continuation:
     A request that starts with the messages the latest recorded one sent (the same
     objects, or equal ones) is recorded with ``model_request.continues`` naming that call
     and only the messages after them (docs/format.md): a run's requests then cost the size
-    of the conversation once, not once per step.  Get one from
-    :meth:`RecordedRun.continuation`: it lives as long as its session stays open in the
-    recorder, so that a conversation's next run continues its previous run's last
-    request.
+    of the conversation once, not once per step.  When the integration said what that
+    call got back (:meth:`respond`) and the request goes on with that response, the
+    response is left out too (``with_response``): it is in the call's
+    ``model_exec_end``.  Get one from :meth:`RecordedRun.continuation`: it lives as long
+    as its session stays open in the recorder, so that a conversation's next run
+    continues its previous run's last request.
 
     Only a request its :class:`RecordedRun` recorded without a problem is continued: a
-    request is a candidate when :meth:`split`, and becomes the base when the recorder
-    confirms it.  A dropped or failed record, or any problem the recorder met since the
-    base was confirmed, makes the next request be written in full, so that no
-    ``continues`` names a call the file may not hold.
+    request is a candidate when split, and becomes the base when the recorder confirms
+    it.  A dropped or failed record, or any problem the recorder met since the base was
+    confirmed, makes the next request be written in full, so that no ``continues`` names
+    a call the file may not hold.
     """
 
     #: Requests split and not yet confirmed, kept (the latest ones) for their confirmation.
@@ -490,25 +503,46 @@ class Continuation:
         self._sent: list[Any] = []
         self._sent_by: str | None = None
         self._sent_mark: object = None
+        #: The base's response, as the framework holds it (see respond).
+        self._response: tuple[str, Any] | None = None
         self._pending: OrderedDict[str, list[Any]] = OrderedDict()
 
-    def split(self, execution_id: str, messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
-        """``(continues, new messages)`` of the request ``execution_id`` sending ``messages``."""
+    def request(self, execution_id: str, messages: Sequence[Any]) -> Split:
+        """How the request ``execution_id`` sending ``messages`` is written."""
         sent = list(messages)
         with self._lock:
-            known, by = self._sent, self._sent_by
+            known, by, response = self._sent, self._sent_by, self._response
             if by is not None and self._sent_mark != self._mark():
                 by = None  # a problem since it was recorded: it may not be in the file
             self._pending[execution_id] = sent
             while len(self._pending) > self._PENDING:
                 self._pending.popitem(last=False)
         if (
-            by is not None
-            and len(sent) >= len(known)
-            and all(a is b or a == b for a, b in zip(sent, known, strict=False))
+            by is None
+            or len(sent) < len(known)
+            or not all(a is b or a == b for a, b in zip(sent, known, strict=False))
         ):
-            return by, sent[len(known) :]
-        return None, sent
+            return Split(None, False, sent)
+        rest = sent[len(known) :]
+        if response is not None and response[0] == by and rest:
+            answer = response[1]
+            if rest[0] is answer or rest[0] == answer:
+                return Split(by, True, rest[1:])
+        return Split(by, False, rest)
+
+    def split(self, execution_id: str, messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
+        """``(continues, new messages)`` of the request ``execution_id`` sending
+        ``messages``, never leaving a response out."""
+        with self._lock:
+            self._response = None
+        continues, _, new = self.request(execution_id, messages)
+        return continues, new
+
+    def respond(self, execution_id: str, response: Any) -> None:
+        """The call ``execution_id`` got ``response`` (as the framework holds it), which
+        its ``model_exec_end`` records, as its ``message``, before the next request."""
+        with self._lock:
+            self._response = (execution_id, response)
 
     def confirm(self, execution_id: str) -> None:
         """The request ``execution_id`` is recorded: the next one may continue it."""
@@ -516,9 +550,11 @@ class Continuation:
             sent = self._pending.pop(execution_id, None)
             if sent is not None:
                 self._sent, self._sent_by, self._sent_mark = sent, execution_id, self._mark()
+                self._response = None
 
     def forget(self) -> None:
         """A record failed: the next request is written in full."""
         with self._lock:
             self._sent, self._sent_by, self._sent_mark = [], None, None
+            self._response = None
             self._pending.clear()

@@ -243,11 +243,8 @@ class Flightlog(AbstractCapability[Any]):
         tools = [
             _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
-        run = self._run
-        key = (self._agent, self._parent_id is not None)
-        continuation = run.continuation(*key) if run is not None else Continuation()
-        continues, new = continuation.split(execution.id, request.messages)
-        system, messages = _request_messages(new)
+        split = self._continuation().request(execution.id, request.messages)
+        system, messages = _request_messages(split.new)
         self._record(
             events.ModelRequest(
                 execution=execution,
@@ -255,7 +252,8 @@ class Flightlog(AbstractCapability[Any]):
                 tools=tools,
                 config=_config(name, provider, request.model_settings),
                 system=system,
-                continues=continues,
+                continues=split.continues,
+                with_response=split.with_response,
             ),
             events.ModelExecStart(execution=execution, model=name, provider=provider),
         )
@@ -276,6 +274,8 @@ class Flightlog(AbstractCapability[Any]):
             return
         self._model_open = False
         message = _assistant(response)
+        # Its model_exec_end records it: the next request need not write it again.
+        self._continuation().respond(execution.id, response)
         end = events.ModelExecEnd(
             execution=execution,
             message=message,
@@ -427,6 +427,10 @@ class Flightlog(AbstractCapability[Any]):
         a ``kill -9`` there loses nothing recorded before it.
         """
         self._held.extend(facts)
+
+    def _continuation(self) -> Continuation:
+        run, key = self._run, (self._agent, self._parent_id is not None)
+        return run.continuation(*key) if run is not None else Continuation()
 
     def _record(self, *facts: events.Event) -> None:
         # What one hook says goes out in one send, after the facts held back.

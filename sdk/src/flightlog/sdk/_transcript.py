@@ -51,9 +51,22 @@ class CallNotFound(FlightlogError, LookupError):
     cannot be rebuilt; None when the caller asked for a call the file has no request of.
     """
 
-    def __init__(self, call: str, line: int | None = None, *, wanted: str | None = None) -> None:
+    def __init__(
+        self,
+        call: str,
+        line: int | None = None,
+        *,
+        wanted: str | None = None,
+        response: bool = False,
+    ) -> None:
         if line is None:
             message = f"no model_request of call {call!r} in the file"
+        elif response:
+            message = (
+                f"line {line}: model_request continues call {call!r} with its response, "
+                "which no model_exec_end of the file holds before it (a record dropped "
+                "or cut); its prompt cannot be rebuilt"
+            )
         else:
             message = (
                 f"line {line}: model_request continues call {call!r}, which no earlier "
@@ -77,22 +90,33 @@ class _Request(msgspec.Struct, kw_only=True):
     system: str | None = None
     headers: dict[str, Any] = {}
     continues: str | None = None
+    with_response: bool = False
+
+
+class _End(msgspec.Struct):
+    """``data`` of a ``model_exec_end``, as much as a rebuild reads."""
+
+    execution: dict[str, Any]
+    message: Any = None
 
 
 _decode_request: Final = msgspec.json.Decoder(_Request).decode
-_decode_any: Final = msgspec.json.Decoder().decode
+_decode_end: Final = msgspec.json.Decoder(_End).decode
 
 
 class _Node:
     """One ``model_request`` read: its own messages, and the node it continues."""
 
-    __slots__ = ("data", "line", "parent", "run_id")
+    __slots__ = ("answered", "data", "line", "parent", "response", "run_id")
 
     def __init__(self, data: _Request, line: int, run_id: str | None, parent: _Node | None) -> None:
         self.data = data
         self.line = line
         self.run_id = run_id
         self.parent = parent
+        #: Whether its call's ``model_exec_end`` was read, and its message.
+        self.answered = False
+        self.response: Any = None
 
     @property
     def call(self) -> str:
@@ -180,9 +204,8 @@ class Transcript:
         self._nodes: list[_Node] = []
         #: The latest request of each execution id: what a ``continues`` resolves to.
         self._latest: dict[str, _Node] = {}
-        #: The latest top-level request, and the response message of its call.
+        #: The latest top-level request: the conversation's last call.
         self._last_top: _Node | None = None
-        self._last_response: Any = None
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> Transcript:
@@ -219,7 +242,7 @@ class Transcript:
         self._nodes.append(node)
         self._latest[node.call] = node
         if data.execution.get("parent_id") is None:
-            self._last_top, self._last_response = node, None
+            self._last_top = node
         return True
 
     def latest(self) -> Prompt:
@@ -230,20 +253,17 @@ class Transcript:
         return self._resolve(self._nodes[-1])
 
     def _response(self, record: Record) -> None:
-        top = self._last_top
-        if top is None or f'"{top.call}"'.encode() not in bytes(record.data):
-            return  # cheap test before decoding
         try:
-            data = _decode_any(record.data)
+            data = _decode_end(record.data)
         except msgspec.DecodeError:
             return
-        execution = data.get("execution") if isinstance(data, dict) else None
+        node = self._latest.get(str(data.execution.get("id")))
         if (
-            isinstance(execution, dict)
-            and execution.get("id") == top.call
-            and record.run_id == top.run_id
+            node is not None
+            and node.run_id == record.run_id
+            and node.attempt == data.execution.get("attempt", 1)
         ):
-            self._last_response = data.get("message")
+            node.answered, node.response = True, data.message
 
     def calls(self) -> Iterator[tuple[str, int, str | None]]:
         """``(call, attempt, run_id)`` of every model request, in file order."""
@@ -281,7 +301,7 @@ class Transcript:
         top = self._last_top
         if top is None:
             return Conversation(prompt=None, response=None)
-        return Conversation(prompt=self._resolve(top), response=self._last_response)
+        return Conversation(prompt=self._resolve(top), response=top.response)
 
     def _resolve(self, node: _Node) -> Prompt:
         chain: list[_Node] = []
@@ -297,6 +317,10 @@ class Transcript:
         messages: list[Any] = []
         system = None
         for link in reversed(chain):
+            if link.data.with_response and link.parent is not None:
+                if not link.parent.answered:
+                    raise CallNotFound(link.parent.call, link.line, wanted=node.call, response=True)
+                messages.append(link.parent.response)
             messages.extend(link.data.messages)
             if link.data.system is not None:
                 system = link.data.system

@@ -203,6 +203,8 @@ class Recorder:
             for event in batch:
                 if isinstance(event, events.ModelRequest):
                     continuation.confirm(event.execution.id)
+                elif isinstance(event, events.ModelExecEnd):
+                    continuation.answered(event.execution.id)
 
     def _count(self, code: str, text: str, where: str, count: int) -> None:
         with self._lock:
@@ -481,9 +483,9 @@ class Continuation:
     objects, or equal ones) is recorded with ``model_request.continues`` naming that call
     and only the messages after them (docs/format.md): a run's requests then cost the size
     of the conversation once, not once per step.  When the integration said what that
-    call got back (:meth:`respond`) and the request goes on with that response, the
-    response is left out too (``with_response``): it is in the call's
-    ``model_exec_end``.  Get one from :meth:`RecordedRun.continuation`: it lives as long
+    call got back (:meth:`respond`), its ``model_exec_end`` is recorded, and the request
+    goes on with that response, the response is left out too (``with_response``): it is
+    in that ``model_exec_end``.  Get one from :meth:`RecordedRun.continuation`: it lives as long
     as its session stays open in the recorder, so that a conversation's next run
     continues its previous run's last request.
 
@@ -503,8 +505,10 @@ class Continuation:
         self._sent: list[Any] = []
         self._sent_by: str | None = None
         self._sent_mark: object = None
-        #: The base's response, as the framework holds it (see respond).
+        #: The base's response, as the framework holds it, once recorded (see respond),
+        #: and one said but not yet recorded.
         self._response: tuple[str, Any] | None = None
+        self._responding: tuple[str, Any] | None = None
         self._pending: OrderedDict[str, list[Any]] = OrderedDict()
 
     def request(self, execution_id: str, messages: Sequence[Any]) -> Split:
@@ -540,9 +544,17 @@ class Continuation:
 
     def respond(self, execution_id: str, response: Any) -> None:
         """The call ``execution_id`` got ``response`` (as the framework holds it), which
-        its ``model_exec_end`` records, as its ``message``, before the next request."""
+        its ``model_exec_end`` records as its ``message``; once the recorder confirms
+        that record, the next request may leave the response out."""
         with self._lock:
-            self._response = (execution_id, response)
+            self._responding = (execution_id, response)
+
+    def answered(self, execution_id: str) -> None:
+        """The ``model_exec_end`` of ``execution_id`` is recorded."""
+        with self._lock:
+            responding = self._responding
+            if responding is not None and responding[0] == execution_id:
+                self._response, self._responding = responding, None
 
     def confirm(self, execution_id: str) -> None:
         """The request ``execution_id`` is recorded: the next one may continue it."""
@@ -550,11 +562,11 @@ class Continuation:
             sent = self._pending.pop(execution_id, None)
             if sent is not None:
                 self._sent, self._sent_by, self._sent_mark = sent, execution_id, self._mark()
-                self._response = None
+                self._response = self._responding = None
 
     def forget(self) -> None:
         """A record failed: the next request is written in full."""
         with self._lock:
             self._sent, self._sent_by, self._sent_mark = [], None, None
-            self._response = None
+            self._response = self._responding = None
             self._pending.clear()

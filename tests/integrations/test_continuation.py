@@ -143,3 +143,23 @@ def test_another_agent_of_the_session_has_its_own_chain(
     stopped = RecordedRun(recorder, "x.jsonl", None)
     # A run that records nothing never continues.
     assert stopped.continuation("one").split("a", [1]) == (None, [1])
+
+
+def test_a_response_is_left_out_only_once_its_end_is_recorded(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    run = recorder.begin("answers.jsonl")
+    continuation = run.continuation("agent")
+    question = events.UserMessage(content="q")
+    answer = events.AssistantMessage(content=[events.TextPart(text="a")])
+    first = events.Execution(id="m1", kind="model")
+    split = continuation.request("m1", [question])
+    run.record(events.ModelRequest(execution=first, messages=split.new))
+    continuation.respond("m1", answer)
+    # Its model_exec_end not recorded yet (held back, say): the answer is written.
+    assert continuation.request("m2", [question, answer]) == ("m1", False, [answer])
+    run.record(events.ModelExecEnd(execution=first, message=answer))
+    # Recorded: the next request leaves it out.
+    follow = events.UserMessage(content="q2")
+    assert continuation.request("m3", [question, answer, follow]) == ("m1", True, [follow])
+    run.close()

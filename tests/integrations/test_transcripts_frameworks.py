@@ -37,6 +37,7 @@ from flightlog.sdk import Transcript, check
 from support import DaemonProcess
 
 from .helpers import finish, of_type, records
+from .test_openai_agents import completion
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -108,27 +109,6 @@ def test_langchain_prompts_rebuild_across_the_runs_of_a_thread(
 
 
 # --------------------------------------------------------------------- OpenAI Agents
-
-
-def completion(text: str | None, *calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": f"call_{index}_{name}",
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)},
-            }
-            for index, (name, args) in enumerate(calls)
-        ]
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107},
-    }
 
 
 def _text(content: Any) -> str:

@@ -390,11 +390,13 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
     call_id, call_attempt = _parse_call(args.call) if args.call else (None, None)
     call_records: list[Record] = []
     failure: FileFormatError | None = None
-    if args.prompt and call_id is None:
+    # Other commands (demo) call this with a namespace of their own: no --prompt there.
+    wants_prompt, wants_json = getattr(args, "prompt", False), getattr(args, "json", False)
+    if wants_prompt and call_id is None:
         raise CommandError("--prompt needs --call ID: the model call whose prompt", EXIT_USAGE)
-    if args.json and not args.prompt:
+    if wants_json and not wants_prompt:
         raise CommandError("--json goes with --call ID --prompt", EXIT_USAGE)
-    transcript = Transcript() if args.prompt else None
+    transcript = Transcript() if wants_prompt else None
     with open_source(args.path, args) as source:
         try:
             for record in source.records:

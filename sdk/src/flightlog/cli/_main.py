@@ -110,8 +110,8 @@ examples:
   flightlog show demo/session.jsonl --run 3f2a9c1e         one run (an id or a prefix of one)
   flightlog show demo/session.jsonl --call call_lisbon     every attempt of one call, in full
   flightlog show demo/session.jsonl --call call_lisbon:2   its second attempt only
-  flightlog show demo/session.jsonl --call m1 --prompt     the whole prompt model call m1 saw
-  flightlog show demo/session.jsonl --call m1 --prompt --json | jq .messages
+  flightlog show demo/session.jsonl --call m1 --prompt     the whole prompt model call m1 was sent
+  flightlog show demo/session.jsonl --call m1 --prompt --json   that prompt as JSON
 
 A call with no end record is shown as NO END, never as a success.
 

@@ -356,3 +356,14 @@ def test_syslog_sink_check_finds_every_fault(
     Path(sink.path).write_bytes(b"".join(tamper(lines)))
     with pytest.raises(LineCheckFailed, match=reason):
         sink.close()
+
+
+def test_transcript_probe_prints_every_chat_ratio_and_a_linear_file() -> None:
+    """The probe docs/benchmarks.md quotes for how a conversation grows."""
+    out = _python_m("bench.transcript", "--quick", timeout=300).stdout
+    ratios = [float(r) for r in re.findall(r"= ([\d.]+)x", out)]
+    assert len(ratios) == 4, out  # the four chats
+    assert all(ratio > 0 for ratio in ratios)
+    per_step = re.search(r"1,000 over 100 steps: ([\d.]+)", out)
+    assert per_step is not None, out
+    assert 0.9 < float(per_step.group(1)) < 1.1  # linear: the same bytes per step

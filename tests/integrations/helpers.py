@@ -66,13 +66,20 @@ def texts(content: list[Any]) -> Iterator[str]:
 
 def sent(recs: list[dict[str, Any]]) -> list[list[Any]]:
     """What each model request sent, in file order: its messages after those of the
-    request it continues (``model_request.continues``), recursively."""
+    request it continues (``model_request.continues``), recursively, and that call's
+    response between them when ``with_response`` says so (docs/format.md 4.6)."""
     by_id: dict[str, list[Any]] = {}
+    answers: dict[str, Any] = {}
     found = []
-    for r in of_type(recs, "model_request"):
+    for r in of_type(recs, "model_request", "model_exec_end"):
         data = r["data"]
-        before = by_id[data["continues"]] if data["continues"] is not None else []
-        messages = [*before, *data["messages"]]
+        if r["type"] == "model_exec_end":
+            answers[data["execution"]["id"]] = data["message"]
+            continue
+        continues = data["continues"]
+        before = by_id[continues] if continues is not None else []
+        answer = [answers[continues]] if data.get("with_response") else []
+        messages = [*before, *answer, *data["messages"]]
         by_id[data["execution"]["id"]] = messages
         found.append(messages)
     return found

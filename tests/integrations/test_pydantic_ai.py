@@ -99,8 +99,10 @@ async def test_a_multi_turn_run_with_parallel_tools_and_a_model_retry(
     assert requests[0]["data"]["messages"] == [{"$type": "user", "content": "weather?"}]
     for earlier, later in itertools.pairwise(requests):
         assert later["data"]["continues"] == earlier["data"]["execution"]["id"]
+    # The response it goes on with is its model_exec_end's message: not written again.
+    assert requests[1]["data"]["with_response"] is True
     sent = requests[1]["data"]["messages"]
-    assert [m["$type"] for m in sent] == ["assistant", "tool_result", "tool_result"]
+    assert [m["$type"] for m in sent] == ["tool_result", "tool_result"]
     assert of_type(recs, "run_close")[0]["data"]["error"] is None
 
 

@@ -346,8 +346,10 @@ class ModelRequest(Event, kw_only=True, frozen=True, tag="model_request"):
 
     Credentials never reach a record: the codec removes ``api_key`` and similar keys
     from ``config.extra`` and ``headers``.  ``continues`` names an earlier model call of
-    the run whose messages this request starts with: ``messages`` then holds only the
-    messages after those (so a long loop does not write its history again each turn).
+    the session (this run or an earlier one) whose messages this request starts with:
+    ``messages`` then holds only the messages after those (so a long loop does not write
+    its history again each turn); with ``with_response``, that call's response (the
+    message of its ``model_exec_end``) comes between the two, and is not written again.
     """
 
     execution: Execution
@@ -357,6 +359,7 @@ class ModelRequest(Event, kw_only=True, frozen=True, tag="model_request"):
     system: str | None = None
     headers: dict[str, Any] = {}
     continues: str | None = None
+    with_response: bool = False
 
 
 class ModelExecStart(Event, kw_only=True, frozen=True, tag="model_exec_start"):

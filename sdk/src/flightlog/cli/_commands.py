@@ -44,6 +44,7 @@ from flightlog.protocol import (
 from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
 from flightlog.sdk._files import check as check_file
 from flightlog.sdk._sync import connect
+from flightlog.sdk._transcript import CallNotFound, Transcript
 
 from ._inspect import SessionSummary
 from ._render import (
@@ -56,7 +57,7 @@ from ._render import (
     short,
     tail_line,
 )
-from ._views import call_details, inspect_lines, show_lines
+from ._views import call_details, inspect_lines, prompt_lines, show_lines
 
 __all__ = [
     "EXIT_CODES",
@@ -400,11 +401,20 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
     call_id, call_attempt = _parse_call(args.call) if args.call else (None, None)
     call_records: list[Record] = []
     failure: FileFormatError | None = None
+    # Other commands (demo) call this with a namespace of their own: no --prompt there.
+    wants_prompt, wants_json = getattr(args, "prompt", False), getattr(args, "json", False)
+    if wants_prompt and call_id is None:
+        raise CommandError("--prompt needs --call ID: the model call whose prompt", EXIT_USAGE)
+    if wants_json and not wants_prompt:
+        raise CommandError("--json goes with --call ID --prompt", EXIT_USAGE)
+    transcript = Transcript() if wants_prompt else None
     with open_source(args.path, args) as source:
         try:
             for record in source.records:
                 summary.add(record)
-                if call_id is not None and _is_call_record(record, call_id, call_attempt):
+                if transcript is not None:
+                    transcript.add(record)
+                elif call_id is not None and _is_call_record(record, call_id, call_attempt):
                     call_records.append(record)
         except FileFormatError as exc:
             failure = exc
@@ -413,7 +423,9 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
     if summary.session_id is None and failure is not None:
         raise failure
     run_id = _match_run(summary, args.run) if args.run else None
-    if call_id is not None:
+    if transcript is not None and call_id is not None:
+        _show_prompts(transcript, call_id, call_attempt, run_id, args, style)
+    elif call_id is not None:
         if run_id is not None:
             call_records = [r for r in call_records if r.run_id == run_id]
         if not call_records:
@@ -431,6 +443,34 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         _out("(the timeline above ends at the last readable line)")
         return EXIT_UNSOUND
     return EXIT_OK
+
+
+def _show_prompts(
+    transcript: Transcript,
+    call_id: str,
+    attempt: int | None,
+    run_id: str | None,
+    args: argparse.Namespace,
+    style: Style,
+) -> None:
+    """``--prompt``: each matching model request's prompt, rebuilt (one JSON object a
+    line with ``--json``)."""
+    shown = 0
+    try:
+        for prompt in transcript.prompts(call_id, attempt=attempt, run=run_id):
+            if args.json:
+                sys.stdout.write(msgspec.json.encode(prompt.to_builtins()).decode() + "\n")
+            else:
+                if shown:
+                    _out()
+                for line in prompt_lines(prompt, style):
+                    _out(line)
+            shown += 1
+    except CallNotFound as exc:
+        raise CommandError(f"{args.path}: {exc.message}", EXIT_UNSOUND) from None
+    if not shown:
+        what = call_id + (f":{attempt}" if attempt else "")
+        raise CommandError(f"no model call {what!r} in {args.path}", EXIT_USAGE)
 
 
 def _is_call_record(record: Record, call_id: str, attempt: int | None) -> bool:

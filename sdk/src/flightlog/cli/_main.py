@@ -112,6 +112,8 @@ examples:
   flightlog show demo/session.jsonl --run 3f2a9c1e         one run (an id or a prefix of one)
   flightlog show demo/session.jsonl --call call_lisbon     every attempt of one call, in full
   flightlog show demo/session.jsonl --call call_lisbon:2   its second attempt only
+  flightlog show demo/session.jsonl --call m1 --prompt     the whole prompt model call m1 was sent
+  flightlog show demo/session.jsonl --call m1 --prompt --json   that prompt as JSON
 
 A call with no end record is shown as NO END, never as a success.
 
@@ -282,6 +284,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--call",
         metavar="ID[:ATTEMPT]",
         help="one call's full request and result (every attempt unless ATTEMPT is given)",
+    )
+    show.add_argument(
+        "--prompt",
+        action="store_true",
+        help="with --call: the full prompt the model was sent, rebuilt across continues",
+    )
+    show.add_argument(
+        "--json", action="store_true", help="with --prompt: the prompt as JSON, one per line"
     )
 
     check = command("check", cmd_check, "Verify session files.", _CHECK_EPILOG)

@@ -32,6 +32,9 @@ Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.system_instructions``, tool arguments and results) is added only with
 ``content=True``: the conventions' opt-in.  Request headers and provider options are
 never exported (the file has no credentials in them, and they are not conventions).
+``gen_ai.input.messages`` is a model call's whole input, rebuilt across ``continues``
+(:class:`flightlog.sdk.Transcript`); a request whose chain is broken keeps only its own
+messages and says why in ``flightlog.prompt_error``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
 from flightlog.protocol import Record, parse_time
+from flightlog.sdk._transcript import CallNotFound, Transcript
 
 from ._render import record_data
 
@@ -229,9 +233,14 @@ class SpanBuilder:
         self._tool_calls: dict[str, tuple[int, int]] = {}
         #: Records skipped since the caller last cleared it: why, per record.
         self.skipped: list[str] = []
+        # With content: every model request's prompt, rebuilt across continues.
+        self._transcript = Transcript() if content else None
+        self._requested = False
 
     def add(self, record: Record) -> list[Span]:
         """The spans ``record`` completes (often none)."""
+        if self._transcript is not None:
+            self._requested = self._transcript.add(record)
         try:
             return self._add(record)
         except ValueError as exc:
@@ -433,12 +442,19 @@ class SpanBuilder:
                 attributes["gen_ai.request.stop_sequences"] = stop
         if not self.content:
             return
-        if isinstance(data.get("messages"), list):
-            attributes["gen_ai.input.messages"] = _json([_message(m) for m in data["messages"]])
-        if isinstance(data.get("system"), str):
-            attributes["gen_ai.system_instructions"] = _json(
-                [{"type": "text", "content": data["system"]}]
-            )
+        messages, system = data.get("messages"), data.get("system")
+        if self._transcript is not None and self._requested:
+            # The full input, not the messages after those of the call it continues.
+            try:
+                prompt = self._transcript.latest()
+            except CallNotFound as exc:
+                attributes["flightlog.prompt_error"] = exc.message
+            else:
+                messages, system = prompt.messages, prompt.system
+        if isinstance(messages, list):
+            attributes["gen_ai.input.messages"] = _json([_message(m) for m in messages])
+        if isinstance(system, str):
+            attributes["gen_ai.system_instructions"] = _json([{"type": "text", "content": system}])
         tools = data.get("tools")
         if isinstance(tools, list) and tools:
             attributes["gen_ai.tool.definitions"] = _json(

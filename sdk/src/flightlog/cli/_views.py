@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flightlog.protocol import Record
+from flightlog.sdk._transcript import Prompt
 
 from ._inspect import CallSummary, RunSummary, SessionSummary, TimelineItem
 from ._render import (
@@ -21,12 +22,13 @@ from ._render import (
     format_duration,
     format_tokens,
     format_usage,
+    message_text,
     record_data,
     short,
     summarize,
 )
 
-__all__ = ["call_details", "inspect_lines", "session_header", "show_lines"]
+__all__ = ["call_details", "inspect_lines", "prompt_lines", "session_header", "show_lines"]
 
 
 def _when(time: str | None) -> str:
@@ -257,3 +259,39 @@ def call_details(records: list[Record], style: Style) -> Iterator[str]:
         text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
         for line in text.splitlines():
             yield "  " + line
+
+
+def _indented(text: str, prefix: str) -> Iterator[str]:
+    lines = text.splitlines() or [""]
+    yield prefix + lines[0]
+    pad = " " * len(prefix)
+    for line in lines[1:]:
+        yield pad + line
+
+
+def prompt_lines(prompt: Prompt, style: Style) -> Iterator[str]:
+    """A rebuilt prompt, whole: ``flightlog show --call ID --prompt``."""
+    title = f"model call {prompt.call} attempt {prompt.attempt}"
+    where = f"run {_short_id(prompt.run_id)}, line {prompt.line}"
+    if prompt.agent:
+        where += f", agent {prompt.agent}"
+    yield style.bold(title) + f"  ({where})"
+    config = prompt.config if isinstance(prompt.config, dict) else {}
+    settings = [f"{key} {value}" for key, value in config.items() if value not in (None, [], {})]
+    if settings:
+        yield "config: " + " · ".join(settings)
+    tools = [str(t.get("name")) for t in prompt.tools if isinstance(t, dict)]
+    if tools:
+        yield f"tools: {', '.join(tools)}"
+    if prompt.system is not None:
+        yield from _indented(prompt.system, style.cyan("system") + ": ")
+    yield f"messages ({len(prompt.messages)}):"
+    for index, message in enumerate(prompt.messages, 1):
+        role = "message"
+        if isinstance(message, dict):
+            role = str(message.get("$type") or message.get("role") or role)
+            if role == "tool_result":
+                role += f" {message.get('name')} ({message.get('tool_call_id')})"
+                if message.get("is_error"):
+                    role += " " + style.red("ERROR")
+        yield from _indented(message_text(message), f"  [{index}] {style.cyan(role)}: ")

@@ -35,10 +35,10 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from flightlog.protocol import ErrorCode, Event, FlightlogError, LocalProtocolError, events
 from flightlog.sdk import Client, Run, Session, connect
@@ -51,6 +51,7 @@ __all__ = [
     "RecordedRun",
     "Recorder",
     "RecorderStats",
+    "Split",
     "cancelled_tool_end",
     "default_recorder",
 ]
@@ -150,6 +151,9 @@ class Recorder:
         #: The client whose drops are counted, and its ``dropped`` counted so far.
         self._counted_client: Client | None = None
         self._counted: dict[str, int] = {}
+        #: Per session path, its agents' continuations (see Continuation): they live as
+        #: long as the session stays open here.
+        self._continuations: dict[str, dict[Hashable, Continuation]] = {}
 
     def problem(self, exc: BaseException, where: str) -> str:
         """Count ``exc``, log it the first time its kind is met; returns its text."""
@@ -171,6 +175,36 @@ class Recorder:
             counted.update((code, counted.get(code, 0) + n) for code, n in fresh.items())
         for code, count in fresh.items():
             self._count(code, f"{code}: {count} events not recorded", where, count)
+
+    def continuation(self, path: str, key: Hashable) -> Continuation:
+        """The continuation of the agent ``key`` in the session at ``path``."""
+        with self._lock:
+            found = self._continuations.setdefault(path, {})
+            continuation = found.get(key)
+            if continuation is None:
+                continuation = found[key] = Continuation(self._mark)
+            return continuation
+
+    def _mark(self) -> object:
+        # What changes with any problem: the client, the events it dropped (those it
+        # gave up on after a send included), and the problems counted.
+        client = self._client
+        dropped = sum(client.dropped.values()) if client is not None else 0
+        return (id(client), dropped, self.stats.problems)
+
+    def _recorded(self, path: str, batch: Sequence[Event], ok: bool) -> None:
+        """The continuations of ``path`` learn whether ``batch`` was recorded whole."""
+        with self._lock:
+            continuations = list(self._continuations.get(path, {}).values())
+        for continuation in continuations:
+            if not ok:
+                continuation.forget()
+                continue
+            for event in batch:
+                if isinstance(event, events.ModelRequest):
+                    continuation.confirm(event.execution.id)
+                elif isinstance(event, events.ModelExecEnd):
+                    continuation.answered(event.execution.id)
 
     def _count(self, code: str, text: str, where: str, count: int) -> None:
         with self._lock:
@@ -229,8 +263,11 @@ class Recorder:
         evicted: list[Session] = []
         with self._lock:
             self._sessions[path] = session
+            self._continuations.pop(path, None)
             while len(self._sessions) > self.max_sessions:
-                evicted.append(self._sessions.popitem(last=False)[1])
+                gone, old = self._sessions.popitem(last=False)
+                self._continuations.pop(gone, None)
+                evicted.append(old)
         for old in evicted:
             try:
                 old.close()
@@ -266,6 +303,7 @@ class Recorder:
             return
         with self._lock:
             self._sessions.pop(path, None)
+            self._continuations.pop(path, None)
         client = self._client
         if client is None or not _usable(client):
             self._drop_client()
@@ -274,6 +312,7 @@ class Recorder:
         with self._lock:
             client, self._client = self._client, None
             self._sessions.clear()
+            self._continuations.clear()
         if client is not None:
             try:
                 client.close()
@@ -285,6 +324,7 @@ class Recorder:
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
+            self._continuations.clear()
         for session in sessions:
             try:
                 session.close()
@@ -325,13 +365,21 @@ class RecordedRun:
     def run_id(self) -> str | None:
         return self.run.run_id if self.run is not None else None
 
+    def continuation(self, *key: Hashable) -> Continuation:
+        """The continuation of the agent ``key`` names (its name, say) in this run's
+        session, shared with the session's earlier and later runs in this recorder; a
+        run that records nothing gets one of its own, which never continues."""
+        if self.run is None:
+            return Continuation()
+        return self.recorder.continuation(self.path, key)
+
     def record(self, *events: Event) -> None:
         """Record ``events`` (with one send); what is dropped is counted, and the run's
         ``run_close`` names it."""
         run = self.run
         if run is None:
             return
-        dropped = run.dropped
+        dropped, problems = run.dropped, self.recorder.stats.problems
         try:
             if len(events) == 1:
                 run.record(events[0])
@@ -342,9 +390,14 @@ class RecordedRun:
             text = self.recorder.problem(exc, self._about(events))
             with self._lock:
                 self._error = self._error or text
+            self.recorder._recorded(self.path, events, False)
             return
-        if run.dropped != dropped:
+        # Whole, as far as the recorder can tell: nothing dropped, no problem counted
+        # meanwhile (an event written with a diagnostic in place of a value included).
+        intact = run.dropped == dropped and self.recorder.stats.problems == problems
+        if not intact:
             self.recorder.dropped(run.session.client, self._about(events))
+        self.recorder._recorded(self.path, events, intact)
 
     def _about(self, events: Sequence[Event]) -> str:
         return f"{', '.join(event.record_type for event in events)} in {self.path}"
@@ -412,29 +465,108 @@ class Hooks:
             self.recorder.problem(exc, self.where)
 
 
-class Continuation:
-    """One agent's latest model request, so that the next one is written as continuing it.
+class Split(NamedTuple):
+    """How a model request is written: ``continues`` (the call it continues, or None),
+    ``with_response`` (that call's response comes before the new messages) and the new
+    messages to write."""
 
-    A request that starts with the messages the latest one sent (the same objects, or
-    equal ones) is recorded with ``model_request.continues`` naming that call and only
-    the messages after them (docs/format.md): a run's requests then cost the size of the
-    conversation once, not once per step.
+    continues: str | None
+    with_response: bool
+    new: list[Any]
+
+
+class Continuation:
+    """One agent's latest model request known to be in the file, so that the next one is
+    written as continuing it.
+
+    A request that starts with the messages the latest recorded one sent (the same
+    objects, or equal ones) is recorded with ``model_request.continues`` naming that call
+    and only the messages after them (docs/format.md): a run's requests then cost the size
+    of the conversation once, not once per step.  When the integration said what that
+    call got back (:meth:`respond`), its ``model_exec_end`` is recorded, and the request
+    goes on with that response, the response is left out too (``with_response``): it is
+    in that ``model_exec_end``.  Get one from :meth:`RecordedRun.continuation`: it lives as long
+    as its session stays open in the recorder, so that a conversation's next run
+    continues its previous run's last request.
+
+    Only a request its :class:`RecordedRun` recorded without a problem is continued: a
+    request is a candidate when split, and becomes the base when the recorder confirms
+    it.  A dropped or failed record, or any problem the recorder met since the base was
+    confirmed, makes the next request be written in full, so that no ``continues`` names
+    a call the file may not hold.
     """
 
-    def __init__(self) -> None:
+    #: Requests split and not yet confirmed, kept (the latest ones) for their confirmation.
+    _PENDING: Final = 4
+
+    def __init__(self, mark: Callable[[], object] = lambda: None) -> None:
+        self._mark = mark
+        self._lock = threading.Lock()
         self._sent: list[Any] = []
         self._sent_by: str | None = None
+        self._sent_mark: object = None
+        #: The base's response, as the framework holds it, once recorded (see respond),
+        #: and one said but not yet recorded.
+        self._response: tuple[str, Any] | None = None
+        self._responding: tuple[str, Any] | None = None
+        self._pending: OrderedDict[str, list[Any]] = OrderedDict()
+
+    def request(self, execution_id: str, messages: Sequence[Any]) -> Split:
+        """How the request ``execution_id`` sending ``messages`` is written."""
+        sent = list(messages)
+        with self._lock:
+            known, by, response = self._sent, self._sent_by, self._response
+            if by is not None and self._sent_mark != self._mark():
+                by = None  # a problem since it was recorded: it may not be in the file
+            self._pending[execution_id] = sent
+            while len(self._pending) > self._PENDING:
+                self._pending.popitem(last=False)
+        if (
+            by is None
+            or len(sent) < len(known)
+            or not all(a is b or a == b for a, b in zip(sent, known, strict=False))
+        ):
+            return Split(None, False, sent)
+        rest = sent[len(known) :]
+        if response is not None and response[0] == by and rest:
+            answer = response[1]
+            if rest[0] is answer or rest[0] == answer:
+                return Split(by, True, rest[1:])
+        return Split(by, False, rest)
 
     def split(self, execution_id: str, messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
-        """``(continues, new messages)`` of the request ``execution_id`` sending ``messages``."""
-        sent = list(messages)
-        known = self._sent
-        continues = None
-        if (
-            self._sent_by is not None
-            and len(sent) >= len(known)
-            and all(a is b or a == b for a, b in zip(sent, known, strict=False))
-        ):
-            continues = self._sent_by
-        self._sent, self._sent_by = sent, execution_id
-        return continues, sent[len(known) :] if continues else sent
+        """``(continues, new messages)`` of the request ``execution_id`` sending
+        ``messages``, never leaving a response out."""
+        with self._lock:
+            self._response = None
+        continues, _, new = self.request(execution_id, messages)
+        return continues, new
+
+    def respond(self, execution_id: str, response: Any) -> None:
+        """The call ``execution_id`` got ``response`` (as the framework holds it), which
+        its ``model_exec_end`` records as its ``message``; once the recorder confirms
+        that record, the next request may leave the response out."""
+        with self._lock:
+            self._responding = (execution_id, response)
+
+    def answered(self, execution_id: str) -> None:
+        """The ``model_exec_end`` of ``execution_id`` is recorded."""
+        with self._lock:
+            responding = self._responding
+            if responding is not None and responding[0] == execution_id:
+                self._response, self._responding = responding, None
+
+    def confirm(self, execution_id: str) -> None:
+        """The request ``execution_id`` is recorded: the next one may continue it."""
+        with self._lock:
+            sent = self._pending.pop(execution_id, None)
+            if sent is not None:
+                self._sent, self._sent_by, self._sent_mark = sent, execution_id, self._mark()
+                self._response = self._responding = None
+
+    def forget(self) -> None:
+        """A record failed: the next request is written in full."""
+        with self._lock:
+            self._sent, self._sent_by, self._sent_mark = [], None, None
+            self._response = self._responding = None
+            self._pending.clear()

@@ -42,7 +42,6 @@ from flightlog.protocol import events
 
 from ._recorder import (
     CANCELLED,
-    Continuation,
     Hooks,
     RecordedRun,
     Recorder,
@@ -66,7 +65,6 @@ class _Agent:
     turn: int = 0
     model_id: str | None = None
     failed_model_id: str | None = None
-    continuation: Continuation = field(default_factory=Continuation)
 
 
 @dataclass
@@ -348,9 +346,8 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             if isinstance(metadata.get(key), int | float)
         }
         stop = params.pop("stop", None) or []
-        continues, new = agent.continuation.split(
-            execution.id, [m for batch in messages for m in batch]
-        )
+        continuation = root.run.continuation(agent.name, agent.parent_id is not None)
+        continues, new = continuation.split(execution.id, [m for batch in messages for m in batch])
         root.run.record(
             *facts,
             events.ModelRequest(

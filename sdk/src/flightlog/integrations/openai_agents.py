@@ -43,7 +43,6 @@ from flightlog.protocol import events, now
 
 from ._recorder import (
     CANCELLED,
-    Continuation,
     Hooks,
     RecordedRun,
     Recorder,
@@ -74,7 +73,6 @@ class _Agent:
     error: str | None = None
     #: ``agent_end.reason`` when it failed: ``error``, ``max_turns`` or ``aborted``.
     reason: str = "error"
-    continuation: Continuation = field(default_factory=Continuation)
 
 
 @dataclass
@@ -381,7 +379,9 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         config = dict(getattr(data, "model_config", None) or {})
         continues = None
         if agent is not None:
-            continues, messages = agent.continuation.split(execution.id, messages)
+            run = self._task_of(state, span.parent_id).run
+            continuation = run.continuation(agent.name, agent.parent_id is not None)
+            continues, messages = continuation.split(execution.id, messages)
         facts: list[events.Event] = [
             events.ModelRequest(
                 execution=execution,

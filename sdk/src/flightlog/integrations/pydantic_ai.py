@@ -97,9 +97,6 @@ class Flightlog(AbstractCapability[Any]):
     #: Whether the latest model call's end is still to be recorded.
     _model_open: bool = dataclasses.field(default=False, init=False, repr=False)
     _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
-    _continuation: Continuation = dataclasses.field(
-        default_factory=Continuation, init=False, repr=False
-    )
     # Facts held back until the agent next hands control away (see _hold).
     _held: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
     _tools_running: int = dataclasses.field(default=0, init=False, repr=False)
@@ -246,8 +243,8 @@ class Flightlog(AbstractCapability[Any]):
         tools = [
             _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
-        continues, new = self._continuation.split(execution.id, request.messages)
-        system, messages = _request_messages(new)
+        split = self._continuation().request(execution.id, request.messages)
+        system, messages = _request_messages(split.new)
         self._record(
             events.ModelRequest(
                 execution=execution,
@@ -255,7 +252,8 @@ class Flightlog(AbstractCapability[Any]):
                 tools=tools,
                 config=_config(name, provider, request.model_settings),
                 system=system,
-                continues=continues,
+                continues=split.continues,
+                with_response=split.with_response,
             ),
             events.ModelExecStart(execution=execution, model=name, provider=provider),
         )
@@ -276,6 +274,8 @@ class Flightlog(AbstractCapability[Any]):
             return
         self._model_open = False
         message = _assistant(response)
+        # Its model_exec_end records it: the next request need not write it again.
+        self._continuation().respond(execution.id, response)
         end = events.ModelExecEnd(
             execution=execution,
             message=message,
@@ -427,6 +427,10 @@ class Flightlog(AbstractCapability[Any]):
         a ``kill -9`` there loses nothing recorded before it.
         """
         self._held.extend(facts)
+
+    def _continuation(self) -> Continuation:
+        run, key = self._run, (self._agent, self._parent_id is not None)
+        return run.continuation(*key) if run is not None else Continuation()
 
     def _record(self, *facts: events.Event) -> None:
         # What one hook says goes out in one send, after the facts held back.

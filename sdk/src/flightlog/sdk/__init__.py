@@ -39,15 +39,18 @@ from ._models import CallRef
 from ._resume import OpenCall, Resumption
 from ._sql import SQL_VIEWS, SqlResult, session_files, sql, sql_connection
 from ._sync import Client, Run, Session, Tail, connect
+from ._transcript import CallNotFound, Conversation, Prompt, Transcript, conversation, prompt
 from ._transport import MockTransport, SocketTransport, Transport
 
 __all__ = [
     "SQL_VIEWS",
+    "CallNotFound",
     "CallRef",
     "CheckReport",
     "Client",
     "ConnectError",
     "ConnectionLost",
+    "Conversation",
     "DaemonError",
     "DaemonNotRunning",
     "ErrorCode",
@@ -59,6 +62,7 @@ __all__ = [
     "MockTransport",
     "OpenCall",
     "Price",
+    "Prompt",
     "Record",
     "RecordingError",
     "RemoteProtocolError",
@@ -70,11 +74,14 @@ __all__ = [
     "StatusReply",
     "Tail",
     "Total",
+    "Transcript",
     "Transport",
     "UntrustedDaemon",
     "check",
     "connect",
+    "conversation",
     "price",
+    "prompt",
     "read",
     "session_files",
     "sql",

@@ -300,6 +300,8 @@ def test_series_index_and_scalars() -> None:
             "nat": pd.NaT,
             "na": pd.NA,
             "categories": pd.Categorical(["a", "b", "a"]),
+            "period": pd.Period("2026-01", freq="M"),
+            "interval": pd.Interval(0, 1),
         }
     ) == {
         "series": {
@@ -317,6 +319,8 @@ def test_series_index_and_scalars() -> None:
         "nat": None,
         "na": None,
         "categories": ["a", "b", "a"],
+        "period": "2026-01",
+        "interval": "(0, 1]",
     }
     # Like a datetime and a timedelta.
     assert written(pd.Timestamp("2026-01-01", tz="UTC")) == written(
@@ -362,3 +366,13 @@ def test_the_codec_imports_no_framework_for_other_values() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_pandas_object_without_data_of_its_own_is_marked() -> None:
+    grouped = pd.DataFrame({"a": [1]}).groupby("a")
+    encoded = encode_event(ToolExecEnd(execution=TOOL, tool_call_id="c", name="x", details=grouped))
+    assert encoded is not None
+    details = msgspec.json.decode(encoded.data)["details"]
+    assert details["$flightlog"] == "unencodable"
+    assert details["class"].endswith("DataFrameGroupBy")
+    assert "has no JSON form" in details["error"]

@@ -21,7 +21,7 @@ only exist once its library is loaded, and the library is then taken from
   orientation: ``data`` holds the rows), a Series as ``{"$class", "name", "index",
   "data"}``, an Index or an array as a list, a Timestamp or a Timedelta like a
   ``datetime`` or a ``timedelta`` (as pandas' ISO 8601 text where it holds
-  nanoseconds), ``NaT`` and ``NA`` as ``null``.
+  nanoseconds), a Period or an Interval as its text, ``NaT`` and ``NA`` as ``null``.
 * The standard library's values that pydantic writes and msgspec does not, written as
   pydantic writes them: IP addresses, networks and interfaces and fractions as their
   text, a compiled pattern as its pattern, a complex number as ``"1+2j"``.
@@ -235,6 +235,8 @@ def _pandas(obj: Any, lower: Lower) -> Any:
         return obj.isoformat() if obj.nanosecond else lower(obj.to_pydatetime())
     if isinstance(obj, pd.Timedelta):
         return obj.isoformat() if obj.nanoseconds else lower(obj.to_pytimedelta())
+    if isinstance(obj, pd.Period | pd.Interval):
+        return str(obj)  # "2026-01", "(0, 1]"
     tolist = getattr(obj, "tolist", None)
     if tolist is not None:  # an Index, a Categorical, an extension array
         return lower(tolist())

@@ -918,3 +918,18 @@ def test_a_required_member_too_large_is_cut_or_null() -> None:
     assert isinstance(decoded, Error)
     assert decoded.message == "z" * 256  # 16 KiB / 32 / 2
     assert len(stub.data) < 16_384
+
+
+def test_markers_of_the_walk_survive_a_lone_surrogate_in_a_typed_field() -> None:
+    thing = object()
+    encoded = encode_event(
+        ToolExecEnd(execution=TOOL, tool_call_id="c\ud800", name="x", details={"o": thing})
+    )
+    assert encoded is not None
+    data = msgspec.json.decode(encoded.data)
+    assert data["tool_call_id"] == "c\\ud800"
+    assert data["details"]["o"]["class"] == "builtins.object"
+    assert encoded.markers == (
+        "details: builtins.object (TypeError: Encoding objects of type object is unsupported)",
+        "tool_call_id: builtins.str (a lone surrogate)",
+    )

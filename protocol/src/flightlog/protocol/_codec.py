@@ -83,6 +83,8 @@ from ._values import (
     MARKER_KEY,
     OVERSIZED,
     UNENCODABLE,
+    Converter,
+    _SnapshotWalk,
     _Unencodable,
     _unencodable,
     _Walk,
@@ -268,8 +270,11 @@ class Codec:
         encoded = self._encode_fast(event, shape)
         if encoded is not None:
             return EncodedEvent(type=shape.tag, data=encoded, time=time)
-        data, markers = self._encode_careful(event, shape)
-        return EncodedEvent(type=shape.tag, data=data, time=time, markers=markers)
+        walk = _Walk()
+        data = self._encode_careful(event, shape, walk)
+        if walk.count:
+            return EncodedEvent(type=shape.tag, data=data, time=time, markers=walk.notes())
+        return EncodedEvent(type=shape.tag, data=data, time=time)
 
     def _encode_fast(self, event: Event, shape: _Shape) -> bytes | None:
         """The event's data when it holds plain values only, else None."""
@@ -291,25 +296,26 @@ class Codec:
             raise self._invalid(shape, exc) from None
         return encoded
 
-    def _encode_careful(self, event: Event, shape: _Shape) -> tuple[bytes, tuple[str, ...]]:
-        walk = _Walk(marking=True)
+    def _encode_careful(self, event: Event, shape: _Shape, walk: _Walk) -> bytes:
         data = self._lower_object(event, shape, depth=0, walk=walk, tagged=False)
         self._validate(data, shape)
         try:
-            return _json_encoder.encode(data), walk.notes()
+            return _json_encoder.encode(data)
         except _ENCODE_ERRORS:
             pass
         # What msgspec refuses after the walk: a lone surrogate, an integer too long to
         # write.  Marked where it is; in a field declared as text, kept as escaped text.
+        count, named = walk.count, len(walk.markers)
         repaired = {key: self._repair(item, walk, key, text=False) for key, item in data.items()}
         try:
             msgspec.convert(repaired, shape.cls)
         except msgspec.ValidationError:
-            walk = _Walk(marking=True)
+            walk.count = count
+            del walk.markers[named:]
             repaired = {key: self._repair(item, walk, key, text=True) for key, item in data.items()}
         self._validate(repaired, shape)
         try:
-            return _json_encoder.encode(repaired), walk.notes()
+            return _json_encoder.encode(repaired)
         except _ENCODE_ERRORS as exc:  # never: every leaf was tried alone
             raise RecordingError(
                 f"cannot record {shape.cls.__name__}: {_unencodable(exc).reason}",
@@ -420,7 +426,7 @@ class Codec:
         event, which is recorded, never a value.
         """
         try:
-            lowered = self._lower(obj, 0, _Walk(marking=False))
+            lowered = self._lower(obj, 0, _SnapshotWalk())
             return _json_encoder.encode(lowered)
         except _Unencodable as exc:
             reason = exc.reason
@@ -466,7 +472,7 @@ class Codec:
                 return self._lower_items(obj, depth, walk)
             convert = converter_of(cls)
             if convert is not None and not isinstance(obj, BaseException):
-                return convert(obj, lambda value: self._lower(value, depth + 1, walk))
+                return self._convert(obj, convert, depth, walk)
             if isinstance(obj, str | int | float):  # subclasses: str and int enums
                 return obj
             if isinstance(obj, Event):
@@ -491,40 +497,44 @@ class Codec:
                     return self._lower_items(obj, depth, walk)
                 raise _unencodable(exc) from None
         except _Unencodable as exc:
-            if walk.markers is None:
+            if not walk.marking:
                 raise
             return walk.mark(obj, exc.reason)
 
+    def _convert(self, obj: Any, convert: Converter, depth: int, walk: _Walk) -> Any:
+        # Apart from _lower: a closure there would make its every local a cell.
+        return convert(obj, lambda value: self._lower(value, depth + 1, walk))
+
     def _lower_items(self, obj: Iterable[Any], depth: int, walk: _Walk) -> list[Any]:
-        marker = id(obj)
-        if marker in walk.active:
+        marker, active = id(obj), walk.active
+        if marker in active:
             raise _Unencodable("a reference cycle")
-        walk.active.add(marker)
+        active.add(marker)
         try:
             return [self._lower(item, depth + 1, walk) for item in obj]
         finally:
-            walk.active.discard(marker)
+            active.discard(marker)
 
     def _lower_foreign(
         self, obj: Any, fields: Iterator[tuple[str, Any]], depth: int, walk: _Walk
     ) -> dict[str, Any]:
-        marker = id(obj)
-        if marker in walk.active:
+        marker, active = id(obj), walk.active
+        if marker in active:
             raise _Unencodable("a reference cycle")
-        walk.active.add(marker)
+        active.add(marker)
         try:
             out: dict[str, Any] = {CLASS_KEY: _class_name(type(obj))}
             for key, value in fields:
                 out[key] = self._lower(value, depth + 1, walk)
             return out
         finally:
-            walk.active.discard(marker)
+            active.discard(marker)
 
     def _lower_mapping(self, obj: Mapping[Any, Any], depth: int, walk: _Walk) -> Any:
-        marker = id(obj)
-        if marker in walk.active:
+        marker, active = id(obj), walk.active
+        if marker in active:
             raise _Unencodable("a reference cycle")
-        walk.active.add(marker)
+        active.add(marker)
         try:
             out: dict[Any, Any] = {}
             for key, value in obj.items():
@@ -537,15 +547,15 @@ class Codec:
                 out[key] = self._lower(value, depth + 1, walk)
             return out
         finally:
-            walk.active.discard(marker)
+            active.discard(marker)
 
     def _lower_object(
         self, obj: Any, shape: _Shape, *, depth: int, walk: _Walk, tagged: bool
     ) -> dict[str, Any]:
-        marker = id(obj)
-        if marker in walk.active:
+        marker, active = id(obj), walk.active
+        if marker in active:
             raise _Unencodable("a reference cycle")
-        walk.active.add(marker)
+        active.add(marker)
         try:
             out: dict[str, Any] = {}
             if tagged:
@@ -565,7 +575,7 @@ class Codec:
                 out[key] = value
             return out
         finally:
-            walk.active.discard(marker)
+            active.discard(marker)
 
     def _lower_plain(self, obj: Any, depth: int, walk: _Walk) -> Any:
         # A field declared as a protocol value type: its objects are written untagged.

@@ -120,33 +120,41 @@ MAX_NOTES: Final = 8
 
 
 class _Walk:
-    """One lowering: the objects being walked (for cycles) and, for an event, its markers.
-
-    ``markers`` is None for a snapshot, which is refused whole instead (a checkpoint is
-    restored, and a marker restored in place of a value would be wrong silently).
-    """
+    """One lowering of an event: the ids of the objects being walked (for cycles), and
+    what it wrote markers for."""
 
     __slots__ = ("active", "count", "field", "markers")
 
-    def __init__(self, *, marking: bool) -> None:
+    #: Whether an unencodable value is marked (else it is refused whole).
+    marking = True
+
+    def __init__(self) -> None:
         self.active: set[int] = set()
-        self.markers: list[str] | None = [] if marking else None
+        #: How many markers were written; the first :data:`MAX_NOTES` are named.
         self.count = 0
+        #: The event's member being lowered.
         self.field = "data"
+        self.markers: list[str] = []
 
     def mark(self, obj: Any, reason: str) -> dict[str, str]:
         marker = unencodable_marker(obj, reason)
-        assert self.markers is not None
         self.count += 1
         if len(self.markers) < MAX_NOTES:
             self.markers.append(f"{self.field}: {marker['class']} ({marker['error']})")
         return marker
 
     def notes(self) -> tuple[str, ...]:
-        if not self.markers:
-            return ()
         more = self.count - len(self.markers)
         return (*self.markers, f"and {more} more") if more else tuple(self.markers)
+
+
+class _SnapshotWalk(_Walk):
+    """One lowering of a snapshot: an unencodable value is refused whole, never marked (a
+    checkpoint is restored, and a marker restored in place of a value would be wrong
+    silently)."""
+
+    __slots__ = ()
+    marking = False
 
 
 def oversized_stub(

@@ -366,6 +366,27 @@ async def test_an_event_too_large_is_sent_as_its_stub_and_named_in_run_close() -
 
 
 @pytest.mark.anyio
+async def test_run_close_names_the_marked_events_after_the_runs_sticky_error(
+    transport: AsyncMockTransport,
+) -> None:
+    client, session = await start(transport, RefusingCodec())
+    run = await session.begin_run()
+    await run.record(AgentStart(messages=[object()]))
+    with pytest.raises(RecordingError) as caught:
+        await run.record(REFUSED)
+    with pytest.raises(RecordingError):
+        await run.aclose()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error == (
+        f"{caught.value.message}; codec_error: 1 event written with $flightlog markers: "
+        "agent_start: messages: builtins.object "
+        "(TypeError: Encoding objects of type object is unsupported)"
+    )
+    await client.aclose()
+
+
+@pytest.mark.anyio
 async def test_values_the_codec_cannot_encode_are_marked_and_named_in_run_close(
     transport: AsyncMockTransport,
 ) -> None:

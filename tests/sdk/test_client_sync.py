@@ -345,6 +345,26 @@ def test_an_event_too_large_is_sent_as_its_stub_and_named_in_run_close() -> None
     client.close()
 
 
+def test_run_close_names_the_marked_events_after_the_runs_sticky_error(
+    transport: MockTransport,
+) -> None:
+    client, session = start(transport, RefusingCodec())
+    run = session.begin_run()
+    run.record(AgentStart(messages=[object()]))
+    with pytest.raises(RecordingError) as caught:
+        run.record(REFUSED)
+    with pytest.raises(RecordingError):
+        run.close()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error == (
+        f"{caught.value.message}; codec_error: 1 event written with $flightlog markers: "
+        "agent_start: messages: builtins.object "
+        "(TypeError: Encoding objects of type object is unsupported)"
+    )
+    client.close()
+
+
 def test_values_the_codec_cannot_encode_are_marked_and_named_in_run_close(
     transport: MockTransport,
 ) -> None:

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 import pydantic
+import pydantic.dataclasses
 import pydantic_core
 import pytest
 
@@ -161,6 +162,27 @@ def test_aliases_follow_the_model_config_as_pydantic_json_does() -> None:
     model = Plain(display_name="x")
     assert written(model) == {"$class": f"{__name__}.Plain", **json.loads(model.model_dump_json())}
     assert written(model)["display_name"] == "x"
+
+
+@pydantic.dataclasses.dataclass
+class Point:
+    x: int
+    secret: pydantic.SecretStr
+    where: ipaddress.IPv4Address
+
+    @pydantic.computed_field  # type: ignore[prop-decorator]
+    @property
+    def double(self) -> int:
+        return 2 * self.x
+
+
+def test_a_pydantic_dataclass_is_written_as_pydantic_dumps_it() -> None:
+    point = Point(x=2, secret=pydantic.SecretStr("s"), where=ipaddress.IPv4Address("192.0.2.5"))
+    assert written(point) == {
+        "$class": f"{__name__}.Point",
+        **json.loads(pydantic.TypeAdapter(Point).dump_json(point)),
+    }
+    assert written(point)["double"] == 4 and written(point)["secret"] == "**********"
 
 
 def test_pydantic_values_alone_and_nested_in_plain_containers() -> None:

@@ -300,19 +300,28 @@ _BY_MODULE: Final[dict[str, Converter]] = {
 _CONVERTERS: Final[dict[type, Converter | None]] = {}
 
 
+def _converter_by_module(cls: type) -> Converter | None:
+    # A pydantic dataclass is of its own module only, but carries its serializer.
+    try:
+        serializer = getattr(cls, "__pydantic_serializer__", None)
+    except Exception:  # a metaclass's __getattr__ may raise anything
+        serializer = None
+    if serializer is not None:
+        return _pydantic
+    for base in cls.__mro__:
+        found = _BY_MODULE.get(str(getattr(base, "__module__", "")).partition(".")[0])
+        if found is not None:
+            return found
+    return _complex if issubclass(cls, complex) else None
+
+
 def converter_of(cls: type) -> Converter | None:
     """How objects of ``cls`` are lowered, or None when this module does not know."""
     try:
         return _CONVERTERS[cls]
     except KeyError:
         pass
-    found: Converter | None = None
-    for base in cls.__mro__:
-        found = _BY_MODULE.get(str(getattr(base, "__module__", "")).partition(".")[0])
-        if found is not None:
-            break
-    else:
-        found = _complex if issubclass(cls, complex) else None
+    found = _converter_by_module(cls)
     if len(_CONVERTERS) < 4096:  # classes made on the fly must not grow it without end
         _CONVERTERS[cls] = found
     return found

@@ -80,7 +80,7 @@ async def test_a_full_disk_is_counted_and_the_next_session_records(short_tmp: Pa
         daemon.stop()
 
 
-def test_a_value_the_codec_refuses_is_dropped_counted_and_named_in_run_close(
+def test_a_value_the_codec_cannot_encode_is_marked_kept_and_named_in_run_close(
     daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     recorder = Recorder(socket=daemon.socket)
@@ -92,14 +92,20 @@ def test_a_value_the_codec_refuses_is_dropped_counted_and_named_in_run_close(
         run.record(AgentEnd())
     run.close()
     recorder.close()
-    assert recorder.stats.by_code == {"codec_error": 2}
-    assert recorder.stats.problems == 2
-    assert [r.name for r in caplog.records].count("flightlog.integrations") == 1
+    # Nothing is dropped, so nothing is a problem of the recorder's.
+    assert recorder.stats.problems == 0
+    assert [r.name for r in caplog.records].count("flightlog.integrations") == 0
     recs = records(daemon.root / "codec.jsonl")
-    # The run went on: the events after the refused ones are written.
-    assert [r["type"] for r in recs][2:] == ["agent_start", "agent_end", "run_close"]
+    assert [r["type"] for r in recs][2:] == [
+        "agent_start",
+        "message_end",
+        "message_end",
+        "agent_end",
+        "run_close",
+    ]
+    assert recs[3]["data"]["message"]["handle"]["$flightlog"] == "unencodable"
     error = recs[-1]["data"]["error"]
-    assert error.startswith("2 events not recorded, the first for codec_error: cannot record")
+    assert error.startswith("codec_error: 2 events written with $flightlog markers: message_end: ")
 
 
 def test_a_run_rides_through_a_daemon_restart_and_counts_nothing(

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from flightlog.protocol import events
-from flightlog.sdk import DaemonError, ErrorCode, RecordingError, check, connect, read
+from flightlog.sdk import DaemonError, ErrorCode, check, connect, read
 from flightlog.sdk.aio import aconnect
 from support import DaemonProcess, read_lines, wait_for
 
@@ -68,28 +68,29 @@ class Reply:
     text: str
 
 
-def test_a_value_that_cannot_be_encoded_is_sticky_in_run_close(daemon: DaemonProcess) -> None:
+def test_a_value_that_cannot_be_encoded_is_marked_and_named_in_run_close(
+    daemon: DaemonProcess,
+) -> None:
     with connect(daemon.socket) as client:
         session = client.session("codec.jsonl")
         run = session.begin_run()
         with socket.socket() as handle:
             run.record(events.MessageEnd(message=Reply(text="kept")))
-            with pytest.raises(RecordingError) as caught:
-                run.record(events.MessageEnd(message={"handle": handle}))
-        with pytest.raises(RecordingError) as later:
-            run.record(events.AgentEnd())
-        assert later.value is caught.value
-        with pytest.raises(RecordingError):
-            run.close()
+            run.record(events.MessageEnd(message={"handle": handle}))
+        run.record(events.AgentEnd())
+        assert run.error is None
+        run.close()
         session.close()
     records = list(read(daemon.root / "codec.jsonl"))
-    assert [r.type for r in records][2:] == ["message_end", "run_close"]
+    assert [r.type for r in records][2:] == ["message_end", "message_end", "agent_end", "run_close"]
     assert records[2].decode_data()["message"] == {
         "$class": f"{__name__}.Reply",
         "text": "kept",
     }
+    marker = records[3].decode_data()["message"]["handle"]
+    assert (marker["$flightlog"], marker["class"]) == ("unencodable", "socket.socket")
     error = records[-1].decode_data()["error"]
-    assert error.startswith("cannot record MessageEnd: its message holds")
+    assert error.startswith("codec_error: 1 event written with $flightlog markers: message_end: ")
     assert "socket" in error
 
 

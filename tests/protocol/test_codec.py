@@ -508,20 +508,15 @@ def test_an_unregistered_object_is_written_with_its_class_and_fields(
 
 
 def test_a_pydantic_model_is_written_faithfully() -> None:
+    # As pydantic writes it in JSON mode (extra fields included), with its class first;
+    # the models inside it are pydantic's to write, so they carry no class.
     moment = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
     part = PydanticPart(kind="text", when=moment, inner=PydanticInner(values=[1, 2]), note="x")
     decoded = decode_value(encode_value({"parts": [part]}))
     assert decoded == {
-        "parts": [
-            {
-                "$class": f"{__name__}.PydanticPart",
-                "kind": "text",
-                "when": "2026-11-29T20:00:00Z",
-                "inner": {"$class": f"{__name__}.PydanticInner", "values": [1, 2]},
-                "note": "x",
-            }
-        ]
+        "parts": [{"$class": f"{__name__}.PydanticPart", **part.model_dump(mode="json")}]
     }
+    assert decoded["parts"][0]["inner"] == {"values": [1, 2]}
 
 
 def test_registered_types_inside_an_unregistered_object_keep_their_tag() -> None:
@@ -644,26 +639,121 @@ def test_an_unencodable_value_is_a_recording_error_never_a_placeholder() -> None
     assert "generator" in unencodable({"lazy": (i for i in range(3))})
 
 
-def test_an_unencodable_value_in_an_event_names_the_field() -> None:
+def marked(value: Any) -> tuple[Any, tuple[str, ...]]:
+    """What a tool_exec_end's details become, and the markers the codec names."""
+    encoded = encode_event(ToolExecEnd(execution=TOOL, tool_call_id="c", name="x", details=value))
+    assert encoded is not None
+    return msgspec.json.decode(encoded.data)["details"], encoded.markers
+
+
+def test_an_unencodable_value_in_an_event_is_marked_and_the_event_kept() -> None:
+    thing = object()
+    details, markers = marked({"fd": thing, "ok": 1})
+    assert details == {
+        "fd": {
+            "$flightlog": "unencodable",
+            "class": "builtins.object",
+            "repr": repr(thing),
+            "error": "TypeError: Encoding objects of type object is unsupported",
+        },
+        "ok": 1,
+    }
+    assert markers == (
+        "details: builtins.object (TypeError: Encoding objects of type object is unsupported)",
+    )
+
+
+def test_each_kind_of_unencodable_value_is_marked_where_it_is() -> None:
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    deep: Any = "bottom"
+    for _ in range(MAX_DEPTH + 50):
+        deep = [deep]
+    with socket.socket() as handle:
+        details, markers = marked(
+            {
+                "socket": handle,
+                "function": len,
+                "method": print,
+                "cycle": cycle,
+                "keys": {(1, 2): "x"},
+                "raw": msgspec.Raw(b"{}"),
+                "event": AgentEnd(),
+                "deep": deep,
+                "surrogate": ["ok", "\ud800"],
+            }
+        )
+    errors = {key: value["error"] for key, value in details.items() if isinstance(value, dict)}
+    assert errors["socket"] == "TypeError: Encoding objects of type socket is unsupported"
+    assert "builtin_function_or_method" in errors["function"]
+    assert "dict keys" in errors["keys"]
+    assert "Raw" in errors["raw"]
+    assert "record events with run.record()" in errors["event"]
+    assert details["surrogate"][0] == "ok"
+    assert details["surrogate"][1]["repr"] == repr("\ud800")
+    assert "surrogates not allowed" in details["surrogate"][1]["error"]
+    # The too deep value is cut where it passes the limit, the rest of it kept.
+    level, depth = details["deep"], 2  # details (1), then its "deep" member (2)
+    while isinstance(level, list):
+        level, depth = level[0], depth + 1
+    assert level["$flightlog"] == "unencodable" and "deeper than 200" in level["error"]
+    assert depth == MAX_DEPTH
+    # A cycle is cut where the value meets itself again.
+    assert details["cycle"][0] == 1
+    assert details["cycle"][1]["class"] == "builtins.list"
+    assert details["cycle"][1]["error"] == "a reference cycle"
+    # At most 8 markers are named, then how many more.
+    assert len(markers) == 9 and markers[-1] == "and 1 more"
+    assert all(m.startswith("details: ") for m in markers[:-1])
+
+
+def test_a_marker_repr_is_bounded() -> None:
+    class Loud:
+        def __repr__(self) -> str:
+            return "x" * 10_000
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    details, _ = marked([Loud(), Broken()])
+    assert len(details[0]["repr"]) == 200
+    assert "..." in details[0]["repr"]
+    assert details[1]["repr"].startswith("<Broken instance at")
+
+
+def test_a_marked_event_reads_back() -> None:
     event = ToolExecEnd(execution=TOOL, tool_call_id="c", name="x", details={"fd": object()})
-    with pytest.raises(RecordingError, match=r"ToolExecEnd: its details holds") as info:
-        encode_event(event)
-    assert info.value.code == ErrorCode.CODEC_ERROR
+    encoded = encode_event(event)
+    assert encoded is not None
+    decoded = decode_event(record_of(encoded))
+    assert isinstance(decoded, ToolExecEnd)
+    assert decoded.details["fd"]["$flightlog"] == "unencodable"
 
 
 def test_a_lone_surrogate_is_a_recording_error() -> None:
     assert "surrogate" in unencodable({"bad": "\ud800", "good": "é"})
 
 
-def test_a_lone_surrogate_in_a_typed_field_is_refused() -> None:
-    with pytest.raises(RecordingError):
-        encode_event(ModelExecEnd(execution=Execution(id="\ud800", kind="model")))
+def test_a_lone_surrogate_in_a_typed_field_is_kept_as_escaped_text() -> None:
+    encoded = encode_event(ModelExecEnd(execution=Execution(id="\ud800", kind="model")))
+    assert encoded is not None
+    assert msgspec.json.decode(encoded.data)["execution"]["id"] == "\\ud800"
+    assert encoded.markers == ("execution: builtins.str (a lone surrogate)",)
 
 
-def test_a_lone_surrogate_in_a_free_field_of_an_event_names_the_field() -> None:
-    event = MessageEnd(message={"text": "\ud800"}, execution=MODEL)
-    with pytest.raises(RecordingError, match="its message holds"):
-        encode_event(event)
+def test_a_lone_surrogate_in_a_free_field_of_an_event_is_marked() -> None:
+    encoded = encode_event(MessageEnd(message={"text": "\ud800", "ok": "é"}, execution=MODEL))
+    assert encoded is not None
+    message = msgspec.json.decode(encoded.data)["message"]
+    assert message["ok"] == "é"
+    assert message["text"]["$flightlog"] == "unencodable"
+    assert encoded.markers[0].startswith("message: builtins.str (UnicodeEncodeError")
+
+
+def test_an_event_without_markers_names_none() -> None:
+    encoded = encode_event(MessageEnd(message={"text": "hi"}, execution=MODEL))
+    assert encoded is not None and encoded.markers == ()
 
 
 def test_a_reference_cycle_is_a_recording_error() -> None:
@@ -769,3 +859,77 @@ def test_module_level_functions_use_the_default_codec() -> None:
     event = AgentStart(agent="demo", messages=[UserMessage(content="hi")])
     assert encode_event(event) == default_codec.encode_event(event)
     assert encode_value([1]) == default_codec.encode_value([1])
+
+
+# --- the stub of an event too large to send ---------------------------------------------------
+
+
+def test_an_oversized_event_becomes_a_stub_that_reads_as_the_event() -> None:
+    import hashlib
+
+    big = ToolExecEnd(
+        execution=TOOL,
+        tool_call_id="call_1",
+        name="dump",
+        content=[TextPart(text="x" * 100_000)],
+        details={"rows": list(range(10_000))},
+        is_error=False,
+    )
+    encoded = encode_event(big)
+    assert encoded is not None
+    stub = default_codec.oversized(encoded, limit=65_536)
+    assert (stub.type, stub.time) == (encoded.type, encoded.time)
+    data = msgspec.json.decode(stub.data)
+    assert data == {
+        "$flightlog": "oversized",
+        "size": len(encoded.data),
+        "sha256": hashlib.sha256(encoded.data).hexdigest(),
+        "omitted": ["content", "details"],
+        "execution": msgspec.to_builtins(TOOL),
+        "tool_call_id": "call_1",
+        "name": "dump",
+        "is_error": False,
+        "disposition": "ran",
+        "reason": None,
+    }
+    assert stub.markers == (
+        f"oversized: {len(encoded.data)} bytes, more than the maximum frame size of 65536 "
+        "bytes; written as a stub without content, details",
+    )
+    decoded = decode_event(record_of(stub))
+    assert isinstance(decoded, ToolExecEnd)
+    assert (decoded.execution, decoded.name, decoded.content) == (TOOL, "dump", [])
+
+
+def test_a_required_member_too_large_is_cut_or_null() -> None:
+    from flightlog.protocol import Error
+
+    encoded = encode_event(MessageEnd(message={"text": "y" * 50_000}, execution=MODEL))
+    assert encoded is not None
+    stub = default_codec.oversized(encoded, limit=16_384)
+    decoded = decode_event(record_of(stub))
+    assert isinstance(decoded, MessageEnd)
+    assert decoded.message is None and decoded.execution == MODEL
+
+    encoded = encode_event(Error(message="z" * 50_000))
+    assert encoded is not None
+    stub = default_codec.oversized(encoded, limit=16_384)
+    decoded = decode_event(record_of(stub))
+    assert isinstance(decoded, Error)
+    assert decoded.message == "z" * 256  # 16 KiB / 32 / 2
+    assert len(stub.data) < 16_384
+
+
+def test_markers_of_the_walk_survive_a_lone_surrogate_in_a_typed_field() -> None:
+    thing = object()
+    encoded = encode_event(
+        ToolExecEnd(execution=TOOL, tool_call_id="c\ud800", name="x", details={"o": thing})
+    )
+    assert encoded is not None
+    data = msgspec.json.decode(encoded.data)
+    assert data["tool_call_id"] == "c\\ud800"
+    assert data["details"]["o"]["class"] == "builtins.object"
+    assert encoded.markers == (
+        "details: builtins.object (TypeError: Encoding objects of type object is unsupported)",
+        "tool_call_id: builtins.str (a lone surrogate)",
+    )

@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from flightlog.protocol import (
@@ -22,8 +23,11 @@ from flightlog.protocol import (
     AgentEnd,
     AgentStart,
     CloseRun,
+    Codec,
     Create,
+    EncodedEvent,
     ErrorCode,
+    Event,
     Execution,
     Hello,
     MessageEnd,
@@ -38,6 +42,7 @@ from flightlog.protocol import (
     Subscribe,
     TailBatch,
     TextPart,
+    ToolExecEnd,
     Unsubscribe,
     UserMessage,
     default_codec,
@@ -80,8 +85,28 @@ def transport(memory: MemoryDaemon) -> AsyncMockTransport:
     return AsyncMockTransport(memory)
 
 
-async def start(transport: AsyncMockTransport) -> tuple[AsyncClient, AsyncSession]:
-    client = await aconnect(transport=transport, client_name="test-agent")
+class RefusingCodec(Codec):
+    """Refuses, as a codec of the application's may, the event that asks for it."""
+
+    def encode_event(self, event: Event) -> EncodedEvent | None:
+        if isinstance(event, AgentStart) and event.messages == ["refuse"]:
+            raise RecordingError(
+                "cannot record AgentStart: refused by the test's codec",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        return super().encode_event(event)
+
+
+#: The event RefusingCodec refuses.
+REFUSED = AgentStart(messages=["refuse"])
+
+
+async def start(
+    transport: AsyncMockTransport, codec: Codec | None = None
+) -> tuple[AsyncClient, AsyncSession]:
+    client = await aconnect(
+        transport=transport, client_name="test-agent", codec=codec or default_codec
+    )
     session = await client.create("demo/chat.jsonl", meta={"app": "demo"})
     return client, session
 
@@ -270,7 +295,7 @@ async def test_never_written_events_are_skipped(transport: AsyncMockTransport) -
 
 @pytest.mark.anyio
 async def test_codec_errors_are_raised_by_record(transport: AsyncMockTransport) -> None:
-    client, session = await start(transport)
+    client, session = await start(transport, RefusingCodec())
     run = await session.begin_run()
     before = len(transport.sent)
     with pytest.raises(RecordingError) as not_an_event:
@@ -279,7 +304,7 @@ async def test_codec_errors_are_raised_by_record(transport: AsyncMockTransport) 
     await run.record(AgentStart(messages=[Unregistered(1)]))
     assert len(transport.sent) == before + 1
     with pytest.raises(RecordingError) as caught:
-        await run.record(AgentStart(messages=[object()]))
+        await run.record(REFUSED)
     assert caught.value.code == ErrorCode.CODEC_ERROR
     # The run's error is sticky: later records raise it and send nothing.
     with pytest.raises(RecordingError) as later:
@@ -302,13 +327,13 @@ async def test_codec_errors_are_raised_by_record(transport: AsyncMockTransport) 
 async def test_record_many_sends_in_order_up_to_an_unencodable_event(
     transport: AsyncMockTransport,
 ) -> None:
-    client, session = await start(transport)
+    client, session = await start(transport, RefusingCodec())
     run = await session.begin_run()
     before = len(transport.sent)
     await run.record_many([AgentStart(agent="a"), MessageUpdate(delta="x"), AgentEnd()])
     assert [m.event_type for m in transport.sent[before:]] == ["agent_start", "agent_end"]
     with pytest.raises(RecordingError) as caught:
-        await run.record_many([AgentStart(), AgentStart(messages=[object()]), AgentEnd()])
+        await run.record_many([AgentStart(), REFUSED, AgentEnd()])
     assert caught.value.code == ErrorCode.CODEC_ERROR
     assert [m.event_type for m in transport.sent[before + 2 :]] == ["agent_start"]
     assert run.error is caught.value
@@ -316,17 +341,85 @@ async def test_record_many_sends_in_order_up_to_an_unencodable_event(
 
 
 @pytest.mark.anyio
-async def test_a_frame_too_large_is_refused_before_sending() -> None:
-    transport = AsyncMockTransport(MemoryDaemon(max_frame_size=512))
+async def test_an_event_too_large_is_sent_as_its_stub_and_named_in_run_close() -> None:
+    transport = AsyncMockTransport(MemoryDaemon(max_frame_size=2048))
     client, session = await start(transport)
     run = await session.begin_run()
     before = len(transport.sent)
-    with pytest.raises(LocalProtocolError) as caught:
-        await run.record(AgentStart(messages=["x" * 1000]))
-    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
-    assert len(transport.sent) == before
+    await run.record(AgentStart(agent="big", messages=["x" * 5000]))
     await run.record(AgentStart(messages=["x"]))
-    assert len(transport.sent) == before + 1
+    stub, small = transport.sent[before:]
+    assert stub.event_type == "agent_start"
+    data = msgspec.json.decode(stub.data)
+    assert data["$flightlog"] == "oversized"
+    assert (data["omitted"], data["agent"]) == (["messages"], "big")
+    assert msgspec.json.decode(small.data)["messages"] == ["x"]
+    assert run.error is None  # nothing is refused: later records go on
+    await run.aclose()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error is not None
+    assert close.error.startswith(
+        "codec_error: 1 event written with $flightlog markers: agent_start: oversized: "
+    )
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_run_close_names_the_marked_events_after_the_runs_sticky_error(
+    transport: AsyncMockTransport,
+) -> None:
+    client, session = await start(transport, RefusingCodec())
+    run = await session.begin_run()
+    await run.record(AgentStart(messages=[object()]))
+    with pytest.raises(RecordingError) as caught:
+        await run.record(REFUSED)
+    with pytest.raises(RecordingError):
+        await run.aclose()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error == (
+        f"{caught.value.message}; codec_error: 1 event written with $flightlog markers: "
+        "agent_start: messages: builtins.object "
+        "(TypeError: Encoding objects of type object is unsupported)"
+    )
+    await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_values_the_codec_cannot_encode_are_marked_and_named_in_run_close(
+    transport: AsyncMockTransport,
+) -> None:
+    client, session = await start(transport)
+    run = await session.begin_run()
+    before = len(transport.sent)
+    tool = Execution(id="t7", kind="tool")
+    await run.record(AgentStart(messages=[object()]))
+    await run.record_many([ToolExecEnd(execution=tool, tool_call_id="c", name="n", details=len)])
+    await run.record(AgentEnd())
+    assert [m.event_type for m in transport.sent[before:]] == [
+        "agent_start",
+        "tool_exec_end",
+        "agent_end",
+    ]
+    assert msgspec.json.decode(transport.sent[before].data)["messages"][0]["class"] == (
+        "builtins.object"
+    )
+    assert run.error is None
+    await run.aclose()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error == (
+        "codec_error: 2 events written with $flightlog markers: "
+        "agent_start: messages: builtins.object "
+        "(TypeError: Encoding objects of type object is unsupported); "
+        "tool_exec_end t7: details: builtins.builtin_function_or_method "
+        "(TypeError: Encoding objects of type builtin_function_or_method is unsupported)"
+    )
+    # The next run of the session starts with a clean account.
+    second = await session.begin_run()
+    await second.aclose()
+    assert transport.sent[-1].error is None
     await client.aclose()
 
 

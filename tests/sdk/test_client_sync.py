@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from flightlog.protocol import (
@@ -23,8 +24,11 @@ from flightlog.protocol import (
     AgentEnd,
     AgentStart,
     CloseRun,
+    Codec,
     Create,
+    EncodedEvent,
     ErrorCode,
+    Event,
     Execution,
     Hello,
     MessageEnd,
@@ -39,6 +43,7 @@ from flightlog.protocol import (
     Subscribe,
     TailBatch,
     TextPart,
+    ToolExecEnd,
     Unsubscribe,
     UserMessage,
     default_codec,
@@ -85,8 +90,24 @@ def transport(memory: MemoryDaemon) -> MockTransport:
     return MockTransport(memory)
 
 
-def start(transport: MockTransport) -> tuple[Client, Session]:
-    client = connect(transport=transport, client_name="test-agent")
+class RefusingCodec(Codec):
+    """Refuses, as a codec of the application's may, the event that asks for it."""
+
+    def encode_event(self, event: Event) -> EncodedEvent | None:
+        if isinstance(event, AgentStart) and event.messages == ["refuse"]:
+            raise RecordingError(
+                "cannot record AgentStart: refused by the test's codec",
+                code=ErrorCode.CODEC_ERROR,
+            )
+        return super().encode_event(event)
+
+
+#: The event RefusingCodec refuses.
+REFUSED = AgentStart(messages=["refuse"])
+
+
+def start(transport: MockTransport, codec: Codec | None = None) -> tuple[Client, Session]:
+    client = connect(transport=transport, client_name="test-agent", codec=codec or default_codec)
     session = client.create("demo/chat.jsonl", meta={"app": "demo"})
     return client, session
 
@@ -256,7 +277,7 @@ def test_never_written_events_are_skipped(transport: MockTransport) -> None:
 
 
 def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
-    client, session = start(transport)
+    client, session = start(transport, RefusingCodec())
     run = session.begin_run()
     before = len(transport.sent)
     with pytest.raises(RecordingError) as not_an_event:
@@ -265,7 +286,7 @@ def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
     run.record(AgentStart(messages=[Unregistered(1)]))
     assert len(transport.sent) == before + 1
     with pytest.raises(RecordingError) as caught:
-        run.record(AgentStart(messages=[object()]))
+        run.record(REFUSED)
     assert caught.value.code == ErrorCode.CODEC_ERROR
     # The run's error is sticky: later records raise it and send nothing.
     with pytest.raises(RecordingError) as later:
@@ -287,30 +308,96 @@ def test_codec_errors_are_raised_by_record(transport: MockTransport) -> None:
 def test_record_many_sends_in_order_up_to_an_unencodable_event(
     transport: MockTransport,
 ) -> None:
-    client, session = start(transport)
+    client, session = start(transport, RefusingCodec())
     run = session.begin_run()
     before = len(transport.sent)
     run.record_many([AgentStart(agent="a"), MessageUpdate(delta="x"), AgentEnd()])
     assert [m.event_type for m in transport.sent[before:]] == ["agent_start", "agent_end"]
     with pytest.raises(RecordingError) as caught:
-        run.record_many([AgentStart(), AgentStart(messages=[object()]), AgentEnd()])
+        run.record_many([AgentStart(), REFUSED, AgentEnd()])
     assert caught.value.code == ErrorCode.CODEC_ERROR
     assert [m.event_type for m in transport.sent[before + 2 :]] == ["agent_start"]
     assert run.error is caught.value
     client.close()
 
 
-def test_a_frame_too_large_is_refused_before_sending() -> None:
-    transport = MockTransport(MemoryDaemon(max_frame_size=512))
+def test_an_event_too_large_is_sent_as_its_stub_and_named_in_run_close() -> None:
+    transport = MockTransport(MemoryDaemon(max_frame_size=2048))
     client, session = start(transport)
     run = session.begin_run()
     before = len(transport.sent)
-    with pytest.raises(LocalProtocolError) as caught:
-        run.record(AgentStart(messages=["x" * 1000]))
-    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
-    assert len(transport.sent) == before
+    run.record(AgentStart(agent="big", messages=["x" * 5000]))
     run.record(AgentStart(messages=["x"]))
-    assert len(transport.sent) == before + 1
+    stub, small = transport.sent[before:]
+    assert stub.event_type == "agent_start"
+    data = msgspec.json.decode(stub.data)
+    assert data["$flightlog"] == "oversized"
+    assert (data["omitted"], data["agent"]) == (["messages"], "big")
+    assert msgspec.json.decode(small.data)["messages"] == ["x"]
+    assert run.error is None  # nothing is refused: later records go on
+    run.close()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error is not None
+    assert close.error.startswith(
+        "codec_error: 1 event written with $flightlog markers: agent_start: oversized: "
+    )
+    client.close()
+
+
+def test_run_close_names_the_marked_events_after_the_runs_sticky_error(
+    transport: MockTransport,
+) -> None:
+    client, session = start(transport, RefusingCodec())
+    run = session.begin_run()
+    run.record(AgentStart(messages=[object()]))
+    with pytest.raises(RecordingError) as caught:
+        run.record(REFUSED)
+    with pytest.raises(RecordingError):
+        run.close()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error == (
+        f"{caught.value.message}; codec_error: 1 event written with $flightlog markers: "
+        "agent_start: messages: builtins.object "
+        "(TypeError: Encoding objects of type object is unsupported)"
+    )
+    client.close()
+
+
+def test_values_the_codec_cannot_encode_are_marked_and_named_in_run_close(
+    transport: MockTransport,
+) -> None:
+    client, session = start(transport)
+    run = session.begin_run()
+    before = len(transport.sent)
+    tool = Execution(id="t7", kind="tool")
+    run.record(AgentStart(messages=[object()]))
+    run.record_many([ToolExecEnd(execution=tool, tool_call_id="c", name="n", details=len)])
+    run.record(AgentEnd())
+    assert [m.event_type for m in transport.sent[before:]] == [
+        "agent_start",
+        "tool_exec_end",
+        "agent_end",
+    ]
+    assert msgspec.json.decode(transport.sent[before].data)["messages"][0]["class"] == (
+        "builtins.object"
+    )
+    assert run.error is None
+    run.close()
+    close = transport.sent[-1]
+    assert isinstance(close, CloseRun)
+    assert close.error == (
+        "codec_error: 2 events written with $flightlog markers: "
+        "agent_start: messages: builtins.object "
+        "(TypeError: Encoding objects of type object is unsupported); "
+        "tool_exec_end t7: details: builtins.builtin_function_or_method "
+        "(TypeError: Encoding objects of type builtin_function_or_method is unsupported)"
+    )
+    # The next run of the session starts with a clean account.
+    second = session.begin_run()
+    second.close()
+    assert transport.sent[-1].error is None
     client.close()
 
 

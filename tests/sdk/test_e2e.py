@@ -5,7 +5,9 @@ The ``daemon`` fixture (tests/conftest.py) starts it and waits until its socket 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -59,7 +61,6 @@ from flightlog.sdk import (
     Client,
     DaemonError,
     DaemonNotRunning,
-    LocalProtocolError,
     RecordingError,
     check,
     connect,
@@ -189,6 +190,22 @@ async def test_an_async_run_reads_back_as_sent(daemon: DaemonProcess) -> None:
     assert_file_holds(path, events, SNAPSHOT)
 
 
+class RefusingCodec(Codec):
+    """Refuses, as a codec of the application's may, the event that asks for it."""
+
+    def encode_event(self, event: Event) -> EncodedEvent | None:
+        if isinstance(event, AgentStart) and event.messages == ["refuse"]:
+            raise RecordingError(
+                "cannot record AgentStart: refused by the test's codec",
+                code="codec_error",
+            )
+        return super().encode_event(event)
+
+
+#: The event RefusingCodec refuses.
+REFUSED = AgentStart(messages=["refuse"])
+
+
 class BogusCodec(Codec):
     """Writes agent_end events under a type the daemon refuses."""
 
@@ -266,12 +283,12 @@ def test_close_right_after_a_refused_record_raises_it(daemon: DaemonProcess) -> 
 
 
 def test_an_event_the_codec_refuses_is_sticky_on_its_run(daemon: DaemonProcess) -> None:
-    with connect(daemon.socket) as client:
+    with connect(daemon.socket, codec=RefusingCodec()) as client:
         session = client.create("unencodable.jsonl")
         run = session.begin_run()
         run.record(AgentStart())
         with pytest.raises(RecordingError) as caught:
-            run.record(AgentStart(messages=[object()]))
+            run.record(REFUSED)
         assert caught.value.code == "codec_error"
         with pytest.raises(RecordingError) as later:
             run.record(AgentEnd())
@@ -295,12 +312,12 @@ def test_an_event_the_codec_refuses_is_sticky_on_its_run(daemon: DaemonProcess) 
 async def test_an_event_the_codec_refuses_is_sticky_on_its_async_run(
     daemon: DaemonProcess,
 ) -> None:
-    async with await aconnect(daemon.socket) as client:
+    async with await aconnect(daemon.socket, codec=RefusingCodec()) as client:
         session = await client.create("unencodable-async.jsonl")
         run = await session.begin_run()
         await run.record(AgentStart())
         with pytest.raises(RecordingError) as caught:
-            await run.record_many([AgentEnd(), AgentStart(messages=[object()])])
+            await run.record_many([AgentEnd(), REFUSED])
         assert caught.value.code == "codec_error"
         with pytest.raises(RecordingError) as later:
             await run.record(AgentEnd())
@@ -317,12 +334,12 @@ async def test_an_event_the_codec_refuses_is_sticky_on_its_async_run(
 def test_best_effort_drops_an_event_the_codec_refuses(
     daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with connect(daemon.socket, best_effort=True) as client:
+    with connect(daemon.socket, best_effort=True, codec=RefusingCodec()) as client:
         session = client.create("unencodable-best-effort.jsonl")
         with session.begin_run() as run:
             run.record(AgentStart())
-            run.record(AgentStart(messages=[object()]))
-            run.record(AgentStart(messages=[object()]))
+            run.record(REFUSED)
+            run.record(REFUSED)
             run.record(AgentEnd())
         assert run.dropped == 2
         assert client.dropped == {"codec_error": 2}
@@ -338,13 +355,11 @@ def test_best_effort_drops_an_event_the_codec_refuses(
 async def test_best_effort_drops_an_event_the_codec_refuses_async(
     daemon: DaemonProcess,
 ) -> None:
-    async with await aconnect(daemon.socket, best_effort=True) as client:
+    async with await aconnect(daemon.socket, best_effort=True, codec=RefusingCodec()) as client:
         session = await client.create("unencodable-best-effort-async.jsonl")
         async with await session.begin_run() as run:
             # The batch goes on past the event the codec refuses.
-            await run.record_many(
-                [AgentStart(), AgentStart(messages=[object()]), AgentEnd(), AgentStart()]
-            )
+            await run.record_many([AgentStart(), REFUSED, AgentEnd(), AgentStart()])
             await run.record(AgentEnd())
         assert run.dropped == 1
         assert client.dropped == {"codec_error": 1}
@@ -530,17 +545,73 @@ def small_frames(short_tmp: Path) -> Iterator[DaemonProcess]:
         proc.stop()
 
 
-def test_a_frame_too_large_is_refused_locally(small_frames: DaemonProcess) -> None:
+def test_an_event_too_large_is_written_as_its_stub(small_frames: DaemonProcess) -> None:
+    tool = Execution(id="t1", kind="tool")
+    big = ToolExecEnd(execution=tool, tool_call_id="call_1", name="dump", details="x" * 5000)
+    encoded = default_codec.encode_event(big)
+    assert encoded is not None
     with connect(small_frames.socket) as client:
         assert client.welcome.max_frame_size == 4096
         session = client.create("big.jsonl")
         with session.begin_run() as run:
-            with pytest.raises(LocalProtocolError) as caught:
-                run.record(AgentStart(messages=["x" * 5000]))
-            assert caught.value.code == "frame_too_large"
-            run.record(AgentStart())
+            run.record(ToolExecStart(execution=tool, tool_call_id="call_1", name="dump"))
+            run.record(big)
+            run.record(AgentEnd())
+            assert run.error is None  # the run goes on
         session.close()
-    assert [r.type for r in read(session.path)][-2:] == ["agent_start", "run_close"]
+    records = list(read(session.path))
+    assert [r.type for r in records][-4:] == [
+        "tool_exec_start",
+        "tool_exec_end",
+        "agent_end",
+        "run_close",
+    ]
+    stub = records[-3].decode_data()
+    assert stub["$flightlog"] == "oversized"
+    assert stub["size"] == len(encoded.data)
+    assert stub["sha256"] == hashlib.sha256(encoded.data).hexdigest()
+    assert (stub["omitted"], stub["execution"]["id"], stub["name"]) == (["details"], "t1", "dump")
+    end = default_codec.decode_event(records[-3])
+    assert isinstance(end, ToolExecEnd) and end.details is None
+    error = records[-1].decode_data()["error"]
+    assert error == (
+        "codec_error: 1 event written with $flightlog markers: tool_exec_end t1: oversized: "
+        f"{len(encoded.data)} bytes, more than the maximum frame size of 4096 bytes; "
+        "written as a stub without details"
+    )
+
+
+def test_unencodable_values_are_marked_and_named_in_run_close(daemon: DaemonProcess) -> None:
+    tool = Execution(id="t2", kind="tool")
+    with connect(daemon.socket) as client, socket.socket() as handle:
+        session = client.create("marked.jsonl")
+        with session.begin_run() as run:
+            run.record(AgentStart())
+            run.record(ToolExecStart(execution=tool, tool_call_id="c", name="open"))
+            run.record(
+                ToolExecEnd(
+                    execution=tool, tool_call_id="c", name="open", details={"fd": handle, "n": 1}
+                )
+            )
+            run.record(AgentEnd(output=[handle]))
+            assert run.error is None
+        with session.begin_run() as second:
+            second.record(AgentStart())
+        session.close()
+    records = list(read(session.path))
+    types = [r.type for r in records]
+    assert types.count("tool_exec_end") == 1 and types.count("agent_end") == 1
+    end = next(r for r in records if r.type == "tool_exec_end").decode_data()
+    assert end["details"]["n"] == 1
+    assert end["details"]["fd"]["$flightlog"] == "unencodable"
+    assert end["details"]["fd"]["class"] == "socket.socket"
+    closes = [r.decode_data()["error"] for r in records if r.type == "run_close"]
+    socket_error = "socket.socket (TypeError: Encoding objects of type socket is unsupported)"
+    assert closes == [
+        "codec_error: 2 events written with $flightlog markers: "
+        f"tool_exec_end t2: details: {socket_error}; agent_end: output: {socket_error}",
+        None,
+    ]
 
 
 def test_a_stopped_daemon(daemon: DaemonProcess) -> None:

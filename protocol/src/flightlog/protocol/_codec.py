@@ -17,19 +17,26 @@ decoding with the same registry gives back the same type.  The rules, in order:
   :class:`ToolDeclaration`) are written as plain objects, without ``"$type"``, in the
   fields whose declared type says what they are (``execution``, ``usage``, ``config``,
   ``tools``); anywhere else they carry their tag like any other registered type.
-* An object of an unregistered class with fields (a pydantic model, a dataclass, an attrs
-  class, a msgspec Struct: what the model providers' SDKs and the agent frameworks hand
-  out) becomes ``{"$class": "<module>.<qualname>", <its fields>}``, each field lowered by
-  these same rules.  It reads back as that plain object; register the class to have it
-  restored as itself.  pydantic is recognised by its attributes, never imported.
+* An object of an unregistered class with fields (a dataclass, an attrs class, a msgspec
+  Struct: what the model providers' SDKs and the agent frameworks hand out) becomes
+  ``{"$class": "<module>.<qualname>", <its fields>}``, each field lowered by these same
+  rules.  It reads back as that plain object; register the class to have it restored as
+  itself.
+* pydantic, numpy and pandas values, and the standard library's values msgspec does not
+  write (IP addresses, patterns, fractions, complex numbers), are written as their own
+  libraries write them for JSON (:mod:`._values`; a pydantic model with ``"$class"``
+  first); none of these libraries is imported for a value that is not theirs.
 * Any other value msgspec can write (``datetime``, ``timedelta``, ``UUID``, ``Decimal``,
   enums, bytes as base64) is written as msgspec writes it and reads back as the plain
   JSON value; paths become strings, exceptions ``{"$class", "message"}``, and other
   iterables (a deque, a dict view) lists.
 * A value that cannot be written at all (an open socket, a function, a lone surrogate, a
-  reference cycle, a value nested too deeply) raises :class:`RecordingError` naming the
-  field and the reason: nothing is written in its place without saying so.  The SDK keeps
-  that error for the run's ``run_close``.
+  reference cycle, a value nested too deeply) is replaced, in an event, by an
+  unencodable marker (``{"$flightlog": "unencodable", "class", "repr", "error"}``) and
+  the event is kept; :attr:`EncodedEvent.markers` names each, so that the SDK names them
+  in the run's ``run_close``.  A snapshot is restored later, so there it raises
+  :class:`RecordingError` instead.
+* An event too large to send is replaced by its stub (:meth:`Codec.oversized`).
 * Credentials never reach a record: keys such as ``api_key``, ``authorization`` or
   ``x-api-key`` are removed, at any depth, from ``CallConfig.extra`` and from
   ``ModelRequest.headers``.
@@ -43,7 +50,9 @@ rebuild the same values, so :meth:`Codec.encode_event` takes a fast path: it che
 that every free-form field holds plain JSON values only, lets msgspec write the fields
 directly, and validates the result against a mirror of the event's class that lacks the
 envelope's ``time``.  Anything else (typed objects, credentials to remove, values msgspec
-refuses, deep nesting) goes the careful way; both ways write the same bytes.
+refuses, deep nesting) goes the careful way; both ways write the same bytes.  So the
+conversions and the markers cost an ordinary event nothing: they run only where the
+fast path gives up.
 """
 
 from __future__ import annotations
@@ -70,12 +79,27 @@ from ._shapes import (
     _Shape,
     _shape_of,
 )
+from ._values import (
+    MARKER_KEY,
+    OVERSIZED,
+    UNENCODABLE,
+    Converter,
+    _SnapshotWalk,
+    _Unencodable,
+    _unencodable,
+    _Walk,
+    converter_of,
+    oversized_stub,
+)
 
 __all__ = [
     "CLASS_KEY",
+    "MARKER_KEY",
     "MAX_DEPTH",
+    "OVERSIZED",
     "SNAPSHOT_ERROR_KEY",
     "TYPE_KEY",
+    "UNENCODABLE",
     "Codec",
     "EncodedEvent",
     "decode_event",
@@ -101,24 +125,16 @@ class EncodedEvent(msgspec.Struct, kw_only=True, frozen=True):
     """An event ready to be written: its record ``type``, ``data`` and source ``time``.
 
     ``data`` is one JSON object (UTF-8 bytes) holding the event's fields, without the
-    type tag and without ``time``, which go into the record envelope.
+    type tag and without ``time``, which go into the record envelope.  ``markers`` says
+    what the codec wrote in place of values it could not encode (one line each:
+    ``"<field>: <class> (<reason>)"``, at most :data:`MAX_NOTES`, then how many more),
+    or that ``data`` is the stub of an event larger than the daemon accepts.
     """
 
     type: str
     data: bytes
     time: str
-
-
-class _Unencodable(Exception):
-    """A value the codec cannot write; becomes a RecordingError naming where it was."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _unencodable(exc: BaseException) -> _Unencodable:
-    return _Unencodable(f"{type(exc).__name__}: {exc}")
+    markers: tuple[str, ...] = ()
 
 
 def _foreign_fields(obj: Any) -> Iterator[tuple[str, Any]] | None:
@@ -147,6 +163,14 @@ def _foreign_fields(obj: Any) -> Iterator[tuple[str, Any]] | None:
 def _chain_fields(*parts: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
     for part in parts:
         yield from part
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        _json_encoder.encode(value)
+    except _ENCODE_ERRORS:
+        return False
+    return True
 
 
 _json_encoder: Final = msgspec.json.Encoder()
@@ -244,9 +268,13 @@ class Codec:
                 code=ErrorCode.BAD_EVENT,
             )
         encoded = self._encode_fast(event, shape)
-        if encoded is None:
-            encoded = self._encode_careful(event, shape)
-        return EncodedEvent(type=shape.tag, data=encoded, time=time)
+        if encoded is not None:
+            return EncodedEvent(type=shape.tag, data=encoded, time=time)
+        walk = _Walk()
+        data = self._encode_careful(event, shape, walk)
+        if walk.count:
+            return EncodedEvent(type=shape.tag, data=data, time=time, markers=walk.notes())
+        return EncodedEvent(type=shape.tag, data=data, time=time)
 
     def _encode_fast(self, event: Event, shape: _Shape) -> bytes | None:
         """The event's data when it holds plain values only, else None."""
@@ -261,33 +289,87 @@ class Codec:
         try:
             encoded = _json_encoder.encode(data)
         except _ENCODE_ERRORS:
-            return None  # the careful way finds the field msgspec refuses
+            return None  # the careful way marks the value msgspec refuses
         try:
             shape.validate_data(encoded)
         except msgspec.ValidationError as exc:
             raise self._invalid(shape, exc) from None
         return encoded
 
-    def _encode_careful(self, event: Event, shape: _Shape) -> bytes:
-        data = self._lower_object(event, shape, depth=0, active=set(), tagged=False)
+    def _encode_careful(self, event: Event, shape: _Shape, walk: _Walk) -> bytes:
+        data = self._lower_object(event, shape, depth=0, walk=walk, tagged=False)
         self._validate(data, shape)
         try:
             return _json_encoder.encode(data)
-        except _ENCODE_ERRORS as exc:
-            # A lone surrogate or a key msgspec cannot write: name the field it is in.
-            for key, value in data.items():
-                try:
-                    _json_encoder.encode(value)
-                except _ENCODE_ERRORS as field_exc:
-                    raise self._unencodable(shape, key, _unencodable(field_exc)) from None
-            raise self._unencodable(shape, "data", _unencodable(exc)) from None
+        except _ENCODE_ERRORS:
+            pass
+        # What msgspec refuses after the walk: a lone surrogate, an integer too long to
+        # write.  Marked where it is; in a field declared as text, kept as escaped text.
+        count, named = walk.count, len(walk.markers)
+        repaired = {key: self._repair(item, walk, key, text=False) for key, item in data.items()}
+        try:
+            msgspec.convert(repaired, shape.cls)
+        except msgspec.ValidationError:
+            walk.count = count
+            del walk.markers[named:]
+            repaired = {key: self._repair(item, walk, key, text=True) for key, item in data.items()}
+        self._validate(repaired, shape)
+        try:
+            return _json_encoder.encode(repaired)
+        except _ENCODE_ERRORS as exc:  # never: every leaf was tried alone
+            raise RecordingError(
+                f"cannot record {shape.cls.__name__}: {_unencodable(exc).reason}",
+                code=ErrorCode.CODEC_ERROR,
+            ) from None
 
-    @staticmethod
-    def _unencodable(shape: _Shape, key: str, exc: _Unencodable) -> RecordingError:
-        return RecordingError(
-            f"cannot record {shape.cls.__name__}: its {key} holds a value that cannot be "
-            f"encoded ({exc.reason})",
-            code=ErrorCode.CODEC_ERROR,
+    def _repair(self, value: Any, walk: _Walk, field: str, *, text: bool) -> Any:
+        walk.field = field
+        if type(value) is dict:
+            for key in value:
+                if not _encodes(key):
+                    return walk.mark(value, "a key that cannot be encoded")
+            return {key: self._repair(item, walk, field, text=text) for key, item in value.items()}
+        if type(value) is list:
+            return [self._repair(item, walk, field, text=text) for item in value]
+        try:
+            _json_encoder.encode(value)
+        except _ENCODE_ERRORS as exc:
+            if text and isinstance(value, str):
+                walk.mark(value, "a lone surrogate")
+                return value.encode("utf-8", "backslashreplace").decode("utf-8")
+            return walk.mark(value, _unencodable(exc).reason)
+        return value
+
+    def oversized(self, encoded: EncodedEvent, *, limit: int) -> EncodedEvent:
+        """The stub written in place of ``encoded`` when its data is too large to send.
+
+        The stub has the event's record type and time; its data keeps each member of
+        at most ``limit // 32`` bytes (at most 4 KiB) and starts with the oversized
+        marker: ``{"$flightlog": "oversized", "size": <bytes of the data>, "sha256":
+        <its hex digest>, "omitted": [<members left out>], <members kept>}``.  A
+        required member left out is cut (text) or null.  Raises :class:`RecordingError`
+        (``codec_error``) when no stub fits the event's class.
+        """
+        cls = EVENT_CLASSES[encoded.type]
+        required = frozenset(f.encode_name for f in msgspec.structs.fields(cls) if f.required)
+        stub, omitted = oversized_stub(
+            encoded.data, self._decode_json(encoded.data), required=required, limit=limit
+        )
+        data = _json_encoder.encode(stub)
+        try:
+            self.decode_event_data(encoded.type, data, time=encoded.time)
+        except RemoteProtocolError as exc:
+            raise RecordingError(
+                f"cannot record {cls.__name__} of {len(encoded.data)} bytes, not even as a "
+                f"stub: {exc.message}",
+                code=ErrorCode.CODEC_ERROR,
+            ) from None
+        note = (
+            f"{OVERSIZED}: {len(encoded.data)} bytes, more than the maximum frame size of "
+            f"{limit} bytes; written as a stub without {', '.join(omitted) or 'nothing'}"
+        )
+        return EncodedEvent(
+            type=encoded.type, data=data, time=encoded.time, markers=(*encoded.markers, note)
         )
 
     def decode_event(self, record: Record) -> Event:
@@ -344,7 +426,7 @@ class Codec:
         event, which is recorded, never a value.
         """
         try:
-            lowered = self._lower(obj, depth=0, active=set())
+            lowered = self._lower(obj, 0, _SnapshotWalk())
             return _json_encoder.encode(lowered)
         except _Unencodable as exc:
             reason = exc.reason
@@ -374,71 +456,82 @@ class Codec:
 
     # --- lowering -----------------------------------------------------------------------
 
-    def _lower(self, obj: Any, depth: int, active: set[int]) -> Any:
+    def _lower(self, obj: Any, depth: int, walk: _Walk) -> Any:
         cls = type(obj)
         if cls is str or cls is int or cls is float or cls is bool or obj is None:
             return obj
-        if depth >= MAX_DEPTH:
-            raise _Unencodable(f"nested deeper than {MAX_DEPTH} levels")
-        shape = self._by_class.get(cls)
-        if shape is not None:
-            return self._lower_object(obj, shape, depth=depth, active=active, tagged=True)
-        if isinstance(obj, Mapping):
-            return self._lower_mapping(obj, depth, active)
-        if isinstance(obj, list | tuple | set | frozenset):
-            return self._lower_items(obj, depth, active)
-        if isinstance(obj, str | int | float):  # subclasses: str and int enums, numpy-ish
-            return obj
-        if isinstance(obj, Event):
-            raise RecordingError(
-                f"cannot encode {type(obj).__name__} as a value: record events with run.record()",
-                code=ErrorCode.CODEC_ERROR,
-            )
-        if isinstance(obj, msgspec.Raw):
-            raise _Unencodable("msgspec.Raw cannot be recorded; pass decoded values")
-        fields = _foreign_fields(obj)
-        if fields is not None:
-            return self._lower_foreign(obj, fields, depth, active)
-        if isinstance(obj, BaseException):
-            return {CLASS_KEY: _class_name(cls), "message": str(obj)}
-        fspath = getattr(obj, "__fspath__", None)
-        if fspath is not None:
-            path = fspath()
-            return path if isinstance(path, str) else self._lower(path, depth, active)
         try:
-            return msgspec.to_builtins(obj)
-        except _ENCODE_ERRORS as exc:
-            if isinstance(obj, Iterable) and not isinstance(obj, Iterator):
-                return self._lower_items(obj, depth, active)
-            raise _unencodable(exc) from None
+            if depth >= MAX_DEPTH:
+                raise _Unencodable(f"nested deeper than {MAX_DEPTH} levels")
+            shape = self._by_class.get(cls)
+            if shape is not None:
+                return self._lower_object(obj, shape, depth=depth, walk=walk, tagged=True)
+            if isinstance(obj, Mapping):
+                return self._lower_mapping(obj, depth, walk)
+            if isinstance(obj, list | tuple | set | frozenset):
+                return self._lower_items(obj, depth, walk)
+            convert = converter_of(cls)
+            if convert is not None and not isinstance(obj, BaseException):
+                return self._convert(obj, convert, depth, walk)
+            if isinstance(obj, str | int | float):  # subclasses: str and int enums
+                return obj
+            if isinstance(obj, Event):
+                raise _Unencodable(
+                    f"{cls.__name__} is an event: record events with run.record(), never as a value"
+                )
+            if isinstance(obj, msgspec.Raw):
+                raise _Unencodable("msgspec.Raw cannot be recorded; pass decoded values")
+            fields = _foreign_fields(obj)
+            if fields is not None:
+                return self._lower_foreign(obj, fields, depth, walk)
+            if isinstance(obj, BaseException):
+                return {CLASS_KEY: _class_name(cls), "message": str(obj)}
+            fspath = getattr(obj, "__fspath__", None)
+            if fspath is not None:
+                path = fspath()
+                return path if isinstance(path, str) else self._lower(path, depth, walk)
+            try:
+                return msgspec.to_builtins(obj)
+            except _ENCODE_ERRORS as exc:
+                if isinstance(obj, Iterable) and not isinstance(obj, Iterator):
+                    return self._lower_items(obj, depth, walk)
+                raise _unencodable(exc) from None
+        except _Unencodable as exc:
+            if not walk.marking:
+                raise
+            return walk.mark(obj, exc.reason)
 
-    def _lower_items(self, obj: Iterable[Any], depth: int, active: set[int]) -> list[Any]:
-        marker = id(obj)
+    def _convert(self, obj: Any, convert: Converter, depth: int, walk: _Walk) -> Any:
+        # Apart from _lower: a closure there would make its every local a cell.
+        return convert(obj, lambda value: self._lower(value, depth + 1, walk))
+
+    def _lower_items(self, obj: Iterable[Any], depth: int, walk: _Walk) -> list[Any]:
+        marker, active = id(obj), walk.active
         if marker in active:
             raise _Unencodable("a reference cycle")
         active.add(marker)
         try:
-            return [self._lower(item, depth + 1, active) for item in obj]
+            return [self._lower(item, depth + 1, walk) for item in obj]
         finally:
             active.discard(marker)
 
     def _lower_foreign(
-        self, obj: Any, fields: Iterator[tuple[str, Any]], depth: int, active: set[int]
+        self, obj: Any, fields: Iterator[tuple[str, Any]], depth: int, walk: _Walk
     ) -> dict[str, Any]:
-        marker = id(obj)
+        marker, active = id(obj), walk.active
         if marker in active:
             raise _Unencodable("a reference cycle")
         active.add(marker)
         try:
             out: dict[str, Any] = {CLASS_KEY: _class_name(type(obj))}
             for key, value in fields:
-                out[key] = self._lower(value, depth + 1, active)
+                out[key] = self._lower(value, depth + 1, walk)
             return out
         finally:
             active.discard(marker)
 
-    def _lower_mapping(self, obj: Mapping[Any, Any], depth: int, active: set[int]) -> Any:
-        marker = id(obj)
+    def _lower_mapping(self, obj: Mapping[Any, Any], depth: int, walk: _Walk) -> Any:
+        marker, active = id(obj), walk.active
         if marker in active:
             raise _Unencodable("a reference cycle")
         active.add(marker)
@@ -451,15 +544,15 @@ class Codec:
                     raise _Unencodable(
                         f"dict keys must be strings or numbers, not {type(key).__name__}"
                     )
-                out[key] = self._lower(value, depth + 1, active)
+                out[key] = self._lower(value, depth + 1, walk)
             return out
         finally:
             active.discard(marker)
 
     def _lower_object(
-        self, obj: Any, shape: _Shape, *, depth: int, active: set[int], tagged: bool
+        self, obj: Any, shape: _Shape, *, depth: int, walk: _Walk, tagged: bool
     ) -> dict[str, Any]:
-        marker = id(obj)
+        marker, active = id(obj), walk.active
         if marker in active:
             raise _Unencodable("a reference cycle")
         active.add(marker)
@@ -471,15 +564,12 @@ class Codec:
                 out[shape.own_tag[0]] = shape.own_tag[1]
             for attr, key, plain in shape.fields:
                 value = getattr(obj, attr)
-                try:
-                    if plain:
-                        value = self._lower_plain(value, depth + 1, active)
-                    else:
-                        value = self._lower(value, depth + 1, active)
-                except _Unencodable as exc:
-                    if tagged:
-                        raise
-                    raise self._unencodable(shape, key, exc) from None
+                if depth == 0:
+                    walk.field = key
+                if plain:
+                    value = self._lower_plain(value, depth + 1, walk)
+                else:
+                    value = self._lower(value, depth + 1, walk)
                 if attr in shape.scrubbed:
                     value = _scrub(value)
                 out[key] = value
@@ -487,14 +577,14 @@ class Codec:
         finally:
             active.discard(marker)
 
-    def _lower_plain(self, obj: Any, depth: int, active: set[int]) -> Any:
+    def _lower_plain(self, obj: Any, depth: int, walk: _Walk) -> Any:
         # A field declared as a protocol value type: its objects are written untagged.
         shape = _BUILTIN_SHAPES.get(type(obj))
         if shape is not None and shape.cls in _VALUE_TYPES:
-            return self._lower_object(obj, shape, depth=depth, active=active, tagged=False)
+            return self._lower_object(obj, shape, depth=depth, walk=walk, tagged=False)
         if isinstance(obj, list | tuple) and depth < MAX_DEPTH:
-            return [self._lower_plain(item, depth + 1, active) for item in obj]
-        return self._lower(obj, depth, active)
+            return [self._lower_plain(item, depth + 1, walk) for item in obj]
+        return self._lower(obj, depth, walk)
 
     def _validate(self, data: dict[str, Any], shape: _Shape) -> None:
         try:

@@ -6,8 +6,9 @@ An integration lives inside someone else's loop: an exception raised from its ho
 abort the agent's own run.  So every call into flightlog goes through this layer, on
 a client in best-effort mode (``record()`` never raises; an event it cannot record is
 dropped, counted and named in ``run_close``), and the agent's run finishes with the
-same result as without flightlog.  A problem (no daemon, a daemon that died, a full
-disk, ``session_busy``, a value the codec cannot encode) is:
+same result as without flightlog.  A value the codec cannot encode costs no event: it
+is written as a marker and named in ``run_close`` by the SDK (not a problem here).  A
+problem (no daemon, a daemon that died, a full disk, ``session_busy``) is:
 
 * logged once per kind (its error code) on the ``flightlog.integrations`` logger, not once
   per event;

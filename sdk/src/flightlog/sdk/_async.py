@@ -727,16 +727,17 @@ class AsyncRun(_AsyncResource):
     async def record(self, event: Event, *, time: datetime | str | None = None) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 
-        The event is encoded here, so a codec error is raised here
-        (:class:`RecordingError`, code ``codec_error``: the event is not recorded, and
-        the error becomes the run's sticky :attr:`error`, raised by every later write of
-        the run and written into ``run_close``, so the file shows that an event is
-        missing; best effort drops the event instead, and goes on); events that are
-        never written (token deltas, stream chunks, progress) are skipped.
+        The event is encoded here.  A value the codec cannot encode is written as a
+        marker in its place, and an event larger than the daemon's maximum frame size
+        as its stub; ``run_close`` names both, and nothing is raised.  A codec error
+        is raised here (:class:`RecordingError`: the event is not recorded; code
+        ``codec_error`` becomes the run's sticky :attr:`error`, raised by every later
+        write of the run and written into ``run_close``, so the file shows that an
+        event is missing; best effort drops the event instead, and goes on); events
+        that are never written (token deltas, stream chunks, progress) are skipped.
         ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
         Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
-        :class:`LocalProtocolError` for a closed run or an event larger than the
-        daemon's maximum frame size.
+        :class:`LocalProtocolError` for a closed run.
 
         Pushed errors are looked for at most once a millisecond (a syscall each time),
         so during a burst one surfaces from a record() up to a millisecond later.

@@ -16,8 +16,11 @@ it receives; it never touches a socket.  The sync and async clients only move by
   :class:`ErrorReply` turned into an exception.  Replies are matched by id, so replies
   for requests that were given up (a cancelled wait) are dropped.
 * :meth:`ClientConnection.record` returns the frame of one ``record`` (no reply), or
-  None for an event the codec never writes.  Codec errors, an oversized frame and a
-  sticky error are raised from it, before anything is sent; a strict client makes a
+  None for an event the codec never writes.  An event holding a value the codec cannot
+  encode is framed with a marker in its place, and one too large for a frame as its
+  stub; the run keeps an account of them for its ``run_close``
+  (:mod:`._diagnostics`).  A codec error (not an event, a field of the wrong type) and
+  a sticky error are raised from it, before anything is sent; a strict client makes a
   codec error the run's sticky error (:meth:`~ClientConnection.refuse_run`).
 * Pushes are kept: :class:`RecordFailed` becomes a sticky :class:`RecordingError`:
   the run's, which every later write of that run raises, or the session's failure
@@ -132,6 +135,7 @@ from flightlog.protocol import (
     utc_time,
 )
 
+from ._diagnostics import RunDiagnostics, joined
 from ._exceptions import ConnectionLost, DaemonError
 
 __all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending"]
@@ -356,6 +360,8 @@ class ClientConnection:
         self._planning: dict[int, _Tail] = {}
         self._tail_ends: dict[int, TailEnd] = {}
         self._outbox = bytearray()
+        #: Run id -> the events it recorded with markers or as stubs, for its run_close.
+        self._diagnostics: dict[str, RunDiagnostics] = {}
 
     # ------------------------------------------------------------------ receiving
 
@@ -611,9 +617,11 @@ class ClientConnection:
     ) -> bytes | None:
         """The frame recording ``event`` in the run, or None when it is never written.
 
-        Raises the run's sticky :class:`RecordingError`, the codec's error for an event
-        it cannot encode, and :class:`LocalProtocolError` for a closed run, a bad
-        ``time`` or a frame larger than the daemon accepts.
+        A value the codec cannot encode is written as a marker, and an event larger
+        than the daemon accepts as its stub (``Codec.oversized``); either is named in
+        the run's ``run_close``.  Raises the run's sticky :class:`RecordingError`, the
+        codec's error for something that is not an event or a field of the wrong type,
+        and :class:`LocalProtocolError` for a closed run or a bad ``time``.
         """
         # The hot path of every agent: the common case (the run open, no sticky error
         # anywhere, the connection sound) is told apart with plain attribute tests;
@@ -630,13 +638,29 @@ class ClientConnection:
         encoded = self.codec.encode_event(event)
         if encoded is None:
             return None
-        return self._encoder.encode_record(
-            session_id,
-            run_id,
-            encoded.type,
-            encoded.time if time is None else _event_time(encoded, time),
-            encoded.data,
-        )
+        when = encoded.time if time is None else _event_time(encoded, time)
+        try:
+            frame = self._encoder.encode_record(
+                session_id, run_id, encoded.type, when, encoded.data
+            )
+        except LocalProtocolError as exc:
+            if exc.code != ErrorCode.FRAME_TOO_LARGE:
+                raise
+            # Too large to send: its stub is written instead, and run_close names it.
+            encoded = self.codec.oversized(encoded, limit=self._encoder.max_frame_size)
+            try:
+                frame = self._encoder.encode_record(
+                    session_id, run_id, encoded.type, when, encoded.data
+                )
+            except LocalProtocolError:
+                raise exc from None
+        if encoded.markers:
+            execution = getattr(event, "execution", None)
+            notes = self._diagnostics.get(run_id)
+            if notes is None:
+                notes = self._diagnostics[run_id] = RunDiagnostics()
+            notes.add(encoded.type, getattr(execution, "id", None), encoded.markers)
+        return frame
 
     def save_checkpoint(self, session_id: str, run_id: str, snapshot: Any) -> Pending[int]:
         """Append a codec-encoded checkpoint; the result is its seq, once durable."""
@@ -665,6 +689,7 @@ class ClientConnection:
         if session is None or session.run_id != run_id:
             return None
         sticky = self.sticky_error(session_id, run_id)
+        notes = self._diagnostics.pop(run_id, None)
         if session.state is SessionState.FAILED:
             # The daemon takes no more writes: the run stays without run_close.
             session.release()
@@ -673,6 +698,8 @@ class ClientConnection:
             session.check(SessionOp.CLOSE_RUN)
         session.close_run(run_id)
         text = sticky.message if sticky is not None else error
+        if notes is not None:
+            text = joined(text, notes.text())
 
         def closed(reply: Ack) -> None:
             writer = self._writers.get(session_id)

@@ -11,7 +11,7 @@ import pytest
 
 from flightlog.integrations import RecordedRun, Recorder
 from flightlog.protocol import default_codec, events
-from flightlog.sdk import Transcript, check
+from flightlog.sdk import CallNotFound, Transcript, check
 from support import DaemonProcess
 
 from .helpers import of_type, records
@@ -68,40 +68,40 @@ def test_a_thousand_step_run_writes_each_message_once(
     assert sizes[1000] <= 11 * sizes[100], sizes
 
 
-def test_after_a_dropped_request_the_next_is_written_in_full(
+def test_after_a_request_written_as_a_stub_the_next_is_written_in_full(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     daemon = DaemonProcess(tmp_path_factory.mktemp("small"), "--max-frame-size", "65536")
     daemon.start()
     recorder = Recorder(socket=daemon.socket)
     try:
-        run = recorder.begin("drop.jsonl")
+        run = recorder.begin("stub.jsonl")
         history: list[Any] = [events.UserMessage(content="go")]
         sent = []
         for index in range(5):
-            # The third request is larger than a frame: dropped by the client.
+            # The third request is larger than a frame: written as its stub.
             big = {"pad": "x" * 100_000} if index == 2 else None
             sent.append((step(run, history, big), list(history)))
             grow(history, index)
         run.close()
         recorder.close()
-        path = daemon.root / "drop.jsonl"
+        path = daemon.root / "stub.jsonl"
         assert check(path).sound
-        assert recorder.stats.problems == 1, recorder.stats
+        assert recorder.stats.problems == 0, recorder.stats
         requests = of_type(records(path), "model_request")
-        assert [r["data"]["execution"]["id"] for r in requests] == [
-            call for index, (call, _) in enumerate(sent) if index != 2
-        ]
-        # The one after the drop is in full; the chain starts again from it.
-        assert [r["data"]["continues"] for r in requests] == [
-            None,
-            sent[0][0],
-            None,
-            sent[3][0],
-        ]
+        assert [r["data"]["execution"]["id"] for r in requests] == [call for call, _ in sent]
+        assert requests[2]["data"]["$flightlog"] == "oversized"
+        # The one after the stub is in full; the chain starts again from it.
+        assert [r["data"]["continues"] for r in requests[3:]] == [None, sent[3][0]]
         transcript = Transcript.read(path)
         for index in (0, 1, 3, 4):
             assert transcript.prompt(sent[index][0]).messages == j(sent[index][1])
+        with pytest.raises(CallNotFound) as raised:
+            transcript.prompt(sent[2][0])
+        assert raised.value.line == requests[2]["seq"]
+        assert "too large to record" in raised.value.message
+        [close] = of_type(records(path), "run_close")
+        assert "oversized" in close["data"]["error"]
     finally:
         recorder.close()
         daemon.stop()

@@ -25,7 +25,7 @@ from pydantic_ai.usage import UsageLimits
 from flightlog.integrations import Recorder
 from flightlog.integrations.pydantic_ai import Flightlog, _request_messages
 from flightlog.protocol import default_codec
-from flightlog.sdk import Transcript, check, conversation
+from flightlog.sdk import CallNotFound, Transcript, check, conversation
 from support import DaemonProcess
 
 from .helpers import finish, of_type, records
@@ -130,32 +130,47 @@ async def test_a_hundred_runs_of_a_chat_rebuild_every_prompt_within_3x_the_histo
 
 
 @pytest.mark.anyio
-async def test_after_a_dropped_request_the_next_is_written_in_full(
+async def test_after_a_request_written_as_a_stub_the_next_is_written_in_full(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    # A daemon whose frames are small: a request with a large setting is refused by the
-    # client (too large) and dropped, and so are the other requests of its run.
+    # A daemon whose frames are small: a request with a large setting is too large to
+    # send, and is written as its stub (its messages left out), as are the other
+    # requests of its run that carry the setting.
     daemon = DaemonProcess(tmp_path_factory.mktemp("small"), "--max-frame-size", "65536")
     daemon.start()
     recorder = Recorder(socket=daemon.socket)
     try:
-        chat = Chat(Flightlog(path="drop.jsonl", recorder=recorder))
+        chat = Chat(Flightlog(path="stub.jsonl", recorder=recorder))
         await chat.ask("Weather in Lisbon?")
         kept = len(chat.received)
         await chat.ask("And tomorrow?", model_settings={"extra_body": {"pad": "x" * 100_000}})
-        dropped = chat.received[kept:]
+        stubbed = len(chat.received) - kept
         await chat.ask("And the day after?")
         await finish(recorder)
-        path = daemon.root / "drop.jsonl"
+        path = daemon.root / "stub.jsonl"
         assert check(path).sound
-        assert recorder.stats.problems > 0
+        assert recorder.stats.problems == 0
         requests = of_type(records(path), "model_request")
-        assert len(requests) == len(chat.received) - len(dropped) == 4
-        # The first request after the dropped ones is written in full: no continues.
-        assert requests[2]["data"]["continues"] is None
-        assert requests[3]["data"]["continues"] == requests[2]["data"]["execution"]["id"]
-        # Every request of the file rebuilds, to what the model was handed.
-        assert prompts(path) == chat.received[:kept] + chat.received[kept + len(dropped) :]
+        assert len(requests) == len(chat.received)
+        marked = [r["data"].get("$flightlog") == "oversized" for r in requests]
+        assert marked == [False] * kept + [True] * stubbed + [False] * (
+            len(requests) - kept - stubbed
+        )
+        # The first request after the stubs is written in full: no continues.
+        after = requests[kept + stubbed :]
+        assert after[0]["data"]["continues"] is None
+        assert after[1]["data"]["continues"] == after[0]["data"]["execution"]["id"]
+        # Every request of the file rebuilds, to what the model was handed, but the
+        # stubs, which say they cannot.
+        transcript = Transcript.read(path)
+        for request, received in zip(requests, chat.received, strict=True):
+            call = request["data"]["execution"]["id"]
+            if request["data"].get("$flightlog") == "oversized":
+                with pytest.raises(CallNotFound, match="too large to record"):
+                    transcript.prompt(call, run=request["run_id"])
+                continue
+            prompt = transcript.prompt(call, run=request["run_id"])
+            assert {"system": prompt.system, "messages": prompt.messages} == received
     finally:
         recorder.close()
         daemon.stop()

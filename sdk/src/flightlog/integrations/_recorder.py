@@ -380,7 +380,7 @@ class RecordedRun:
         run = self.run
         if run is None:
             return
-        dropped, problems = run.dropped, self.recorder.stats.problems
+        dropped, problems, diagnosed = run.dropped, self.recorder.stats.problems, run.diagnosed
         try:
             if len(events) == 1:
                 run.record(events[0])
@@ -394,11 +394,11 @@ class RecordedRun:
             self.recorder._recorded(self.path, events, False)
             return
         # Whole, as far as the recorder can tell: nothing dropped, no problem counted
-        # meanwhile (an event written with a diagnostic in place of a value included).
+        # meanwhile, no event written as a stub or with a marker in place of a value.
         intact = run.dropped == dropped and self.recorder.stats.problems == problems
         if not intact:
             self.recorder.dropped(run.session.client, self._about(events))
-        self.recorder._recorded(self.path, events, intact)
+        self.recorder._recorded(self.path, events, intact and run.diagnosed == diagnosed)
 
     def _about(self, events: Sequence[Event]) -> str:
         return f"{', '.join(event.record_type for event in events)} in {self.path}"

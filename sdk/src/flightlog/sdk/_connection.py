@@ -662,6 +662,12 @@ class ClientConnection:
             notes.add(encoded.type, getattr(execution, "id", None), encoded.markers)
         return frame
 
+    def diagnosed(self, run_id: str) -> int:
+        """How many events of the open run ``run_id`` were written with markers or as
+        stubs (its ``run_close`` names them)."""
+        notes = self._diagnostics.get(run_id)
+        return 0 if notes is None else notes.events
+
     def save_checkpoint(self, session_id: str, run_id: str, snapshot: Any) -> Pending[int]:
         """Append a codec-encoded checkpoint; the result is its seq, once durable."""
         self._check(session_id, run_id, SessionOp.SAVE_CHECKPOINT)

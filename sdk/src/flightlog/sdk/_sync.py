@@ -714,6 +714,12 @@ class Run(_Resource):
         """
         return self._conn.sticky_error(self.session_id, self.run_id) or self._unencodable
 
+    @property
+    def diagnosed(self) -> int:
+        """How many of the run's events were written with a marker in place of a value,
+        or as the stub of an event too large to send; ``run_close`` names them."""
+        return self._conn.diagnosed(self.run_id)
+
     def record(self, event: Event, *, time: datetime | str | None = None) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 

@@ -58,9 +58,15 @@ class CallNotFound(FlightlogError, LookupError):
         *,
         wanted: str | None = None,
         response: bool = False,
+        stub: bool = False,
     ) -> None:
         if line is None:
             message = f"no model_request of call {call!r} in the file"
+        elif stub:
+            message = (
+                f"line {line}: the model_request of call {call!r} was too large to record "
+                "and is a stub without its messages; its prompt cannot be rebuilt"
+            )
         elif response:
             message = (
                 f"line {line}: model_request continues call {call!r} with its response, "
@@ -73,8 +79,8 @@ class CallNotFound(FlightlogError, LookupError):
                 "model_request of the file holds (a record dropped or cut); its prompt "
                 "cannot be rebuilt"
             )
-            if wanted is not None and wanted != call:
-                message += f" (nor that of call {wanted!r}, which continues it)"
+        if line is not None and wanted is not None and wanted != call:
+            message += f" (nor that of call {wanted!r}, which continues it)"
         super().__init__(message, code=CALL_NOT_FOUND)
         self.call = call
         self.line = line
@@ -91,6 +97,8 @@ class _Request(msgspec.Struct, kw_only=True):
     headers: dict[str, Any] = {}
     continues: str | None = None
     with_response: bool = False
+    #: ``oversized`` when the request is a stub (docs/format.md, section 7).
+    marker: str | None = msgspec.field(default=None, name="$flightlog")
 
 
 class _End(msgspec.Struct):
@@ -308,6 +316,8 @@ class Transcript:
         walk: _Node | None = node
         while walk is not None:
             chain.append(walk)
+            if walk.data.marker == "oversized":
+                raise CallNotFound(walk.call, walk.line, wanted=node.call, stub=True)
             continues = walk.data.continues
             if continues is None:
                 break

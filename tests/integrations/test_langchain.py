@@ -28,6 +28,7 @@ from support import DaemonProcess, read_lines, run_python, wait_for
 
 from .helpers import (
     assert_every_call_ended,
+    assert_every_turn_ended,
     calls,
     finish,
     gaps,
@@ -98,6 +99,7 @@ def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder: Reco
     path = daemon.root / "lc.jsonl"
     recs = records(path)
     assert_every_call_ended(recs)
+    assert_every_turn_ended(recs)
     assert gaps(path) == {}
     (start,) = of_type(recs, "agent_start")
     assert start["data"]["agent"] == "calc"
@@ -125,6 +127,9 @@ def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder: Reco
     (end,) = of_type(recs, "agent_end")
     assert end["data"]["output"] == "3"
     assert end["data"]["turns"] == 2
+    assert [t["data"]["tool_call_count"] for t in of_type(recs, "turn_end")] == [2, 0]
+    # The run's usage: its model calls' summed.
+    assert (end["data"]["usage"]["input_tokens"], end["data"]["usage"]["output_tokens"]) == (30, 4)
 
 
 class Weather(pydantic.BaseModel):
@@ -199,6 +204,14 @@ def test_a_retried_model_call_replaces_the_failed_one(
     assert retried[0]["data"]["execution"]["replaces"] == failed[0]["data"]["execution"]["id"]
     assert retried[2]["data"]["error"] is None
     assert gaps(daemon.root / "retry.jsonl") == {}
+    # A retry, not a turn: both attempts are the one turn's, which ends with the run.
+    assert [r["type"] for r in of_type(recs, "turn_start", "turn_end")] == [
+        "turn_start",
+        "turn_end",
+    ]
+    assert failed[0]["data"]["execution"]["turn_index"] == 1
+    assert retried[0]["data"]["execution"]["turn_index"] == 1
+    assert of_type(recs, "agent_end")[0]["data"]["turns"] == 1
 
 
 @pytest.mark.anyio
@@ -615,3 +628,36 @@ def test_the_calls_of_agents_run_as_subgraphs_carry_their_names(
     (end,) = of_type(recs, "agent_end")
     assert (start["data"]["agent"], end["data"]["agent"]) == ("team", "team")
     assert end["data"]["output"] == "Report: 21."
+
+
+def test_the_work_per_step_does_not_grow_with_the_steps(
+    daemon: DaemonProcess, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every node of a graph starts a chain with the whole state: converting it there
+    # made each step cost more than the one before (quadratic in the steps).
+    from flightlog.integrations import langchain as integration
+
+    converted = 0
+    convert = integration._message
+
+    def counting(message: Any) -> Any:
+        nonlocal converted
+        converted += 1
+        return convert(message)
+
+    monkeypatch.setattr(integration, "_message", counting)
+
+    def conversions(steps: int) -> int:
+        nonlocal converted
+        script = [reply("", ("add", {"a": n, "b": 1})) for n in range(steps)] + [reply("done")]
+        handler = FlightlogCallbackHandler(path=f"steps-{steps}.jsonl", recorder=recorder)
+        converted = 0
+        graph = agent(*script, tools=[add])
+        config: Any = {"callbacks": [handler], "recursion_limit": 4 * steps + 10}
+        assert (
+            graph.invoke({"messages": [("user", "go")]}, config)["messages"][-1].content == "done"
+        )
+        return converted
+
+    ten, twenty, forty = conversions(10), conversions(20), conversions(40)
+    assert forty - twenty == 2 * (twenty - ten)

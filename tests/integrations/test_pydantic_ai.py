@@ -153,6 +153,11 @@ async def test_a_fallback_after_a_429_is_a_retry_of_the_same_call(
     models = calls(recs, "model")
     (first, second) = models.values()
     assert [r["type"] for r in first] == ["model_request", "model_exec_start", "retry"]
+    # The error the fallback moved on from, as pydantic-ai describes the attempt.
+    assert (
+        first[2]["data"]["error"]
+        == "ModelHTTPError: status_code: 429, model_name: primary, body: rate limited"
+    )
     assert first[0]["data"]["execution"]["id"] == second[0]["data"]["execution"]["id"]
     assert second[0]["data"]["execution"]["attempt"] == 2
     assert second[1]["data"]["model"] == "test"

@@ -98,14 +98,17 @@ class CallSummary:
 
     @property
     def status(self) -> str:
-        """``ok``, ``failed``, ``refused``/``skipped``/``short_circuited``/``repaired`` (tools),
-        ``retried`` (no end of its own, but a retry follows), or ``no end``."""
+        """``ok``, ``failed``, ``cancelled`` (its run was cancelled before it ended),
+        ``refused``/``skipped``/``short_circuited``/``repaired`` (tools), ``retried`` (no
+        end of its own, but a retry follows), or ``no end``."""
         if not self.ended:
             if self.kind == "compaction" and "context_compacted" in self.types:
                 return "ok"
             return "retried" if self.retried else "no end"
         if self.disposition == "repaired":
             return "repaired"  # not the tool's result: resume(repair=True) wrote it
+        if self.disposition == "cancelled":
+            return "cancelled"
         if self.error is not None:
             return "failed"
         if self.disposition not in (None, "ran"):
@@ -167,6 +170,7 @@ class CallSummary:
                     if not self.model and message.get("model"):
                         self.model = str(message["model"])
                 self.result = message_text(message)
+                self.disposition = str(data.get("disposition") or "ran")
                 if data.get("error"):
                     self.error = str(data["error"])
             case "tool_queued" | "tool_exec_start" | "tool_invoke_start":
@@ -284,7 +288,7 @@ class RunSummary:
                 outcome = "no calls" if not self.calls else "tool calls only"
             elif any(c.status == "no end" for c in models):
                 outcome = "no model_exec_end"
-            elif models[-1].status == "failed":
+            elif models[-1].status in ("failed", "cancelled"):
                 outcome = "calls failed"
             else:
                 outcome = "calls ok"

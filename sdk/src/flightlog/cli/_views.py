@@ -96,6 +96,8 @@ def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -
     elif status == "retried":
         error = call.retry_error or "failed"
         bits.append(style.red(f"FAILED: {short(error, 60)}"))
+    elif status == "cancelled":
+        bits.append(style.yellow("CANCELLED: its run ended before it did"))
     elif status == "no end":
         missing = call.missing() or "no end"
         bits.append(style.red(f"NO END ({missing}): never read as a success"))

@@ -35,7 +35,7 @@ import atexit
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Final, TypeVar
@@ -51,6 +51,7 @@ __all__ = [
     "RecordedRun",
     "Recorder",
     "RecorderStats",
+    "cancelled_model_end",
     "cancelled_tool_end",
     "default_recorder",
 ]
@@ -65,6 +66,10 @@ RECONNECT_GRACE: Final = 1.0
 CANCELLED: Final = "cancelled: the run ended before this call did"
 
 
+#: The error of a run the recorder closed before its agent ended.
+UNFINISHED: Final = "interrupted: the recorder was closed (the process exits) before the run ended"
+
+
 def cancelled_tool_end(execution: events.Execution, tool_call_id: str, name: str) -> Event:
     """The ``tool_exec_end`` of a tool call its run was cancelled in."""
     return events.ToolExecEnd(
@@ -73,6 +78,15 @@ def cancelled_tool_end(execution: events.Execution, tool_call_id: str, name: str
         name=name,
         content=[events.TextPart(text=CANCELLED)],
         is_error=True,
+        disposition="cancelled",
+    )
+
+
+def cancelled_model_end(execution: events.Execution, message: Any = None, **more: Any) -> Event:
+    """The ``model_exec_end`` of a model call its run was cancelled in: ``message`` is
+    what came of the response, if anything (``more``: its usage, provider state)."""
+    return events.ModelExecEnd(
+        execution=execution, message=message, error=CANCELLED, disposition="cancelled", **more
     )
 
 
@@ -150,6 +164,9 @@ class Recorder:
         #: The client whose drops are counted, and its ``dropped`` counted so far.
         self._counted_client: Client | None = None
         self._counted: dict[str, int] = {}
+        #: The runs begun and not yet closed, closed by :meth:`close` (at the process's
+        #: exit, for the default recorder: a run cut by ``KeyboardInterrupt``).
+        self._open: dict[RecordedRun, None] = {}
 
     def problem(self, exc: BaseException, where: str) -> str:
         """Count ``exc``, log it the first time its kind is met; returns its text."""
@@ -208,7 +225,10 @@ class Recorder:
                 except Exception as exc:
                     failure = exc
                 else:
-                    return RecordedRun(self, candidate, run)
+                    recorded = RecordedRun(self, candidate, run)
+                    with self._lock:
+                        self._open[recorded] = None
+                    return recorded
                 self._forget(candidate, failure)
                 self.problem(failure, f"a run in {candidate}")
                 return RecordedRun(self, candidate, None)
@@ -280,8 +300,20 @@ class Recorder:
             except Exception as exc:
                 self.problem(exc, "closing the connection")
 
+    def _closed(self, run: RecordedRun) -> None:
+        with self._lock:
+            self._open.pop(run, None)
+
     def close(self) -> None:
-        """Close every session this recorder holds, and its connection; never raises."""
+        """Close every session this recorder holds, and its connection; never raises.
+
+        A run still open (its agent cut by ``KeyboardInterrupt``, or still running) is
+        closed first, with the ends it owes written as cancelled.
+        """
+        with self._lock:
+            runs = list(self._open)
+        for run in runs:
+            run.close(UNFINISHED)
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
@@ -316,6 +348,9 @@ class RecordedRun:
         self.run = run
         self._error: str | None = None
         self._lock = threading.Lock()
+        #: The ends this run owes (of calls, turns and agents started and not ended),
+        #: in the order they were owed; see :meth:`owe`.
+        self._owed: dict[Hashable, Callable[[], Event]] = {}
 
     @property
     def recording(self) -> bool:
@@ -346,14 +381,45 @@ class RecordedRun:
         if run.dropped != dropped:
             self.recorder.dropped(run.session.client, self._about(events))
 
+    def owe(self, key: Hashable, end: Callable[[], Event]) -> None:
+        """Note that ``end()`` is owed under ``key``: a call, turn or agent started, whose
+        end the run writes (as cancelled) if it closes before :meth:`paid` is called,
+        so that no start is ever left without its end."""
+        if self.run is not None:
+            with self._lock:
+                self._owed[key] = end
+
+    def paid(self, key: Hashable) -> bool:
+        """The end owed under ``key`` is written by its owner: whether it was owed (a
+        False means it was written already, as cancelled, and must not be again)."""
+        with self._lock:
+            return self._owed.pop(key, None) is not None
+
+    def owed(self, above: Hashable | None = None) -> list[Event]:
+        """Take the ends owed after ``above`` (all of them when None; none when
+        ``above`` is not owed), the latest owed first: what is nested ends first."""
+        with self._lock:
+            keys = list(self._owed)
+            if above is not None:
+                if above not in self._owed:
+                    return []
+                keys = keys[keys.index(above) + 1 :]
+            makers = [self._owed.pop(key) for key in reversed(keys)]
+        return [make() for make in makers]
+
     def _about(self, events: Sequence[Event]) -> str:
         return f"{', '.join(event.record_type for event in events)} in {self.path}"
 
     def close(self, error: str | None = None) -> None:
-        """Write ``run_close`` with ``error`` and any recording problem; never raises."""
+        """Write the ends still owed (as cancelled), then ``run_close`` with ``error`` and
+        any recording problem; never raises."""
+        owed = self.owed()
+        if owed:
+            self.record(*owed)
         run, self.run = self.run, None
         if run is None:
             return
+        self.recorder._closed(self)
         texts = [text for text in (error, self._error) if text]
         try:
             run.close(error="; ".join(texts) if texts else None)

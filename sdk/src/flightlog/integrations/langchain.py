@@ -41,11 +41,11 @@ from langchain_core.tracers.context import register_configure_hook
 from flightlog.protocol import events
 
 from ._recorder import (
-    CANCELLED,
     Continuation,
     Hooks,
     RecordedRun,
     Recorder,
+    cancelled_model_end,
     cancelled_tool_end,
     nearest,
 )
@@ -64,6 +64,12 @@ class _Agent:
     name: str
     parent_id: str | None
     turn: int = 0
+    #: Whether its current turn has had its ``turn_start`` and not yet its ``turn_end``.
+    turn_open: bool = False
+    #: Tool calls made in its current turn.
+    turn_tools: int = 0
+    #: The usage of its model calls, summed.
+    usage: events.Usage | None = None
     model_id: str | None = None
     failed_model_id: str | None = None
     continuation: Continuation = field(default_factory=Continuation)
@@ -177,9 +183,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         kwargs: dict[str, Any],
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
-        messages = _input_messages(inputs)
+        # Every node of a graph starts a chain with the whole state: its messages are
+        # converted only for an agent's start, so a step costs the same at step 1,000.
         if parent_run_id is None or parent_run_id not in self._root_of:
-            self._begin(run_id, name, messages, metadata)
+            self._begin(run_id, name, _input_messages(inputs), metadata)
             return
         root = self._root(run_id, parent_run_id)
         if root is None:
@@ -198,7 +205,9 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if tool is not None:
             agent = _Agent(name=name, parent_id=tool.id)
             root.agents[run_id] = agent
-            root.run.record(events.AgentStart(agent=name, messages=messages, parent_id=tool.id))
+            root.run.record(
+                events.AgentStart(agent=name, messages=_input_messages(inputs), parent_id=tool.id)
+            )
 
     def _begin(
         self, run_id: UUID, name: str, messages: list[Any], metadata: dict[str, Any] | None
@@ -259,12 +268,14 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             self._end_open_calls(root)
             if error is not None and not isinstance(error, Exception):
                 reason = "aborted"
+            self._turn_end(root, agent)
         root.run.record(
             events.AgentEnd(
                 ok=error is None,
                 reason=reason,
                 error=text,
                 turns=agent.turn,
+                usage=agent.usage,
                 output=output if error is None else None,
                 agent=agent.name,
                 parent_id=agent.parent_id,
@@ -276,10 +287,15 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 del self._root_of[other]
             root.run.close(text)
 
+    def _turn_end(self, root: _Root, agent: _Agent) -> None:
+        if agent.turn_open:
+            agent.turn_open = False
+            root.run.record(events.TurnEnd(turn_index=agent.turn, tool_call_count=agent.turn_tools))
+
     def _end_open_calls(self, root: _Root) -> None:
         for model_run in list(root.models):
             execution = root.models.pop(model_run)
-            root.run.record(events.ModelExecEnd(execution=execution, error=CANCELLED))
+            root.run.record(cancelled_model_end(execution))
         for execution, call_id, name in root.tools.values():
             root.run.record(cancelled_tool_end(execution, call_id, name))
         root.tools.clear()
@@ -328,8 +344,12 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         )
         provider = metadata.get("ls_provider")
         facts: list[events.Event] = []
-        if agent is root.agent:
+        if agent is root.agent and agent.failed_model_id is None:
+            # A turn per model call; a call made again after a failed one (with_retry,
+            # a fallback) is the same turn's.
+            self._turn_end(root, agent)
             agent.turn += 1
+            agent.turn_open, agent.turn_tools = True, 0
             facts.append(events.TurnStart(turn_index=agent.turn))
         execution = events.Execution(
             id=events.new_execution_id(),
@@ -401,15 +421,21 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             message = getattr(response.generations[0][0], "message", None)
         converted = _message(message) if message is not None else None
         text = _error_text(error) if error is not None else None
-        root.run.record(
-            events.ModelExecEnd(
+        usage = _usage(getattr(message, "usage_metadata", None))
+        agent.usage = _added(agent.usage, usage)
+        state = _provider_state(message)
+        if error is not None and not isinstance(error, Exception):
+            # Cancelled (a task cancelled, a timeout, Ctrl-C) while the model was asked.
+            end = cancelled_model_end(execution, converted, usage=usage, provider_state=state)
+        else:
+            end = events.ModelExecEnd(
                 execution=execution,
                 message=converted,
                 error=text,
-                usage=_usage(getattr(message, "usage_metadata", None)),
-                provider_state=_provider_state(message),
+                usage=usage,
+                provider_state=state,
             )
-        )
+        root.run.record(end)
         agent.failed_model_id = execution.id if error is not None else None
         if converted is not None and error is None:
             root.run.record(events.MessageEnd(message=converted, execution=execution))
@@ -445,6 +471,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if root is None:
             return
         agent = self._agent_of(root, parent_run_id)
+        agent.turn_tools += 1
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "tool")
         call_id = str(kwargs.get("tool_call_id") or "")
         execution = events.Execution(
@@ -497,6 +524,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 )
             )
             return
+        if error is not None and not isinstance(error, Exception):
+            # Cancelled (a task cancelled, a timeout, Ctrl-C) while the tool ran.
+            root.run.record(cancelled_tool_end(execution, call_id, name))
+            return
         failed = error is not None or getattr(output, "status", None) == "error"
         if error is not None:
             content: list[Any] = [events.TextPart(text=_error_text(error))]
@@ -528,6 +559,19 @@ def _usage(usage: Any) -> events.Usage | None:
         output_tokens=int(usage.get("output_tokens") or 0),
         cache_read_tokens=int(details.get("cache_read") or 0),
         cache_write_tokens=int(details.get("cache_creation") or 0),
+    )
+
+
+def _added(total: events.Usage | None, usage: events.Usage | None) -> events.Usage | None:
+    if usage is None:
+        return total
+    if total is None:
+        return usage
+    return events.Usage(
+        input_tokens=total.input_tokens + usage.input_tokens,
+        output_tokens=total.output_tokens + usage.output_tokens,
+        cache_read_tokens=total.cache_read_tokens + usage.cache_read_tokens,
+        cache_write_tokens=total.cache_write_tokens + usage.cache_write_tokens,
     )
 
 
@@ -603,7 +647,12 @@ def _message(message: Any) -> Any:
 
 
 def _input_messages(inputs: Any) -> list[Any]:
-    messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
+    if isinstance(inputs, str):
+        # invoke("…"): the question itself.
+        return [events.UserMessage(content=inputs)]
+    if isinstance(inputs, BaseMessage):
+        return [_message(inputs)]
+    messages = inputs.get("messages") if isinstance(inputs, Mapping) else inputs
     if not isinstance(messages, Sequence) or isinstance(messages, str):
         return []
     converted: list[Any] = []

@@ -64,6 +64,8 @@ class _Agent:
     parent_id: str | None
     output_type: str | None
     turn: int = 0
+    #: Whether its current turn has had its ``turn_start`` and not yet its ``turn_end``.
+    turn_open: bool = False
     #: Model calls of its current turn: every turn that runs to its end makes one.
     turn_models: int = 0
     #: Tool calls of its latest model response not yet matched to a tool span.
@@ -203,6 +205,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             self._cancelled(state, task)
             if top is not None and top.error is None:
                 top.error, top.reason = CANCELLED, "aborted"
+        if top is not None and top.turn_open:
+            # Its turn span ends after the trace, if ever: the turn ends with the run.
+            top.turn_open = False
+            task.run.record(events.TurnEnd(turn_index=top.turn))
         if top is not None:
             task.run.record(
                 events.AgentEnd(
@@ -221,7 +227,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
 
     def _cancelled(self, state: _Trace, task: _Task) -> None:
         for span in list(task.models.values()):
-            self._model_call(state, span, error=CANCELLED)
+            self._model_call(state, span, cancelled=True)
         for span_id in list(task.calls):
             execution = state.tools[span_id]
             call_id, name = task.calls.pop(span_id)
@@ -251,6 +257,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 agent.turn = int(_custom(data).get("turn") or agent.turn + 1)
                 agent.turn_models = 0
                 if agent is task.top:
+                    agent.turn_open = True
                     task.run.record(
                         events.TurnStart(turn_index=agent.turn, time=_at(span.started_at))
                     )
@@ -268,13 +275,16 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         self._failure(state, span, kind)
         if kind in ("generation", "response"):
             if self._task_of(state, span.parent_id).models.pop(span.span_id, None) is not None:
-                self._model_call(state, span)
+                # A call its run was cancelled in ends its span with no error, and with
+                # neither the response nor its usage, which every answered call has.
+                self._model_call(state, span, cancelled=span.error is None and _unanswered(data))
         elif kind in ("function", "handoff"):
             self._tool_end(state, span)
         elif kind == "turn":
             agent = self._agent_of(state, span.parent_id)
             task = self._task_of(state, span.parent_id)
-            if agent is task.top and agent is not None:
+            if agent is task.top and agent is not None and agent.turn_open:
+                agent.turn_open = False
                 task.run.record(
                     events.TurnEnd(
                         turn_index=agent.turn,
@@ -364,7 +374,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 )
             )
 
-    def _model_call(self, state: _Trace, span: Span[Any], error: str | None = None) -> None:
+    def _model_call(self, state: _Trace, span: Span[Any], *, cancelled: bool = False) -> None:
         agent = self._agent_of(state, span.parent_id)
         data = span.span_data
         execution = events.Execution(
@@ -376,8 +386,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             replaces=agent.failed_model_id if agent is not None else None,
         )
         model, messages, message, usage, provider_state = _model_facts(data)
-        if error is None and span.error is not None:
-            error = _span_error(span)
+        error = CANCELLED if cancelled else _span_error(span) if span.error is not None else None
         config = dict(getattr(data, "model_config", None) or {})
         continues = None
         if agent is not None:
@@ -397,6 +406,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 error=error,
                 usage=usage,
                 provider_state=provider_state,
+                disposition="cancelled" if cancelled else "ran",
                 time=_at(span.ended_at),
             ),
         ]
@@ -404,7 +414,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             facts.append(
                 events.MessageEnd(message=message, execution=execution, time=_at(span.ended_at))
             )
-        self._task_of(state, span.parent_id).run.record(*facts)
+        task = self._task_of(state, span.parent_id)
+        task.run.record(*facts)
+        if cancelled and task.top is not None and task.top.error is None:
+            task.top.error, task.top.reason = CANCELLED, "aborted"
         if agent is None:
             return
         agent.model_id = execution.id
@@ -517,6 +530,14 @@ def _custom(data: Any) -> Mapping[str, Any]:
     exported = data.export()
     custom = exported.get("data") if isinstance(exported, Mapping) else None
     return custom if isinstance(custom, Mapping) else {}
+
+
+def _unanswered(data: Any) -> bool:
+    """Whether a model call's span holds nothing of a response: not its usage, which the
+    SDK sets as soon as the response is in, nor the response."""
+    if _kind(data) == "response":
+        return getattr(data, "response", None) is None
+    return not getattr(data, "usage", None) and not getattr(data, "output", None)
 
 
 def _span_error(span: Span[Any]) -> str:

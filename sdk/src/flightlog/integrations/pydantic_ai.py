@@ -47,7 +47,15 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
-from ._recorder import CANCELLED, Continuation, RecordedRun, Recorder, default_recorder
+from ._recorder import (
+    CANCELLED,
+    Continuation,
+    RecordedRun,
+    Recorder,
+    cancelled_model_end,
+    cancelled_tool_end,
+    default_recorder,
+)
 
 __all__ = ["Flightlog"]
 
@@ -87,6 +95,8 @@ class Flightlog(AbstractCapability[Any]):
     # Per run (see for_run): never shared between runs.
     _run: RecordedRun | None = dataclasses.field(default=None, init=False, repr=False)
     _agent: str | None = dataclasses.field(default=None, init=False, repr=False)
+    #: The key of the run's ``agent_end`` among the ends its recorded run owes.
+    _key: str = dataclasses.field(default="", init=False, repr=False)
     _parent_id: str | None = dataclasses.field(default=None, init=False, repr=False)
     _turn: int = dataclasses.field(default=0, init=False, repr=False)
     _turn_tools: int = dataclasses.field(default=0, init=False, repr=False)
@@ -94,6 +104,10 @@ class Flightlog(AbstractCapability[Any]):
         default=None, init=False, repr=False
     )
     _model_error: str | None = dataclasses.field(default=None, init=False, repr=False)
+    #: Earlier attempts of the latest model call whose failure no hook of ours heard of.
+    _unexplained: list[events.Execution] = dataclasses.field(
+        default_factory=list, init=False, repr=False
+    )
     #: Whether the latest model call's end is still to be recorded.
     _model_open: bool = dataclasses.field(default=False, init=False, repr=False)
     _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
@@ -119,6 +133,7 @@ class Flightlog(AbstractCapability[Any]):
         recorder = self.recorder or default_recorder()
         parent = _parent.get()
         self._agent = _agent_name(ctx)
+        self._key = f"agent {ctx.run_id}"
         if parent is not None:
             self._run, self._parent_id = parent.run, parent.tool_execution_id
         else:
@@ -143,6 +158,28 @@ class Flightlog(AbstractCapability[Any]):
         self._record(
             events.AgentStart(agent=self._agent, messages=messages, parent_id=self._parent_id)
         )
+        if self._run is not None:
+            self._run.owe(self._key, self._aborted)
+
+    def _aborted(self) -> events.AgentEnd:
+        # What the run owes if it is closed before the agent ends (the process exits).
+        return events.AgentEnd(
+            ok=False,
+            reason="aborted",
+            error=CANCELLED,
+            turns=self._turn,
+            agent=self._agent,
+            parent_id=self._parent_id,
+        )
+
+    def _unwind(self) -> list[events.Event]:
+        """The ends owed inside this agent (its calls, as cancelled; nested agents), and
+        its turn's end: what must precede its ``agent_end``."""
+        owed = self._run.owed(above=self._key) if self._run is not None else []
+        if self._run is not None:
+            self._run.paid(self._key)
+        self._model_open = False
+        return [*owed, *self._turn_end()]
 
     def _turn_end(self) -> list[events.Event]:
         if self._turn and self._parent_id is None:
@@ -152,7 +189,7 @@ class Flightlog(AbstractCapability[Any]):
     def _agent_end(self, result: AgentRunResult[Any]) -> None:
         usage = result.usage
         self._record(
-            *self._turn_end(),
+            *self._unwind(),
             events.AgentEnd(
                 ok=True,
                 reason="completed",
@@ -166,12 +203,11 @@ class Flightlog(AbstractCapability[Any]):
         self._close(None)
 
     def _agent_failed(self, exc: BaseException) -> None:
+        # A call still open was cut by the run's end: the model request runs in a task of
+        # its own, cancelled after the run's; so are tools, whose ends come after it.
         cancelled = not isinstance(exc, Exception)
-        if cancelled:
-            # The model request runs in a task of its own, cancelled after the run's.
-            self._model_failed(CANCELLED)
         self._record(
-            *self._turn_end(),
+            *self._unwind(),
             events.AgentEnd(
                 ok=False,
                 reason="aborted" if cancelled else "error",
@@ -203,11 +239,12 @@ class Flightlog(AbstractCapability[Any]):
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 # Cancelled (a task cancelled, a timeout) while the model was asked.
-                self._safely(self._model_failed, CANCELLED)
+                self._safely(self._model_cancelled)
             raise
 
     def _turn_start(self) -> None:
         # Sent with the turn's first model call, in one send.
+        self._explain(None)
         self._hold(*self._turn_end())
         self._turn += 1
         self._turn_tools = 0
@@ -225,7 +262,17 @@ class Flightlog(AbstractCapability[Any]):
         previous = self._model_execution
         if previous is not None and request.attempt > previous.attempt:
             # Another attempt at the same step (a fallback model): the same call, retried.
-            self._hold(events.Retry(execution=previous, error=self._model_error))
+            if self._model_open and self._paid_model(previous):
+                # A capability moved on from it (ModelFallback) before any hook of ours
+                # heard why: the response that answers, or the error that ends the step,
+                # lists the attempts that failed, and the retry is written then.
+                self._unexplained.append(previous)
+                if self._run is not None:
+                    self._run.owe(
+                        ("retry", *_key(previous)), lambda: events.Retry(execution=previous)
+                    )
+            else:
+                self._hold(events.Retry(execution=previous, error=self._model_error))
             execution = msgspec.structs.replace(previous, attempt=request.attempt)
         else:
             execution = events.Execution(
@@ -239,6 +286,8 @@ class Flightlog(AbstractCapability[Any]):
         self._model_execution = execution
         self._model_error = None
         self._model_open = True
+        if self._run is not None:
+            self._run.owe(_key(execution), lambda: cancelled_model_end(execution))
         model = request.model
         name = getattr(model, "model_name", None)
         provider = getattr(model, "system", None)
@@ -272,9 +321,9 @@ class Flightlog(AbstractCapability[Any]):
 
     def _model_end(self, response: ModelResponse) -> None:
         execution = self._model_execution
-        if execution is None or not self._model_open:
+        if execution is None or not self._paid_model(execution):
             return
-        self._model_open = False
+        self._explain(getattr(response, "failed_attempts", None))
         message = _assistant(response)
         end = events.ModelExecEnd(
             execution=execution,
@@ -289,8 +338,14 @@ class Flightlog(AbstractCapability[Any]):
         state = getattr(response, "state", "complete")
         if state != "complete":
             # A stream its reader left, or cut (or a response over a usage limit): the
-            # message is what came, and the call did not succeed.
-            self._record(msgspec.structs.replace(end, error=_UNFINISHED.format(state=state)))
+            # message is what came, and the call did not succeed; its run stopped it.
+            self._record(
+                msgspec.structs.replace(
+                    end,
+                    error=_UNFINISHED.format(state=state),
+                    disposition="cancelled" if state == "interrupted" else "ran",
+                )
+            )
             return
         facts = (end, events.MessageEnd(message=message, execution=execution))
         if response.tool_calls:
@@ -309,13 +364,40 @@ class Flightlog(AbstractCapability[Any]):
         self._safely(self._model_failed, error)
         raise error
 
-    def _model_failed(self, error: Exception | str) -> None:
+    def _model_failed(self, error: Exception) -> None:
         execution = self._model_execution
-        if execution is None or not self._model_open:
+        if execution is None or not self._paid_model(execution):
             return
-        self._model_open = False
-        self._model_error = error if isinstance(error, str) else _error_text(error)
+        self._explain(getattr(error, "attempts", None))
+        self._model_error = _error_text(error)
         self._record(events.ModelExecEnd(execution=execution, error=self._model_error))
+
+    def _explain(self, attempts: Sequence[Any] | None) -> None:
+        """Write the retries of the attempts a fallback moved on from, with their errors
+        from ``attempts`` (pydantic-ai's ``ModelRequestAttempt`` of each, in order)."""
+        attempts = attempts or ()
+        retries = []
+        for failed in self._unexplained:
+            if self._run is not None:
+                self._run.paid(("retry", *_key(failed)))
+            found = attempts[failed.attempt - 1] if failed.attempt <= len(attempts) else None
+            retries.append(events.Retry(execution=failed, error=_attempt_error(found)))
+        self._unexplained = []
+        self._hold(*retries)
+
+    def _model_cancelled(self) -> None:
+        execution = self._model_execution
+        if execution is None or not self._paid_model(execution):
+            return
+        self._model_error = CANCELLED
+        self._record(cancelled_model_end(execution))
+
+    def _paid_model(self, execution: events.Execution) -> bool:
+        """Whether the model call's end is still to be written (and now is)."""
+        if not self._model_open:
+            return False
+        self._model_open = False
+        return self._run is None or self._run.paid(_key(execution))
 
     # --- tool calls ---------------------------------------------------------------------
 
@@ -365,6 +447,9 @@ class Flightlog(AbstractCapability[Any]):
             )
         )
         self._tools_running += 1
+        if self._run is not None:
+            name, call_id = call.tool_name, call.tool_call_id
+            self._run.owe(_key(execution), lambda: cancelled_tool_end(execution, call_id, name))
         return execution
 
     def _tool_end(self, execution: events.Execution, call: ToolCallPart, result: Any) -> None:
@@ -383,9 +468,13 @@ class Flightlog(AbstractCapability[Any]):
         self, execution: events.Execution, call: ToolCallPart, exc: BaseException
     ) -> None:
         self._failed_tools[call.tool_name] = execution.id
+        if not isinstance(exc, Exception):
+            # Cancelled: the run ended, or a tool beside it raised.
+            self._tool_done(cancelled_tool_end(execution, call.tool_call_id, call.tool_name))
+            return
         kind = type(exc).__name__
         deferred = kind in ("CallDeferred", "ApprovalRequired")
-        text = _error_text(exc) if isinstance(exc, Exception) else CANCELLED
+        text = _error_text(exc)
         self._tool_done(
             events.ToolExecEnd(
                 execution=execution,
@@ -398,7 +487,10 @@ class Flightlog(AbstractCapability[Any]):
             )
         )
 
-    def _tool_done(self, end: events.ToolExecEnd) -> None:
+    def _tool_done(self, end: events.Event) -> None:
+        execution = getattr(end, "execution", None)
+        if self._run is not None and execution is not None and not self._run.paid(_key(execution)):
+            return  # ended already, as cancelled, by the run's end
         self._tools_running -= 1
         if self._tools_running:
             # Other tools still run, and may run long: this one's end goes out now.
@@ -442,6 +534,22 @@ class Flightlog(AbstractCapability[Any]):
         except Exception as exc:
             (self.recorder or default_recorder()).problem(exc, "a pydantic-ai hook")
             return None
+
+
+def _attempt_error(attempt: Any) -> str | None:
+    """Why a fallback moved on from an attempt (its ``ModelRequestAttempt``)."""
+    if attempt is None:
+        return None
+    error = getattr(attempt, "error", None)
+    if error:
+        return str(error)
+    model = getattr(attempt, "model_name", None) or "the model"
+    return f"{getattr(attempt, 'outcome', 'rejected')}: the response of {model} was rejected"
+
+
+def _key(execution: events.Execution) -> tuple[str, int]:
+    """A call's key among the ends its run owes."""
+    return execution.id, execution.attempt
 
 
 def _agent_name(ctx: RunContext[Any]) -> str:

@@ -110,7 +110,14 @@ class Flightlog(AbstractCapability[Any]):
     )
     #: Whether the latest model call's end is still to be recorded.
     _model_open: bool = dataclasses.field(default=False, init=False, repr=False)
-    _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    #: The tool calls that failed and are not yet re-asked: their tool name and
+    #: execution id, by tool call id.
+    _failed_tools: dict[str, tuple[str, str]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
+    )
+    #: The system prompt parts of the messages sent so far, and how many were read.
+    _system_parts: list[str] = dataclasses.field(default_factory=list, init=False, repr=False)
+    _system_read: int = dataclasses.field(default=0, init=False, repr=False)
     _continuation: Continuation = dataclasses.field(
         default_factory=Continuation, init=False, repr=False
     )
@@ -296,7 +303,8 @@ class Flightlog(AbstractCapability[Any]):
             _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
         continues, new = self._continuation.split(execution.id, request.messages)
-        system, messages = _request_messages(new)
+        system = self._system(request.messages, fresh=continues is None)
+        messages = _request_messages(new)
         self._record(
             events.ModelRequest(
                 execution=execution,
@@ -308,6 +316,24 @@ class Flightlog(AbstractCapability[Any]):
             ),
             events.ModelExecStart(execution=execution, model=name, provider=provider),
         )
+
+    def _system(self, messages: Sequence[Any], *, fresh: bool) -> str | None:
+        """The system prompt the model gets with ``messages``: the system prompt parts of
+        the whole history (read once each: a request continuing the one before adds
+        only its new messages'), then the instructions of its latest request."""
+        if fresh or self._system_read > len(messages):
+            self._system_parts, self._system_read = [], 0
+        for message in messages[self._system_read :]:
+            for part in getattr(message, "parts", ()):
+                if getattr(part, "part_kind", None) == "system-prompt":
+                    self._system_parts.append(part.content)
+        self._system_read = len(messages)
+        instructions = next(
+            (m.instructions for m in reversed(messages) if not isinstance(m, ModelResponse)),
+            None,
+        )
+        system = [*self._system_parts, *([str(instructions)] if instructions else [])]
+        return "\n\n".join(system) if system else None
 
     async def after_model_request(
         self,
@@ -368,7 +394,10 @@ class Flightlog(AbstractCapability[Any]):
         execution = self._model_execution
         if execution is None or not self._paid_model(execution):
             return
-        self._explain(getattr(error, "attempts", None))
+        # A fallback that ran out of models: its group lists each model's error (its
+        # attempts, once the agent has filled them in).
+        grouped = [_error_text(e) for e in getattr(error, "exceptions", ())]
+        self._explain(getattr(error, "attempts", None) or grouped)
         self._model_error = _error_text(error)
         self._record(events.ModelExecEnd(execution=execution, error=self._model_error))
 
@@ -435,7 +464,7 @@ class Flightlog(AbstractCapability[Any]):
             agent=self._agent,
             # pydantic-ai re-asks the model after ModelRetry: the new call replaces the
             # failed one, under a new tool call id.
-            replaces=self._failed_tools.get(call.tool_name) if ctx.retry else None,
+            replaces=self._replaced(call) if ctx.retry else None,
         )
         arguments = args if isinstance(args, dict) else {"args": args}
         self._record(
@@ -452,8 +481,19 @@ class Flightlog(AbstractCapability[Any]):
             self._run.owe(_key(execution), lambda: cancelled_tool_end(execution, call_id, name))
         return execution
 
+    def _replaced(self, call: ToolCallPart) -> str | None:
+        """The failed call ``call`` re-asks: the one under its tool call id, else the
+        earliest failed call of the same tool (calls beside it that succeeded are not)."""
+        failed = self._failed_tools.pop(call.tool_call_id, None)
+        if failed is None:
+            earliest = next(
+                (key for key, (name, _) in self._failed_tools.items() if name == call.tool_name),
+                None,
+            )
+            failed = self._failed_tools.pop(earliest) if earliest is not None else None
+        return failed[1] if failed is not None else None
+
     def _tool_end(self, execution: events.Execution, call: ToolCallPart, result: Any) -> None:
-        self._failed_tools.pop(call.tool_name, None)
         content = [events.TextPart(text=result)] if isinstance(result, str) else [result]
         self._tool_done(
             events.ToolExecEnd(
@@ -467,7 +507,7 @@ class Flightlog(AbstractCapability[Any]):
     def _tool_failed(
         self, execution: events.Execution, call: ToolCallPart, exc: BaseException
     ) -> None:
-        self._failed_tools[call.tool_name] = execution.id
+        self._failed_tools[call.tool_call_id] = (call.tool_name, execution.id)
         if not isinstance(exc, Exception):
             # Cancelled: the run ended, or a tool beside it raised.
             self._tool_done(cancelled_tool_end(execution, call.tool_call_id, call.tool_name))
@@ -538,8 +578,8 @@ class Flightlog(AbstractCapability[Any]):
 
 def _attempt_error(attempt: Any) -> str | None:
     """Why a fallback moved on from an attempt (its ``ModelRequestAttempt``)."""
-    if attempt is None:
-        return None
+    if attempt is None or isinstance(attempt, str):
+        return attempt
     error = getattr(attempt, "error", None)
     if error:
         return str(error)
@@ -600,25 +640,23 @@ def _user_part(part: Any) -> Any:
     return events.TextPart(text=part) if isinstance(part, str) else part
 
 
-def _request_messages(messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
-    """The system prompt and the conversation in flightlog's messages.
+def _request_messages(messages: Sequence[Any]) -> list[Any]:
+    """The conversation in flightlog's messages (its system prompt is
+    ``model_request.system``).
 
     Parts flightlog has no message for (files, native tool results) are kept as they are
     (written with their class).
     """
-    system: list[str] = []
     out: list[Any] = []
     for message in messages:
         if isinstance(message, ModelResponse):
             out.append(_assistant(message))
             continue
-        if getattr(message, "instructions", None):
-            system.append(str(message.instructions))
         for part in getattr(message, "parts", ()):
             kind = getattr(part, "part_kind", None)
             if kind == "system-prompt":
-                system.append(part.content)
-            elif kind == "user-prompt":
+                continue
+            if kind == "user-prompt":
                 content = part.content
                 out.append(
                     events.UserMessage(
@@ -643,7 +681,7 @@ def _request_messages(messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
                 )
             else:
                 out.append(part)
-    return ("\n\n".join(system) if system else None), out
+    return out
 
 
 def _assistant(response: ModelResponse) -> events.AssistantMessage:

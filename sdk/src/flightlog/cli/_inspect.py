@@ -77,6 +77,7 @@ class CallSummary:
     stop_reason: str | None = None
     # tool calls
     name: str | None = None
+    tool_call_id: str | None = None  # the provider's id of the call, when it gave one
     arguments: Any = None
     disposition: str | None = None
     invoked: bool = False
@@ -175,6 +176,8 @@ class CallSummary:
                     self.error = str(data["error"])
             case "tool_queued" | "tool_exec_start" | "tool_invoke_start":
                 self.name = str(data.get("name") or self.name or "?")
+                if data.get("tool_call_id"):
+                    self.tool_call_id = str(data["tool_call_id"])
                 if "arguments" in data:
                     self.arguments = data["arguments"]
                 if type == "tool_exec_start":

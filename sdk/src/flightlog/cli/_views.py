@@ -77,6 +77,8 @@ def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -
     status = call.status
     label = f"{call.kind:<5} {call.label}"
     bits = [style.yellow(label), call.headline()]
+    if call.tool_call_id and call.tool_call_id != call.id:
+        bits.append(f"[{call.tool_call_id}]")  # the provider's id: show --call takes it too
     if call.agent and call.agent != main_agent:
         bits.append(f"@{call.agent}")
     if call.replaces:

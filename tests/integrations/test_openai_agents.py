@@ -604,4 +604,6 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
     assert agent.returncode == 0, err.decode()
     assert out.decode().startswith("output done ")
     assert "daemon_unreachable" in out.decode()
-    assert err.decode().count("flightlog could not record") == 1
+    # Logged once, on one logger (the client's, which dropped the events).
+    warnings = [line for line in err.decode().splitlines() if line.startswith("flightlog ")]
+    assert len(warnings) == 1, warnings

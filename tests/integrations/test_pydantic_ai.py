@@ -432,8 +432,9 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
     assert agent.returncode == 0, err.decode()
     assert out.decode().startswith('output {"quick":0,"slow":0}')
     assert "daemon_unreachable" in out.decode()
-    # Logged once, however many events were lost.
-    assert err.decode().count("flightlog could not record") == 1
+    # Logged once, on one logger (the client's, which dropped the events).
+    warnings = [line for line in err.decode().splitlines() if line.startswith("flightlog ")]
+    assert len(warnings) == 1, warnings
     lines = read_lines(daemon.root / "kill.jsonl")
     assert [line["type"] for line in lines][:3] == ["session_start", "run_start", "agent_start"]
 

@@ -9,8 +9,9 @@ dropped, counted and named in ``run_close``), and the agent's run finishes with 
 same result as without flightlog.  A problem (no daemon, a daemon that died, a full
 disk, ``session_busy``, a value the codec cannot encode) is:
 
-* logged once per kind (its error code) on the ``flightlog.integrations`` logger, not once
-  per event;
+* logged once per kind (its error code), not once per event: an event the client
+  dropped by the client itself, on the ``flightlog.sdk`` logger, as for any best-effort
+  client; any other problem on the ``flightlog.integrations`` logger;
 * counted in :attr:`Recorder.stats`, which the host can read (and export as a metric);
 * written into the run's ``run_close`` when the file is still reachable (a sticky error
   the daemon pushed is written there by the SDK itself).
@@ -187,14 +188,15 @@ class Recorder:
             }
             counted.update((code, counted.get(code, 0) + n) for code, n in fresh.items())
         for code, count in fresh.items():
-            self._count(code, f"{code}: {count} events not recorded", where, count)
+            # The client logged the first drop of each kind already (flightlog.sdk).
+            self._count(code, f"{code}: {count} events not recorded", where, count, log=False)
 
-    def _count(self, code: str, text: str, where: str, count: int) -> None:
+    def _count(self, code: str, text: str, where: str, count: int, *, log: bool = True) -> None:
         with self._lock:
             self.stats.problems += count
             self.stats.by_code[code] = self.stats.by_code.get(code, 0) + count
             self.stats.last_problem = text
-            first = code not in self._logged
+            first = log and code not in self._logged
             self._logged.add(code)
         if first:
             logger.warning(

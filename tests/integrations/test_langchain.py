@@ -1,5 +1,5 @@
 """LangGraph's prebuilt ReAct agent over a LangChain fake chat model with tools, offline,
-recorded by ``FlightlogCallbackHandler`` (or ``FLIGHTLOG_TRACING=1``) through a real daemon."""
+recorded by ``FlightlogCallbackHandler`` through a real daemon."""
 
 from __future__ import annotations
 
@@ -303,8 +303,8 @@ SCRIPT = textwrap.dedent(
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
     from langgraph.prebuilt import create_react_agent
-    import flightlog.integrations.langchain  # FLIGHTLOG_TRACING=1 turns it on
     from flightlog.integrations import default_recorder
+    from flightlog.integrations.langchain import FlightlogCallbackHandler
 
     mode = sys.argv[1]
 
@@ -315,7 +315,7 @@ SCRIPT = textwrap.dedent(
     @tool
     def slow(x: int) -> int:
         \"\"\"Slow.\"\"\"
-        if mode in ("plain", "both"):
+        if mode == "plain":
             return x
         if mode == "agent":
             print("in the tool", flush=True)
@@ -336,17 +336,16 @@ SCRIPT = textwrap.dedent(
     ]
     graph = create_react_agent(FakeChat(messages=iter(script)), [slow], name="victim")
     config = {"configurable": {"thread_id": "kill"}}
-    if mode == "both":  # a handler of its own, and FLIGHTLOG_TRACING=1 at once
-        from flightlog.integrations.langchain import FlightlogCallbackHandler
-        config["callbacks"] = [FlightlogCallbackHandler(path="own.jsonl")]
+    if mode != "plain":  # plain: no handler, whatever the environment says
+        config["callbacks"] = [FlightlogCallbackHandler()]
     out = graph.invoke({"messages": [("user", "go")]}, config=config)
     print("output", out["messages"][-1].content, default_recorder().stats.by_code, flush=True)
     """
 )
 
 
-def test_flightlog_tracing_and_kill_9_in_a_tool_call(daemon: DaemonProcess) -> None:
-    env = {"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "1"}
+def test_kill_9_in_a_tool_call_leaves_exactly_its_gaps(daemon: DaemonProcess) -> None:
+    env = {"FLIGHTLOG_SOCKET": daemon.socket}
     proc = run_python(SCRIPT, "agent", env=env)
     path = daemon.root / "langchain" / "kill.jsonl"
     try:
@@ -370,7 +369,6 @@ def test_flightlog_tracing_and_kill_9_in_a_tool_call(daemon: DaemonProcess) -> N
 def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProcess) -> None:
     env = {
         "FLIGHTLOG_SOCKET": daemon.socket,
-        "FLIGHTLOG_TRACING": "1",
         "DAEMON_PID": str(daemon.pid),
     }
     proc = run_python(SCRIPT, "daemon", env=env)
@@ -383,9 +381,11 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
     assert len(warnings) == 1, warnings
 
 
-def test_without_flightlog_tracing_nothing_is_recorded(daemon: DaemonProcess) -> None:
+def test_flightlog_tracing_is_not_a_switch(daemon: DaemonProcess) -> None:
+    # Recording is the handler's, passed in the run's config: no environment variable
+    # records runs that were not given one (it could not without the module imported).
     proc = run_python(
-        SCRIPT, "plain", env={"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "0"}
+        SCRIPT, "plain", env={"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "1"}
     )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
@@ -579,21 +579,6 @@ def test_a_tool_that_asks_a_person_is_skipped_then_run_on_resume(
         "interrupted",
         "completed",
     ]
-
-
-def test_a_run_with_its_own_handler_under_flightlog_tracing_is_recorded_once(
-    daemon: DaemonProcess,
-) -> None:
-    env = {"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "1"}
-    proc = run_python(SCRIPT, "both", env=env)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err.decode()
-    assert out.decode().startswith("output done {}")
-    assert not (daemon.root / "langchain").exists()
-    recs = records(daemon.root / "own.jsonl")
-    assert len(of_type(recs, "run_start")) == 1
-    assert len(calls(recs, "model")) == 2
-    assert len(calls(recs, "tool")) == 1
 
 
 def test_the_calls_of_agents_run_as_subgraphs_carry_their_names(

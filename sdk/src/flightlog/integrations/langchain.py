@@ -1,8 +1,8 @@
 """Record LangChain and LangGraph runs: ``config={"callbacks": [FlightlogCallbackHandler()]}``.
 
-Install with ``pip install 'flightlog-sdk[langchain]'``.  Or set ``FLIGHTLOG_TRACING=1``
-and import this module once: every run is then recorded, as ``LANGSMITH_TRACING=1``
-does for LangSmith.
+Install with ``pip install 'flightlog-sdk[langchain]'``.  A run is recorded when it is
+given the handler (no environment variable turns recording on: LangChain would know of
+this handler only once this module is imported, which nothing does for the user).
 
 Each top-level invocation (a graph's ``invoke``, an agent's, a chain's, a chat model's
 called on its own) becomes one run of the session ``langchain/<thread id>.jsonl`` (the
@@ -28,7 +28,6 @@ Recording never breaks the run: see :mod:`flightlog.integrations._recorder`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -36,7 +35,6 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
-from langchain_core.tracers.context import register_configure_hook
 
 from flightlog.protocol import events
 
@@ -50,10 +48,7 @@ from ._recorder import (
     nearest,
 )
 
-__all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
-
-#: The environment variable that records every run when set (to anything but 0/false).
-FLIGHTLOG_TRACING = "FLIGHTLOG_TRACING"
+__all__ = ["FlightlogCallbackHandler"]
 
 _CONFIG_KEYS = {"ls_temperature": "temperature", "ls_max_tokens": "max_tokens"}
 _CHUNKS = {"AIMessageChunk": "ai", "HumanMessageChunk": "human", "ToolMessageChunk": "tool"}
@@ -691,12 +686,3 @@ def _final_output(outputs: Any) -> Any:
             return _message(last)
     content = getattr(outputs, "content", None)
     return content if isinstance(content, str) else outputs
-
-
-_tracing_handler: ContextVar[FlightlogCallbackHandler | None] = ContextVar(
-    "flightlog_tracing_handler", default=None
-)
-# With FLIGHTLOG_TRACING set, LangChain adds a FlightlogCallbackHandler to every run.
-register_configure_hook(
-    _tracing_handler, True, handle_class=FlightlogCallbackHandler, env_var=FLIGHTLOG_TRACING
-)

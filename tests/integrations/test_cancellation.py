@@ -32,10 +32,13 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.prebuilt import create_react_agent
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
+from flightlog.cli._render import Style
+from flightlog.cli._views import show_lines
 from flightlog.integrations import Recorder
 from flightlog.integrations.langchain import FlightlogCallbackHandler
 from flightlog.integrations.openai_agents import FlightlogProcessor
@@ -51,6 +54,7 @@ from .helpers import (
     gaps,
     of_type,
     records,
+    summary,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -344,3 +348,62 @@ async def test_langgraph(daemon: DaemonProcess, recorder: Recorder, how: str, wh
     await cancel(how, go, started)
     await finish(recorder)
     check(daemon.root / "lg.jsonl", "tool" if where == "tool" else "model")
+
+
+@pytest.mark.anyio
+async def test_pydantic_ai_cut_inside_an_agent_used_as_a_tool_and_by_its_own_timeout(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    started = asyncio.Event()
+    inner = Agent(TestModel(), name="inner", capabilities=[Flightlog(recorder=recorder)])
+
+    @inner.tool_plain
+    async def wait(x: int) -> int:
+        started.set()
+        await anyio.sleep_forever()
+        return x
+
+    outer = Agent(
+        TestModel(), name="outer", capabilities=[Flightlog(path="nested.jsonl", recorder=recorder)]
+    )
+
+    @outer.tool_plain
+    async def ask(question: str) -> str:
+        return (await inner.run(question)).output
+
+    # pydantic-ai's own run timeout: the deadline passes while the inner agent's tool runs.
+    with pytest.raises(RunTimedOut):
+        await outer.run("go", timeout=3)
+    await finish(recorder)
+    path = daemon.root / "nested.jsonl"
+    recs = check(path, "tool")
+    ends = {p[-1]["data"]["name"]: p[-1] for p in calls(recs, "tool").values()}
+    assert_cancelled(ends["wait"])
+    assert_cancelled(ends["ask"])
+    # The inner agent ends (aborted) before the tool call it ran in.
+    (inner_end,) = [e for e in of_type(recs, "agent_end") if e["data"]["agent"] == "inner"]
+    assert inner_end["data"]["reason"] == "aborted"
+    assert inner_end["seq"] < ends["ask"]["seq"]
+    shown = show_lines(summary(path), str(path), Style(False))
+    assert sum("CANCELLED" in line for line in shown) == 2
+
+
+def test_a_run_still_open_when_its_recorder_closes_is_closed_with_the_ends_it_owes(
+    daemon: DaemonProcess,
+) -> None:
+    from flightlog.integrations._recorder import UNFINISHED, cancelled_tool_end
+    from flightlog.protocol import AgentEnd, AgentStart, Execution, ToolExecStart
+
+    recorder = Recorder(socket=daemon.socket)
+    run = recorder.begin("open.jsonl")
+    tool = Execution(id="t1", kind="tool")
+    run.record(AgentStart(agent="a"))
+    run.owe("agent", lambda: AgentEnd(ok=False, reason="aborted", agent="a"))
+    run.record(ToolExecStart(execution=tool, tool_call_id="call_1", name="wait"))
+    run.owe("t1", lambda: cancelled_tool_end(tool, "call_1", "wait"))
+    recorder.close()  # as the shared recorder is at the interpreter's exit
+    recs = records(daemon.root / "open.jsonl")
+    assert [r["type"] for r in recs][-3:] == ["tool_exec_end", "agent_end", "run_close"]
+    assert_cancelled(recs[-3])
+    assert recs[-1]["data"]["error"] == UNFINISHED
+    assert gaps(daemon.root / "open.jsonl") == {}

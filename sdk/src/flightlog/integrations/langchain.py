@@ -38,6 +38,14 @@ from langchain_core.outputs import LLMResult
 
 from flightlog.protocol import events
 
+from ._langchain_values import (
+    added,
+    declaration,
+    interrupts,
+    is_interrupt,
+    provider_state,
+    to_usage,
+)
 from ._recorder import (
     Continuation,
     Hooks,
@@ -237,9 +245,9 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         root = self._root_for(run_id)
         if root is None:
             return
-        if error is not None and _is_interrupt(error):
+        if error is not None and is_interrupt(error):
             # A node paused the graph (human in the loop): not a failure of the run.
-            root.interrupts.update(_interrupts(error))
+            root.interrupts.update(interrupts(error))
             error = None
             if run_id not in root.agents:
                 return
@@ -356,7 +364,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         )
         root.models[run_id] = execution
         agent.model_id = execution.id
-        tools = [_declaration(tool) for tool in params.pop("tools", None) or []]
+        tools = [declaration(tool) for tool in params.pop("tools", None) or []]
         known = {
             field: metadata[key]
             for key, field in _CONFIG_KEYS.items()
@@ -416,9 +424,9 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             message = getattr(response.generations[0][0], "message", None)
         converted = _message(message) if message is not None else None
         text = _error_text(error) if error is not None else None
-        usage = _usage(getattr(message, "usage_metadata", None))
-        agent.usage = _added(agent.usage, usage)
-        state = _provider_state(message)
+        usage = to_usage(getattr(message, "usage_metadata", None))
+        agent.usage = added(agent.usage, usage)
+        state = provider_state(message)
         if error is not None and not isinstance(error, Exception):
             # Cancelled (a task cancelled, a timeout, Ctrl-C) while the model was asked.
             end = cancelled_model_end(execution, converted, usage=usage, provider_state=state)
@@ -504,7 +512,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if root is None or run_id not in root.tools:
             return
         execution, call_id, name = root.tools.pop(run_id)
-        if error is not None and _is_interrupt(error):
+        if error is not None and is_interrupt(error):
             # The tool asked a person (interrupt()): it did not fail, it did not answer;
             # resumed, LangGraph runs it again from its start.
             root.run.record(
@@ -513,7 +521,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                     tool_call_id=call_id,
                     name=name,
                     content=[],
-                    details=list(_interrupts(error).values()),
+                    details=list(interrupts(error).values()),
                     disposition="skipped",
                     reason="interrupted",
                 )
@@ -543,47 +551,6 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
 def _error_text(exc: BaseException | None) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _usage(usage: Any) -> events.Usage | None:
-    if not isinstance(usage, Mapping):
-        return None
-    details = usage.get("input_token_details") or {}
-    return events.Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cache_read_tokens=int(details.get("cache_read") or 0),
-        cache_write_tokens=int(details.get("cache_creation") or 0),
-    )
-
-
-def _added(total: events.Usage | None, usage: events.Usage | None) -> events.Usage | None:
-    if usage is None:
-        return total
-    if total is None:
-        return usage
-    return events.Usage(
-        input_tokens=total.input_tokens + usage.input_tokens,
-        output_tokens=total.output_tokens + usage.output_tokens,
-        cache_read_tokens=total.cache_read_tokens + usage.cache_read_tokens,
-        cache_write_tokens=total.cache_write_tokens + usage.cache_write_tokens,
-    )
-
-
-def _provider_state(message: Any) -> dict[str, Any]:
-    metadata = getattr(message, "response_metadata", None)
-    if isinstance(metadata, Mapping) and metadata.get("id"):
-        return {"response_id": metadata["id"]}
-    return {}
-
-
-def _declaration(tool: Any) -> events.ToolDeclaration:
-    function = tool.get("function", tool) if isinstance(tool, Mapping) else {}
-    return events.ToolDeclaration(
-        name=str(function.get("name") or "?"),
-        description=str(function.get("description") or ""),
-        parameters=dict(function.get("parameters") or {}),
-    )
 
 
 def _parts(content: Any) -> list[Any]:
@@ -657,20 +624,6 @@ def _input_messages(inputs: Any) -> list[Any]:
         else:
             converted.append(_message(item))
     return converted
-
-
-def _is_interrupt(error: BaseException) -> bool:
-    # LangGraph's GraphInterrupt, without importing LangGraph for a LangChain-only user.
-    return any(kind.__name__ == "GraphInterrupt" for kind in type(error).__mro__)
-
-
-def _interrupts(error: BaseException) -> dict[str, Any]:
-    """What a GraphInterrupt's interrupts asked, by interrupt id."""
-    asked = error.args[0] if error.args and isinstance(error.args[0], Sequence) else ()
-    return {
-        str(getattr(one, "id", index)): getattr(one, "value", one)
-        for index, one in enumerate(asked)
-    }
 
 
 def _final_output(outputs: Any) -> Any:

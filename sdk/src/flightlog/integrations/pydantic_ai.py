@@ -47,6 +47,14 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
+from ._pydantic_ai_messages import (
+    assistant,
+    config,
+    declaration,
+    request_messages,
+    to_usage,
+    user_part,
+)
 from ._recorder import (
     CANCELLED,
     Continuation,
@@ -59,7 +67,6 @@ from ._recorder import (
 
 __all__ = ["Flightlog"]
 
-_SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
 _UNFINISHED = (
     "the response is {state}: its stream was left or cut before the model finished, or the "
     "run stopped before acting on it"
@@ -161,7 +168,7 @@ class Flightlog(AbstractCapability[Any]):
         if isinstance(prompt, str):
             messages.append(events.UserMessage(content=prompt))
         elif prompt is not None:
-            messages.append(events.UserMessage(content=[_user_part(p) for p in prompt]))
+            messages.append(events.UserMessage(content=[user_part(p) for p in prompt]))
         self._record(
             events.AgentStart(agent=self._agent, messages=messages, parent_id=self._parent_id)
         )
@@ -201,7 +208,7 @@ class Flightlog(AbstractCapability[Any]):
                 ok=True,
                 reason="completed",
                 turns=self._turn,
-                usage=_usage(usage),
+                usage=to_usage(usage),
                 output=result.output,
                 agent=self._agent,
                 parent_id=self._parent_id,
@@ -300,17 +307,17 @@ class Flightlog(AbstractCapability[Any]):
         provider = getattr(model, "system", None)
         parameters = request.model_request_parameters
         tools = [
-            _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
+            declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
         continues, new = self._continuation.split(execution.id, request.messages)
         system = self._system(request.messages, fresh=continues is None)
-        messages = _request_messages(new)
+        messages = request_messages(new)
         self._record(
             events.ModelRequest(
                 execution=execution,
                 messages=messages,
                 tools=tools,
-                config=_config(name, provider, request.model_settings),
+                config=config(name, provider, request.model_settings),
                 system=system,
                 continues=continues,
             ),
@@ -350,11 +357,11 @@ class Flightlog(AbstractCapability[Any]):
         if execution is None or not self._paid_model(execution):
             return
         self._explain(getattr(response, "failed_attempts", None))
-        message = _assistant(response)
+        message = assistant(response)
         end = events.ModelExecEnd(
             execution=execution,
             message=message,
-            usage=_usage(response.usage),
+            usage=to_usage(response.usage),
             provider_state=(
                 {"response_id": response.provider_response_id}
                 if response.provider_response_id
@@ -600,111 +607,3 @@ def _agent_name(ctx: RunContext[Any]) -> str:
 def _error_text(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _usage(usage: Any) -> events.Usage | None:
-    if usage is None:
-        return None
-    return events.Usage(
-        input_tokens=getattr(usage, "input_tokens", 0) or 0,
-        output_tokens=getattr(usage, "output_tokens", 0) or 0,
-        cache_read_tokens=getattr(usage, "cache_read_tokens", 0) or 0,
-        cache_write_tokens=getattr(usage, "cache_write_tokens", 0) or 0,
-    )
-
-
-def _config(
-    model: str | None, provider: str | None, settings: Mapping[str, Any] | None
-) -> events.CallConfig:
-    settings = dict(settings or {})
-    known = {field: settings.pop(key) for key, field in _SETTINGS.items() if key in settings}
-    stop = settings.pop("stop_sequences", None) or []
-    return events.CallConfig(
-        model=model or "?",
-        provider=provider,
-        stop=[str(s) for s in stop],
-        extra=settings,
-        **known,
-    )
-
-
-def _declaration(tool: ToolDefinition) -> events.ToolDeclaration:
-    return events.ToolDeclaration(
-        name=tool.name,
-        description=tool.description or "",
-        parameters=dict(tool.parameters_json_schema),
-    )
-
-
-def _user_part(part: Any) -> Any:
-    return events.TextPart(text=part) if isinstance(part, str) else part
-
-
-def _request_messages(messages: Sequence[Any]) -> list[Any]:
-    """The conversation in flightlog's messages (its system prompt is
-    ``model_request.system``).
-
-    Parts flightlog has no message for (files, native tool results) are kept as they are
-    (written with their class).
-    """
-    out: list[Any] = []
-    for message in messages:
-        if isinstance(message, ModelResponse):
-            out.append(_assistant(message))
-            continue
-        for part in getattr(message, "parts", ()):
-            kind = getattr(part, "part_kind", None)
-            if kind == "system-prompt":
-                continue
-            if kind == "user-prompt":
-                content = part.content
-                out.append(
-                    events.UserMessage(
-                        content=content
-                        if isinstance(content, str)
-                        else [_user_part(p) for p in content]
-                    )
-                )
-            elif kind in ("tool-return", "retry-prompt"):
-                failed = kind == "retry-prompt" or getattr(part, "outcome", None) in (
-                    "retried",
-                    "failed",
-                    "error",
-                )
-                out.append(
-                    events.ToolResultMessage(
-                        tool_call_id=part.tool_call_id,
-                        name=part.tool_name or "",
-                        content=[events.TextPart(text=part.model_response_str())],
-                        is_error=failed,
-                    )
-                )
-            else:
-                out.append(part)
-    return out
-
-
-def _assistant(response: ModelResponse) -> events.AssistantMessage:
-    content: list[Any] = []
-    parts: Sequence[Any] = response.parts
-    for part in parts:
-        kind = getattr(part, "part_kind", None)
-        if kind == "text":
-            content.append(events.TextPart(text=part.content))
-        elif kind == "thinking":
-            content.append(events.ThinkingPart(thinking=part.content, signature=part.signature))
-        elif kind == "tool-call":
-            content.append(
-                events.ToolCallPart(
-                    id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_dict()
-                )
-            )
-        else:
-            content.append(part)
-    return events.AssistantMessage(
-        content=content,
-        model=response.model_name,
-        provider=response.provider_name,
-        stop_reason=response.finish_reason,
-        response_id=response.provider_response_id,
-    )

@@ -648,3 +648,20 @@ def test_the_work_per_step_does_not_grow_with_the_steps(
 
     ten, twenty, forty = conversions(10), conversions(20), conversions(40)
     assert forty - twenty == 2 * (twenty - ten)
+
+
+def test_a_string_input_is_the_users_message(daemon: DaemonProcess, recorder: Recorder) -> None:
+    from langchain_core.runnables import RunnableLambda
+
+    model = FakeChat(messages=iter([reply("sunny"), reply("rainy")]))
+    chain = RunnableLambda(lambda question: [("user", question)]) | model
+    handler = FlightlogCallbackHandler(path="string.jsonl", recorder=recorder)
+    assert chain.invoke("Weather in Paris?", config={"callbacks": [handler]}).content == "sunny"
+    # A chat model invoked on its own with a string: the same.
+    assert model.invoke("And Rome?", config={"callbacks": [handler]}).content == "rainy"
+    recorder.close()
+    starts = of_type(records(daemon.root / "string.jsonl"), "agent_start")
+    assert [s["data"]["messages"] for s in starts] == [
+        [{"$type": "user", "content": "Weather in Paris?"}],
+        [{"$type": "user", "content": "And Rome?"}],
+    ]

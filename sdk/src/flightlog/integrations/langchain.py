@@ -334,7 +334,8 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 return
             # A chat model invoked on its own (invoke, batch, stream): its own run.
             name = str(kwargs.get("name") or (serialized or {}).get("name") or "chat_model")
-            root = self._begin(run_id, name, [], metadata)
+            asked = [_message(m) for batch in messages for m in batch]
+            root = self._begin(run_id, name, asked, metadata)
         agent = self._agent_of(root, parent_run_id)
         metadata = metadata or {}
         params = dict(kwargs.get("invocation_params") or {})

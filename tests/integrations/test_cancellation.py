@@ -407,3 +407,32 @@ def test_a_run_still_open_when_its_recorder_closes_is_closed_with_the_ends_it_ow
     assert_cancelled(recs[-3])
     assert recs[-1]["data"]["error"] == UNFINISHED
     assert gaps(daemon.root / "open.jsonl") == {}
+
+
+EXITS = textwrap.dedent(
+    """
+    from flightlog.integrations import default_recorder
+    from flightlog.integrations._recorder import cancelled_tool_end
+    from flightlog.protocol import AgentStart, Execution, ToolExecStart
+
+    run = default_recorder().begin("exits.jsonl")
+    tool = Execution(id="t1", kind="tool")
+    run.record(AgentStart(agent="a"))
+    run.record(ToolExecStart(execution=tool, tool_call_id="call_1", name="wait"))
+    run.owe("t1", lambda: cancelled_tool_end(tool, "call_1", "wait"))
+    print("exiting", flush=True)
+    """
+)
+
+
+def test_the_shared_recorder_closes_an_open_run_at_the_interpreters_exit(
+    daemon: DaemonProcess,
+) -> None:
+    proc = run_python(EXITS, env={"FLIGHTLOG_SOCKET": daemon.socket})
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    path = daemon.root / "exits.jsonl"
+    wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)))
+    recs = records(path)
+    assert [r["type"] for r in recs][-2:] == ["tool_exec_end", "run_close"]
+    assert_cancelled(recs[-2])

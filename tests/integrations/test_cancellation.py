@@ -173,7 +173,7 @@ async def test_pydantic_ai(daemon: DaemonProcess, recorder: Recorder, how: str, 
 
 CTRL_C = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
     from flightlog.integrations.pydantic_ai import Flightlog
@@ -183,7 +183,10 @@ CTRL_C = textwrap.dedent(
     @agent.tool_plain
     def slow(x: int) -> int:
         print("in the tool", flush=True)
-        time.sleep(2)  # the interpreter waits for its thread before it exits
+        # Until the test, after its Ctrl-C, says to stop (the interpreter waits for
+        # this thread before it exits).
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
         return x
 
     agent.run_sync("go")
@@ -192,13 +195,16 @@ CTRL_C = textwrap.dedent(
 
 
 def test_pydantic_ai_run_sync_interrupted_by_ctrl_c(daemon: DaemonProcess) -> None:
-    agent = run_python(CTRL_C, env={"FLIGHTLOG_SOCKET": daemon.socket})
+    stop = daemon.root / "stop"
+    agent = run_python(CTRL_C, str(stop), env={"FLIGHTLOG_SOCKET": daemon.socket})
     path = daemon.root / "ctrl-c.jsonl"
     try:
         assert agent.stdout is not None
         assert agent.stdout.readline() == b"in the tool\n"
         wait_for(lambda: any(r["type"] == "tool_exec_start" for r in read_lines(path)))
         agent.send_signal(signal.SIGINT)
+        wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)))
+        stop.touch()
         _, err = agent.communicate(timeout=60)
     finally:
         agent.kill()

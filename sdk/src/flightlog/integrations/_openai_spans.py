@@ -195,26 +195,12 @@ def request(items: Sequence[Any], names: dict[str, str]) -> list[Any]:
                 )
             out.append(events.AssistantMessage(content=parts))
         elif role == "tool":
-            call_id = str(item.get("tool_call_id") or "")
-            out.append(
-                events.ToolResultMessage(
-                    tool_call_id=call_id,
-                    name=names.get(call_id, ""),
-                    content=_parts(item.get("content")),
-                )
-            )
+            out.append(_result(names, item.get("tool_call_id"), item.get("content")))
         elif type_ == "function_call":
             call = _call(names, item.get("call_id"), item.get("name"), item.get("arguments"))
             out.append(events.AssistantMessage(content=[call]))
         elif type_ == "function_call_output":
-            call_id = str(item.get("call_id") or "")
-            out.append(
-                events.ToolResultMessage(
-                    tool_call_id=call_id,
-                    name=names.get(call_id, ""),
-                    content=_parts(item.get("output")),
-                )
-            )
+            out.append(_result(names, item.get("call_id"), item.get("output")))
         else:
             out.append(dict(item))
     return out
@@ -226,6 +212,13 @@ def _call(names: dict[str, str], call_id: Any, name: Any, arguments: Any) -> eve
     )
     names[part.id] = part.name
     return part
+
+
+def _result(names: dict[str, str], call_id: Any, content: Any) -> events.ToolResultMessage:
+    found = str(call_id or "")
+    return events.ToolResultMessage(
+        tool_call_id=found, name=names.get(found, ""), content=_parts(content)
+    )
 
 
 _TEXTS = ("text", "input_text", "output_text")

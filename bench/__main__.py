@@ -21,6 +21,7 @@ from pathlib import Path
 from ._calls import client_cost, durable_ack
 from ._context import Context
 from ._frameworks import agent_overhead
+from ._langchain import handler_per_step
 from ._machine import CpuMeter, describe
 from ._report import DASH, Row, format_table
 from ._scale import backpressure, scale
@@ -37,6 +38,7 @@ SCENARIOS: dict[str, Callable[[Context], list[Row]]] = {
     "6": scale,
     "7": backpressure,
     "8": agent_overhead,
+    "9": handler_per_step,
 }
 
 
@@ -83,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     unknown = set(args.only.split(",")) - set(SCENARIOS)
     if unknown:
-        parser.error(f"unknown scenario {', '.join(sorted(unknown))}; pick from 1-8")
+        parser.error(f"unknown scenario {', '.join(sorted(unknown))}; pick from 1-9")
     return args
 
 

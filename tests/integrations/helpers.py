@@ -83,3 +83,28 @@ def sent(recs: list[dict[str, Any]]) -> list[list[Any]]:
         by_id[data["execution"]["id"]] = messages
         found.append(messages)
     return found
+
+
+def assert_every_turn_ended(recs: list[dict[str, Any]]) -> None:
+    """Each ``turn_start`` of a run has its ``turn_end``, before the run's ``agent_end``."""
+    open_turns: dict[tuple[str, int], int] = {}
+    for r in recs:
+        key = (r.get("run_id"), r["data"].get("turn_index"))
+        if r["type"] == "turn_start":
+            open_turns[key] = r["seq"]
+        elif r["type"] == "turn_end":
+            assert open_turns.pop(key, None) is not None, r
+        elif r["type"] == "agent_end" and r["data"].get("parent_id") is None:
+            assert not [k for k in open_turns if k[0] == r.get("run_id")], (open_turns, r)
+    assert open_turns == {}
+
+
+def assert_cancelled(end: dict[str, Any]) -> None:
+    """``end`` is the end of a call its run was cancelled in."""
+    data = end["data"]
+    assert data["disposition"] == "cancelled", end
+    if end["type"] == "tool_exec_end":
+        assert data["is_error"] is True
+        assert list(texts(data["content"])) == ["cancelled: the run ended before this call did"]
+    else:
+        assert data["error"] == "cancelled: the run ended before this call did"

@@ -155,6 +155,11 @@ async def test_a_fallback_after_a_429_is_a_retry_of_the_same_call(
     models = calls(recs, "model")
     (first, second) = models.values()
     assert [r["type"] for r in first] == ["model_request", "model_exec_start", "retry"]
+    # The error the fallback moved on from, as pydantic-ai describes the attempt.
+    assert (
+        first[2]["data"]["error"]
+        == "ModelHTTPError: status_code: 429, model_name: primary, body: rate limited"
+    )
     assert first[0]["data"]["execution"]["id"] == second[0]["data"]["execution"]["id"]
     assert second[0]["data"]["execution"]["attempt"] == 2
     assert second[1]["data"]["model"] == "test"
@@ -429,8 +434,9 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
     assert agent.returncode == 0, err.decode()
     assert out.decode().startswith('output {"quick":0,"slow":0}')
     assert "daemon_unreachable" in out.decode()
-    # Logged once, however many events were lost.
-    assert err.decode().count("flightlog could not record") == 1
+    # Logged once, on one logger (the client's, which dropped the events).
+    warnings = [line for line in err.decode().splitlines() if line.startswith("flightlog ")]
+    assert len(warnings) == 1, warnings
     lines = read_lines(daemon.root / "kill.jsonl")
     assert [line["type"] for line in lines][:3] == ["session_start", "run_start", "agent_start"]
 

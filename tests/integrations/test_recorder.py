@@ -85,7 +85,7 @@ def test_a_value_the_codec_cannot_encode_is_marked_kept_and_named_in_run_close(
 ) -> None:
     recorder = Recorder(socket=daemon.socket)
     run = recorder.begin("codec.jsonl")
-    with caplog.at_level(logging.WARNING, logger="flightlog.integrations"), socket.socket() as s:
+    with caplog.at_level(logging.WARNING, logger="flightlog"), socket.socket() as s:
         run.record(AgentStart())
         run.record(MessageEnd(message={"handle": s}))
         run.record(MessageEnd(message={"handle": s}))
@@ -126,3 +126,21 @@ def test_a_run_rides_through_a_daemon_restart_and_counts_nothing(
     assert types.count("agent_start") == types.count("agent_end") == 1
     assert types[-3:] == ["message_end", "agent_end", "run_close"]
     assert "run_resume" in types
+
+
+def test_each_kind_of_problem_is_logged_once_on_one_logger(
+    daemon: DaemonProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder(socket=daemon.socket, reconnect_grace=0.1)
+    run = recorder.begin("gone.jsonl")
+    run.record(AgentStart())
+    daemon.kill()
+    with caplog.at_level(logging.WARNING, logger="flightlog"):
+        for _ in range(3):
+            run.record(MessageEnd(message={"text": "lost"}))
+        run.close()
+        recorder.close()
+    assert recorder.stats.by_code.get("daemon_unreachable", 0) >= 1
+    # The client logs the first event it dropped; the recorder counts it, and does not
+    # log it again on its own logger.
+    assert [r.name for r in caplog.records if "unreachable" in r.getMessage()] == ["flightlog.sdk"]

@@ -51,6 +51,7 @@ __all__ = [
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",
+    "ModelDisposition",
     "ModelExecEnd",
     "ModelExecStart",
     "ModelRequest",
@@ -82,7 +83,13 @@ __all__ = [
 ExecutionKind: TypeAlias = Literal["model", "tool", "compaction"]
 
 #: What became of a requested tool call.
-Disposition: TypeAlias = Literal["ran", "refused", "skipped", "short_circuited", "repaired"]
+Disposition: TypeAlias = Literal[
+    "ran", "refused", "skipped", "short_circuited", "repaired", "cancelled"
+]
+
+#: What became of a model call: it ran to its end (with a response or an error), or its
+#: run was cancelled before it did.
+ModelDisposition: TypeAlias = Literal["ran", "cancelled"]
 
 
 # --- values ---------------------------------------------------------------------------
@@ -374,7 +381,9 @@ class ModelExecEnd(Event, kw_only=True, frozen=True, tag="model_exec_end"):
     """A model call ends: its response ``message``, or the partial message and ``error``.
 
     ``provider_state`` is what the provider hands back to continue (response ids,
-    encrypted reasoning, cache handles).
+    encrypted reasoning, cache handles).  ``disposition`` is ``"cancelled"`` when the
+    call's run was cancelled (a task cancelled, a timeout) before the call ended: then
+    ``error`` says so and ``message`` is what came, if anything.
     """
 
     execution: Execution
@@ -382,6 +391,7 @@ class ModelExecEnd(Event, kw_only=True, frozen=True, tag="model_exec_end"):
     error: str | None = None
     usage: Usage | None = None
     provider_state: dict[str, Any] = {}
+    disposition: ModelDisposition = "ran"
 
     @property
     def ok(self) -> bool:
@@ -489,8 +499,10 @@ class ToolExecEnd(Event, kw_only=True, frozen=True, tag="tool_exec_end"):
 
     ``disposition`` is ``"ran"`` when the tool was invoked, otherwise ``"refused"``
     (authorization said no), ``"skipped"`` or ``"short_circuited"`` (middleware answered
-    without invoking it), or ``"repaired"`` (not a genuine result: the call was cut and
-    ``Session.resume(repair=True)`` wrote this error in its place); ``reason`` says why.
+    without invoking it), ``"repaired"`` (not a genuine result: the call was cut and
+    ``Session.resume(repair=True)`` wrote this error in its place), or ``"cancelled"``
+    (the tool was invoked and its run was cancelled before it returned: ``is_error``,
+    with the cancellation as its content); ``reason`` says why.
     """
 
     execution: Execution

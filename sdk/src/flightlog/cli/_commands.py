@@ -478,22 +478,30 @@ def _is_call_record(record: Record, call_id: str, attempt: int | None) -> bool:
         return False
     if f'"{call_id}"'.encode() not in bytes(record.data):  # cheap test before decoding
         return False
-    execution = record_data(record).get("execution")
-    if not isinstance(execution, dict) or execution.get("id") != call_id:
+    data = record_data(record)
+    execution = data.get("execution")
+    if not isinstance(execution, dict):
+        return False
+    # An execution id, or the provider's tool call id (what the model and its logs say).
+    if execution.get("id") != call_id and data.get("tool_call_id") != call_id:
         return False
     return attempt is None or execution.get("attempt", 1) == attempt
 
 
 def _show_call(summary: SessionSummary, records: list[Record], style: Style) -> None:
-    groups: dict[tuple[str | None, str, int], list[Record]] = {}
+    groups: dict[tuple[str | None, str, str, int], list[Record]] = {}
     for record in records:
         execution = record_data(record)["execution"]
-        key = (record.run_id, str(execution.get("kind")), int(execution.get("attempt", 1)))
+        key = (
+            record.run_id,
+            str(execution.get("kind")),
+            str(execution.get("id")),
+            int(execution.get("attempt", 1)),
+        )
         groups.setdefault(key, []).append(record)
     first = True
-    for (run_id, kind, attempt), group in groups.items():
+    for (run_id, kind, exec_id, attempt), group in groups.items():
         run = summary.runs.get(run_id)
-        exec_id = record_data(group[0])["execution"]["id"]
         call = run.calls.get((kind, exec_id, attempt)) if run else None
         if not first:
             _out()

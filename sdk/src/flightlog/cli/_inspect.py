@@ -77,6 +77,7 @@ class CallSummary:
     stop_reason: str | None = None
     # tool calls
     name: str | None = None
+    tool_call_id: str | None = None  # the provider's id of the call, when it gave one
     arguments: Any = None
     disposition: str | None = None
     invoked: bool = False
@@ -98,14 +99,17 @@ class CallSummary:
 
     @property
     def status(self) -> str:
-        """``ok``, ``failed``, ``refused``/``skipped``/``short_circuited``/``repaired`` (tools),
-        ``retried`` (no end of its own, but a retry follows), or ``no end``."""
+        """``ok``, ``failed``, ``cancelled`` (its run was cancelled before it ended),
+        ``refused``/``skipped``/``short_circuited``/``repaired`` (tools), ``retried`` (no
+        end of its own, but a retry follows), or ``no end``."""
         if not self.ended:
             if self.kind == "compaction" and "context_compacted" in self.types:
                 return "ok"
             return "retried" if self.retried else "no end"
         if self.disposition == "repaired":
             return "repaired"  # not the tool's result: resume(repair=True) wrote it
+        if self.disposition == "cancelled":
+            return "cancelled"
         if self.error is not None:
             return "failed"
         if self.disposition not in (None, "ran"):
@@ -167,10 +171,13 @@ class CallSummary:
                     if not self.model and message.get("model"):
                         self.model = str(message["model"])
                 self.result = message_text(message)
+                self.disposition = str(data.get("disposition") or "ran")
                 if data.get("error"):
                     self.error = str(data["error"])
             case "tool_queued" | "tool_exec_start" | "tool_invoke_start":
                 self.name = str(data.get("name") or self.name or "?")
+                if data.get("tool_call_id"):
+                    self.tool_call_id = str(data["tool_call_id"])
                 if "arguments" in data:
                     self.arguments = data["arguments"]
                 if type == "tool_exec_start":
@@ -284,7 +291,7 @@ class RunSummary:
                 outcome = "no calls" if not self.calls else "tool calls only"
             elif any(c.status == "no end" for c in models):
                 outcome = "no model_exec_end"
-            elif models[-1].status == "failed":
+            elif models[-1].status in ("failed", "cancelled"):
                 outcome = "calls failed"
             else:
                 outcome = "calls ok"

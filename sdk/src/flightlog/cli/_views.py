@@ -79,6 +79,8 @@ def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -
     status = call.status
     label = f"{call.kind:<5} {call.label}"
     bits = [style.yellow(label), call.headline()]
+    if call.tool_call_id and call.tool_call_id != call.id:
+        bits.append(f"[{call.tool_call_id}]")  # the provider's id: show --call takes it too
     if call.agent and call.agent != main_agent:
         bits.append(f"@{call.agent}")
     if call.replaces:
@@ -98,6 +100,8 @@ def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -
     elif status == "retried":
         error = call.retry_error or "failed"
         bits.append(style.red(f"FAILED: {short(error, 60)}"))
+    elif status == "cancelled":
+        bits.append(style.yellow("CANCELLED: its run ended before it did"))
     elif status == "no end":
         missing = call.missing() or "no end"
         bits.append(style.red(f"NO END ({missing}): never read as a success"))

@@ -5,7 +5,7 @@
 * the OpenAI Agents SDK: ``add_trace_processor(FlightlogProcessor())`` from
   :mod:`flightlog.integrations.openai_agents` (extra ``[openai-agents]``);
 * LangChain and LangGraph: ``config={"callbacks": [FlightlogCallbackHandler()]}`` from
-  :mod:`flightlog.integrations.langchain` (extra ``[langchain]``), or ``FLIGHTLOG_TRACING=1``.
+  :mod:`flightlog.integrations.langchain` (extra ``[langchain]``).
 
 Each imports its framework, so import the one you use.  They share the best-effort
 :class:`Recorder`: recording never breaks the agent, and its problems are counted in

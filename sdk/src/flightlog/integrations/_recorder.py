@@ -10,8 +10,9 @@ same result as without flightlog.  A value the codec cannot encode costs no even
 is written as a marker and named in ``run_close`` by the SDK (not a problem here).  A
 problem (no daemon, a daemon that died, a full disk, ``session_busy``) is:
 
-* logged once per kind (its error code) on the ``flightlog.integrations`` logger, not once
-  per event;
+* logged once per kind (its error code), not once per event: an event the client
+  dropped by the client itself, on the ``flightlog.sdk`` logger, as for any best-effort
+  client; any other problem on the ``flightlog.integrations`` logger;
 * counted in :attr:`Recorder.stats`, which the host can read (and export as a metric);
 * written into the run's ``run_close`` when the file is still reachable (a sticky error
   the daemon pushed is written there by the SDK itself).
@@ -53,6 +54,7 @@ __all__ = [
     "Recorder",
     "RecorderStats",
     "Split",
+    "cancelled_model_end",
     "cancelled_tool_end",
     "default_recorder",
 ]
@@ -67,6 +69,10 @@ RECONNECT_GRACE: Final = 1.0
 CANCELLED: Final = "cancelled: the run ended before this call did"
 
 
+#: The error of a run the recorder closed before its agent ended.
+UNFINISHED: Final = "interrupted: the recorder was closed (the process exits) before the run ended"
+
+
 def cancelled_tool_end(execution: events.Execution, tool_call_id: str, name: str) -> Event:
     """The ``tool_exec_end`` of a tool call its run was cancelled in."""
     return events.ToolExecEnd(
@@ -75,6 +81,15 @@ def cancelled_tool_end(execution: events.Execution, tool_call_id: str, name: str
         name=name,
         content=[events.TextPart(text=CANCELLED)],
         is_error=True,
+        disposition="cancelled",
+    )
+
+
+def cancelled_model_end(execution: events.Execution, message: Any = None, **more: Any) -> Event:
+    """The ``model_exec_end`` of a model call its run was cancelled in: ``message`` is
+    what came of the response, if anything (``more``: its usage, provider state)."""
+    return events.ModelExecEnd(
+        execution=execution, message=message, error=CANCELLED, disposition="cancelled", **more
     )
 
 
@@ -155,6 +170,9 @@ class Recorder:
         #: Per session path, its agents' continuations (see Continuation): they live as
         #: long as the session stays open here.
         self._continuations: dict[str, dict[Hashable, Continuation]] = {}
+        #: The runs begun and not yet closed, closed by :meth:`close` (at the process's
+        #: exit, for the default recorder: a run cut by ``KeyboardInterrupt``).
+        self._open: dict[RecordedRun, None] = {}
 
     def problem(self, exc: BaseException, where: str) -> str:
         """Count ``exc``, log it the first time its kind is met; returns its text."""
@@ -175,7 +193,8 @@ class Recorder:
             }
             counted.update((code, counted.get(code, 0) + n) for code, n in fresh.items())
         for code, count in fresh.items():
-            self._count(code, f"{code}: {count} events not recorded", where, count)
+            # The client logged the first drop of each kind already (flightlog.sdk).
+            self._count(code, f"{code}: {count} events not recorded", where, count, log=False)
 
     def continuation(self, path: str, key: Hashable) -> Continuation:
         """The continuation of the agent ``key`` in the session at ``path``."""
@@ -207,12 +226,12 @@ class Recorder:
                 elif isinstance(event, events.ModelExecEnd):
                     continuation.answered(event.execution.id)
 
-    def _count(self, code: str, text: str, where: str, count: int) -> None:
+    def _count(self, code: str, text: str, where: str, count: int, *, log: bool = True) -> None:
         with self._lock:
             self.stats.problems += count
             self.stats.by_code[code] = self.stats.by_code.get(code, 0) + count
             self.stats.last_problem = text
-            first = code not in self._logged
+            first = log and code not in self._logged
             self._logged.add(code)
         if first:
             logger.warning(
@@ -243,7 +262,10 @@ class Recorder:
                 except Exception as exc:
                     failure = exc
                 else:
-                    return RecordedRun(self, candidate, run)
+                    recorded = RecordedRun(self, candidate, run)
+                    with self._lock:
+                        self._open[recorded] = None
+                    return recorded
                 self._forget(candidate, failure)
                 self.problem(failure, f"a run in {candidate}")
                 return RecordedRun(self, candidate, None)
@@ -320,8 +342,20 @@ class Recorder:
             except Exception as exc:
                 self.problem(exc, "closing the connection")
 
+    def _closed(self, run: RecordedRun) -> None:
+        with self._lock:
+            self._open.pop(run, None)
+
     def close(self) -> None:
-        """Close every session this recorder holds, and its connection; never raises."""
+        """Close every session this recorder holds, and its connection; never raises.
+
+        A run still open (its agent cut by ``KeyboardInterrupt``, or still running) is
+        closed first, with the ends it owes written as cancelled.
+        """
+        with self._lock:
+            runs = list(self._open)
+        for run in runs:
+            run.close(UNFINISHED)
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
@@ -357,6 +391,9 @@ class RecordedRun:
         self.run = run
         self._error: str | None = None
         self._lock = threading.Lock()
+        #: The ends this run owes (of calls, turns and agents started and not ended),
+        #: in the order they were owed; see :meth:`owe`.
+        self._owed: dict[Hashable, Callable[[], Event]] = {}
 
     @property
     def recording(self) -> bool:
@@ -400,14 +437,45 @@ class RecordedRun:
             self.recorder.dropped(run.session.client, self._about(events))
         self.recorder._recorded(self.path, events, intact and run.diagnosed == diagnosed)
 
+    def owe(self, key: Hashable, end: Callable[[], Event]) -> None:
+        """Note that ``end()`` is owed under ``key``: a call, turn or agent started, whose
+        end the run writes (as cancelled) if it closes before :meth:`paid` is called,
+        so that no start is ever left without its end."""
+        if self.run is not None:
+            with self._lock:
+                self._owed[key] = end
+
+    def paid(self, key: Hashable) -> bool:
+        """The end owed under ``key`` is written by its owner: whether it was owed (a
+        False means it was written already, as cancelled, and must not be again)."""
+        with self._lock:
+            return self._owed.pop(key, None) is not None
+
+    def owed(self, above: Hashable | None = None) -> list[Event]:
+        """Take the ends owed after ``above`` (all of them when None; none when
+        ``above`` is not owed), the latest owed first: what is nested ends first."""
+        with self._lock:
+            keys = list(self._owed)
+            if above is not None:
+                if above not in self._owed:
+                    return []
+                keys = keys[keys.index(above) + 1 :]
+            makers = [self._owed.pop(key) for key in reversed(keys)]
+        return [make() for make in makers]
+
     def _about(self, events: Sequence[Event]) -> str:
         return f"{', '.join(event.record_type for event in events)} in {self.path}"
 
     def close(self, error: str | None = None) -> None:
-        """Write ``run_close`` with ``error`` and any recording problem; never raises."""
+        """Write the ends still owed (as cancelled), then ``run_close`` with ``error`` and
+        any recording problem; never raises."""
+        owed = self.owed()
+        if owed:
+            self.record(*owed)
         run, self.run = self.run, None
         if run is None:
             return
+        self.recorder._closed(self)
         texts = [text for text in (error, self._error) if text]
         try:
             run.close(error="; ".join(texts) if texts else None)

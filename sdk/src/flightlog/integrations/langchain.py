@@ -1,8 +1,8 @@
 """Record LangChain and LangGraph runs: ``config={"callbacks": [FlightlogCallbackHandler()]}``.
 
-Install with ``pip install 'flightlog-sdk[langchain]'``.  Or set ``FLIGHTLOG_TRACING=1``
-and import this module once: every run is then recorded, as ``LANGSMITH_TRACING=1``
-does for LangSmith.
+Install with ``pip install 'flightlog-sdk[langchain]'``.  A run is recorded when it is
+given the handler (no environment variable turns recording on: LangChain would know of
+this handler only once this module is imported, which nothing does for the user).
 
 Each top-level invocation (a graph's ``invoke``, an agent's, a chain's, a chat model's
 called on its own) becomes one run of the session ``langchain/<thread id>.jsonl`` (the
@@ -28,7 +28,6 @@ Recording never breaks the run: see :mod:`flightlog.integrations._recorder`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -36,23 +35,27 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
-from langchain_core.tracers.context import register_configure_hook
 
 from flightlog.protocol import events
 
+from ._langchain_values import (
+    added,
+    declaration,
+    interrupts,
+    is_interrupt,
+    provider_state,
+    to_usage,
+)
 from ._recorder import (
-    CANCELLED,
     Hooks,
     RecordedRun,
     Recorder,
+    cancelled_model_end,
     cancelled_tool_end,
     nearest,
 )
 
-__all__ = ["FLIGHTLOG_TRACING", "FlightlogCallbackHandler"]
-
-#: The environment variable that records every run when set (to anything but 0/false).
-FLIGHTLOG_TRACING = "FLIGHTLOG_TRACING"
+__all__ = ["FlightlogCallbackHandler"]
 
 _CONFIG_KEYS = {"ls_temperature": "temperature", "ls_max_tokens": "max_tokens"}
 _CHUNKS = {"AIMessageChunk": "ai", "HumanMessageChunk": "human", "ToolMessageChunk": "tool"}
@@ -63,6 +66,12 @@ class _Agent:
     name: str
     parent_id: str | None
     turn: int = 0
+    #: Whether its current turn has had its ``turn_start`` and not yet its ``turn_end``.
+    turn_open: bool = False
+    #: Tool calls made in its current turn.
+    turn_tools: int = 0
+    #: The usage of its model calls, summed.
+    usage: events.Usage | None = None
     model_id: str | None = None
     failed_model_id: str | None = None
 
@@ -175,9 +184,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         kwargs: dict[str, Any],
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "chain")
-        messages = _input_messages(inputs)
+        # Every node of a graph starts a chain with the whole state: its messages are
+        # converted only for an agent's start, so a step costs the same at step 1,000.
         if parent_run_id is None or parent_run_id not in self._root_of:
-            self._begin(run_id, name, messages, metadata)
+            self._begin(run_id, name, _input_messages(inputs), metadata)
             return
         root = self._root(run_id, parent_run_id)
         if root is None:
@@ -196,7 +206,9 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if tool is not None:
             agent = _Agent(name=name, parent_id=tool.id)
             root.agents[run_id] = agent
-            root.run.record(events.AgentStart(agent=name, messages=messages, parent_id=tool.id))
+            root.run.record(
+                events.AgentStart(agent=name, messages=_input_messages(inputs), parent_id=tool.id)
+            )
 
     def _begin(
         self, run_id: UUID, name: str, messages: list[Any], metadata: dict[str, Any] | None
@@ -231,9 +243,9 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         root = self._root_for(run_id)
         if root is None:
             return
-        if error is not None and _is_interrupt(error):
+        if error is not None and is_interrupt(error):
             # A node paused the graph (human in the loop): not a failure of the run.
-            root.interrupts.update(_interrupts(error))
+            root.interrupts.update(interrupts(error))
             error = None
             if run_id not in root.agents:
                 return
@@ -257,12 +269,14 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             self._end_open_calls(root)
             if error is not None and not isinstance(error, Exception):
                 reason = "aborted"
+            self._turn_end(root, agent)
         root.run.record(
             events.AgentEnd(
                 ok=error is None,
                 reason=reason,
                 error=text,
                 turns=agent.turn,
+                usage=agent.usage,
                 output=output if error is None else None,
                 agent=agent.name,
                 parent_id=agent.parent_id,
@@ -274,10 +288,15 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 del self._root_of[other]
             root.run.close(text)
 
+    def _turn_end(self, root: _Root, agent: _Agent) -> None:
+        if agent.turn_open:
+            agent.turn_open = False
+            root.run.record(events.TurnEnd(turn_index=agent.turn, tool_call_count=agent.turn_tools))
+
     def _end_open_calls(self, root: _Root) -> None:
         for model_run in list(root.models):
             execution = root.models.pop(model_run)
-            root.run.record(events.ModelExecEnd(execution=execution, error=CANCELLED))
+            root.run.record(cancelled_model_end(execution))
         for execution, call_id, name in root.tools.values():
             root.run.record(cancelled_tool_end(execution, call_id, name))
         root.tools.clear()
@@ -313,7 +332,8 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 return
             # A chat model invoked on its own (invoke, batch, stream): its own run.
             name = str(kwargs.get("name") or (serialized or {}).get("name") or "chat_model")
-            root = self._begin(run_id, name, [], metadata)
+            asked = [_message(m) for batch in messages for m in batch]
+            root = self._begin(run_id, name, asked, metadata)
         agent = self._agent_of(root, parent_run_id)
         metadata = metadata or {}
         params = dict(kwargs.get("invocation_params") or {})
@@ -326,8 +346,12 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         )
         provider = metadata.get("ls_provider")
         facts: list[events.Event] = []
-        if agent is root.agent:
+        if agent is root.agent and agent.failed_model_id is None:
+            # A turn per model call; a call made again after a failed one (with_retry,
+            # a fallback) is the same turn's.
+            self._turn_end(root, agent)
             agent.turn += 1
+            agent.turn_open, agent.turn_tools = True, 0
             facts.append(events.TurnStart(turn_index=agent.turn))
         execution = events.Execution(
             id=events.new_execution_id(),
@@ -339,7 +363,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         )
         root.models[run_id] = execution
         agent.model_id = execution.id
-        tools = [_declaration(tool) for tool in params.pop("tools", None) or []]
+        tools = [declaration(tool) for tool in params.pop("tools", None) or []]
         known = {
             field: metadata[key]
             for key, field in _CONFIG_KEYS.items()
@@ -398,15 +422,21 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             message = getattr(response.generations[0][0], "message", None)
         converted = _message(message) if message is not None else None
         text = _error_text(error) if error is not None else None
-        root.run.record(
-            events.ModelExecEnd(
+        usage = to_usage(getattr(message, "usage_metadata", None))
+        agent.usage = added(agent.usage, usage)
+        state = provider_state(message)
+        if error is not None and not isinstance(error, Exception):
+            # Cancelled (a task cancelled, a timeout, Ctrl-C) while the model was asked.
+            end = cancelled_model_end(execution, converted, usage=usage, provider_state=state)
+        else:
+            end = events.ModelExecEnd(
                 execution=execution,
                 message=converted,
                 error=text,
-                usage=_usage(getattr(message, "usage_metadata", None)),
-                provider_state=_provider_state(message),
+                usage=usage,
+                provider_state=state,
             )
-        )
+        root.run.record(end)
         agent.failed_model_id = execution.id if error is not None else None
         if converted is not None and error is None:
             root.run.record(events.MessageEnd(message=converted, execution=execution))
@@ -442,6 +472,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if root is None:
             return
         agent = self._agent_of(root, parent_run_id)
+        agent.turn_tools += 1
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "tool")
         call_id = str(kwargs.get("tool_call_id") or "")
         execution = events.Execution(
@@ -479,7 +510,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if root is None or run_id not in root.tools:
             return
         execution, call_id, name = root.tools.pop(run_id)
-        if error is not None and _is_interrupt(error):
+        if error is not None and is_interrupt(error):
             # The tool asked a person (interrupt()): it did not fail, it did not answer;
             # resumed, LangGraph runs it again from its start.
             root.run.record(
@@ -488,11 +519,15 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                     tool_call_id=call_id,
                     name=name,
                     content=[],
-                    details=list(_interrupts(error).values()),
+                    details=list(interrupts(error).values()),
                     disposition="skipped",
                     reason="interrupted",
                 )
             )
+            return
+        if error is not None and not isinstance(error, Exception):
+            # Cancelled (a task cancelled, a timeout, Ctrl-C) while the tool ran.
+            root.run.record(cancelled_tool_end(execution, call_id, name))
             return
         failed = error is not None or getattr(output, "status", None) == "error"
         if error is not None:
@@ -514,34 +549,6 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
 def _error_text(exc: BaseException | None) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _usage(usage: Any) -> events.Usage | None:
-    if not isinstance(usage, Mapping):
-        return None
-    details = usage.get("input_token_details") or {}
-    return events.Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cache_read_tokens=int(details.get("cache_read") or 0),
-        cache_write_tokens=int(details.get("cache_creation") or 0),
-    )
-
-
-def _provider_state(message: Any) -> dict[str, Any]:
-    metadata = getattr(message, "response_metadata", None)
-    if isinstance(metadata, Mapping) and metadata.get("id"):
-        return {"response_id": metadata["id"]}
-    return {}
-
-
-def _declaration(tool: Any) -> events.ToolDeclaration:
-    function = tool.get("function", tool) if isinstance(tool, Mapping) else {}
-    return events.ToolDeclaration(
-        name=str(function.get("name") or "?"),
-        description=str(function.get("description") or ""),
-        parameters=dict(function.get("parameters") or {}),
-    )
 
 
 def _parts(content: Any) -> list[Any]:
@@ -600,7 +607,12 @@ def _message(message: Any) -> Any:
 
 
 def _input_messages(inputs: Any) -> list[Any]:
-    messages = inputs.get("messages") if isinstance(inputs, Mapping) else None
+    if isinstance(inputs, str):
+        # invoke("…"): the question itself.
+        return [events.UserMessage(content=inputs)]
+    if isinstance(inputs, BaseMessage):
+        return [_message(inputs)]
+    messages = inputs.get("messages") if isinstance(inputs, Mapping) else inputs
     if not isinstance(messages, Sequence) or isinstance(messages, str):
         return []
     converted: list[Any] = []
@@ -610,20 +622,6 @@ def _input_messages(inputs: Any) -> list[Any]:
         else:
             converted.append(_message(item))
     return converted
-
-
-def _is_interrupt(error: BaseException) -> bool:
-    # LangGraph's GraphInterrupt, without importing LangGraph for a LangChain-only user.
-    return any(kind.__name__ == "GraphInterrupt" for kind in type(error).__mro__)
-
-
-def _interrupts(error: BaseException) -> dict[str, Any]:
-    """What a GraphInterrupt's interrupts asked, by interrupt id."""
-    asked = error.args[0] if error.args and isinstance(error.args[0], Sequence) else ()
-    return {
-        str(getattr(one, "id", index)): getattr(one, "value", one)
-        for index, one in enumerate(asked)
-    }
 
 
 def _final_output(outputs: Any) -> Any:
@@ -639,12 +637,3 @@ def _final_output(outputs: Any) -> Any:
             return _message(last)
     content = getattr(outputs, "content", None)
     return content if isinstance(content, str) else outputs
-
-
-_tracing_handler: ContextVar[FlightlogCallbackHandler | None] = ContextVar(
-    "flightlog_tracing_handler", default=None
-)
-# With FLIGHTLOG_TRACING set, LangChain adds a FlightlogCallbackHandler to every run.
-register_configure_hook(
-    _tracing_handler, True, handle_class=FlightlogCallbackHandler, env_var=FLIGHTLOG_TRACING
-)

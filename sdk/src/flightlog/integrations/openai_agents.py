@@ -35,12 +35,14 @@ import json
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from agents.tracing import Span, Trace, TracingProcessor
 
 from flightlog.protocol import events, now
 
+from ._openai_spans import custom, model_facts, output, request, system_of, to_usage
+from ._openai_spans import kind as span_kind
 from ._recorder import (
     CANCELLED,
     Hooks,
@@ -63,6 +65,8 @@ class _Agent:
     parent_id: str | None
     output_type: str | None
     turn: int = 0
+    #: Whether its current turn has had its ``turn_start`` and not yet its ``turn_end``.
+    turn_open: bool = False
     #: Model calls of its current turn: every turn that runs to its end makes one.
     turn_models: int = 0
     #: Tool calls of its latest model response not yet matched to a tool span.
@@ -73,6 +77,12 @@ class _Agent:
     error: str | None = None
     #: ``agent_end.reason`` when it failed: ``error``, ``max_turns`` or ``aborted``.
     reason: str = "error"
+    #: Its agent span's data (the agent's, after a handoff), for the tools it offers.
+    data: Any = None
+    #: The name of each tool call met, by tool call id.
+    names: dict[str, str] = field(default_factory=dict)
+    #: The agent the run started with (``name`` is the one it handed off to).
+    started_as: str = ""
 
 
 @dataclass
@@ -201,6 +211,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             self._cancelled(state, task)
             if top is not None and top.error is None:
                 top.error, top.reason = CANCELLED, "aborted"
+        if top is not None and top.turn_open:
+            # Its turn span ends after the trace, if ever: the turn ends with the run.
+            top.turn_open = False
+            task.run.record(events.TurnEnd(turn_index=top.turn))
         if top is not None:
             task.run.record(
                 events.AgentEnd(
@@ -210,7 +224,9 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                     turns=top.turn,
                     usage=task.usage,
                     output=top.output,
-                    agent=top.name,
+                    # The agent of its agent_start; the calls after a handoff carry the
+                    # agent that went on (execution.agent).
+                    agent=top.started_as,
                 )
             )
         task.run.close(top.error if top is not None else None)
@@ -219,7 +235,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
 
     def _cancelled(self, state: _Trace, task: _Task) -> None:
         for span in list(task.models.values()):
-            self._model_call(state, span, error=CANCELLED)
+            self._model_call(state, span, cancelled=True)
         for span_id in list(task.calls):
             execution = state.tools[span_id]
             call_id, name = task.calls.pop(span_id)
@@ -229,7 +245,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
 
     def _span_start(self, span: Span[Any]) -> None:
         data = span.span_data
-        kind = _kind(data)
+        kind = span_kind(data)
         state = self._traces.get(span.trace_id)
         if state is None and kind == "task":
             state = self._resumed(span)
@@ -246,9 +262,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             agent = self._agent_of(state, span.parent_id)
             task = self._task_of(state, span.parent_id)
             if agent is not None:
-                agent.turn = int(_custom(data).get("turn") or agent.turn + 1)
+                agent.turn = int(custom(data).get("turn") or agent.turn + 1)
                 agent.turn_models = 0
                 if agent is task.top:
+                    agent.turn_open = True
                     task.run.record(
                         events.TurnStart(turn_index=agent.turn, time=_at(span.started_at))
                     )
@@ -262,26 +279,29 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         if state is None:
             return
         data = span.span_data
-        kind = state.kinds.get(span.span_id) or _kind(data)
+        kind = state.kinds.get(span.span_id) or span_kind(data)
         self._failure(state, span, kind)
         if kind in ("generation", "response"):
             if self._task_of(state, span.parent_id).models.pop(span.span_id, None) is not None:
-                self._model_call(state, span)
+                # A call its run was cancelled in ends its span with no error, and with
+                # neither the response nor its usage, which every answered call has.
+                self._model_call(state, span, cancelled=span.error is None and _unanswered(data))
         elif kind in ("function", "handoff"):
             self._tool_end(state, span)
         elif kind == "turn":
             agent = self._agent_of(state, span.parent_id)
             task = self._task_of(state, span.parent_id)
-            if agent is task.top and agent is not None:
+            if agent is task.top and agent is not None and agent.turn_open:
+                agent.turn_open = False
                 task.run.record(
                     events.TurnEnd(
                         turn_index=agent.turn,
-                        usage=_usage(_custom(data).get("usage")),
+                        usage=to_usage(custom(data).get("usage")),
                         time=_at(span.ended_at),
                     )
                 )
         elif kind == "task" and span.span_id in state.tasks:
-            state.tasks[span.span_id].usage = _usage(_custom(data).get("usage"))
+            state.tasks[span.span_id].usage = to_usage(custom(data).get("usage"))
             self._task_end(state, span.span_id)
         elif kind == "agent":
             self._agent_end(state, span)
@@ -327,6 +347,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             name=data.name,
             parent_id=tool.id if tool is not None else None,
             output_type=getattr(data, "output_type", None),
+            data=data,
+            started_as=data.name,
         )
         state.agents[span.span_id] = agent
         task = self._task_of(state, span.parent_id)
@@ -342,6 +364,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             agent.turn = task.top.turn
             task.top.name = agent.name
             task.top.output_type = agent.output_type
+            task.top.data = data
             state.agents[span.span_id] = task.top
 
     def _agent_end(self, state: _Trace, span: Span[Any]) -> None:
@@ -362,7 +385,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 )
             )
 
-    def _model_call(self, state: _Trace, span: Span[Any], error: str | None = None) -> None:
+    def _model_call(self, state: _Trace, span: Span[Any], *, cancelled: bool = False) -> None:
         agent = self._agent_of(state, span.parent_id)
         data = span.span_data
         execution = events.Execution(
@@ -373,9 +396,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             agent=agent.name if agent is not None else None,
             replaces=agent.failed_model_id if agent is not None else None,
         )
-        model, messages, message, usage, provider_state = _model_facts(data)
-        if error is None and span.error is not None:
-            error = _span_error(span)
+        model, messages, message, usage, provider_state = model_facts(data)
+        error = CANCELLED if cancelled else _span_error(span) if span.error is not None else None
         config = dict(getattr(data, "model_config", None) or {})
         continues = None
         if agent is not None:
@@ -385,8 +407,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         facts: list[events.Event] = [
             events.ModelRequest(
                 execution=execution,
-                messages=messages,
+                messages=request(messages, agent.names if agent is not None else {}),
+                tools=[events.ToolDeclaration(name=n) for n in _tools(agent)],
                 config=events.CallConfig(model=model or "?", extra=config),
+                system=system_of(data),
                 continues=continues,
                 time=_at(span.started_at),
             ),
@@ -397,6 +421,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 error=error,
                 usage=usage,
                 provider_state=provider_state,
+                disposition="cancelled" if cancelled else "ran",
                 time=_at(span.ended_at),
             ),
         ]
@@ -404,7 +429,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             facts.append(
                 events.MessageEnd(message=message, execution=execution, time=_at(span.ended_at))
             )
-        self._task_of(state, span.parent_id).run.record(*facts)
+        task = self._task_of(state, span.parent_id)
+        task.run.record(*facts)
+        if cancelled and task.top is not None and task.top.error is None:
+            task.top.error, task.top.reason = CANCELLED, "aborted"
         if agent is None:
             return
         agent.model_id = execution.id
@@ -416,12 +444,12 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         agent.pending.extend((c.id, c.name, c.arguments) for c in calls)
         text = "".join(p.text for p in message.content if isinstance(p, events.TextPart))
         if not calls and error is None:
-            agent.output = _output(text, agent.output_type)
+            agent.output = output(text, agent.output_type)
 
     def _tool_start(self, state: _Trace, span: Span[Any]) -> None:
         agent = self._agent_of(state, span.parent_id)
         data = span.span_data
-        if _kind(data) == "handoff":
+        if span_kind(data) == "handoff":
             name, arguments = "", {"from": data.from_agent, "to": data.to_agent}
             wanted = None
         else:
@@ -432,9 +460,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             for index, (pending_id, pending_name, pending_args) in enumerate(agent.pending):
                 if pending_name == wanted or (wanted is None and "transfer" in pending_name):
                     del agent.pending[index]
-                    call_id, name = pending_id, pending_name
-                    if wanted is not None:
-                        arguments = pending_args
+                    # What the model sent (a handoff's arguments too: often {}).
+                    call_id, name, arguments = pending_id, pending_name, pending_args
                     break
         execution = events.Execution(
             id=events.new_execution_id(),
@@ -464,8 +491,12 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         data = span.span_data
         call_id, name = task.calls.pop(span.span_id)
         details: Any = None
-        if _kind(data) == "handoff":
-            content: list[Any] = [events.TextPart(text=f"handed off to {data.to_agent}")]
+        if span_kind(data) == "handoff":
+            # What the model sees as the handoff tool's result (the SDK's transfer
+            # message), and the agents it went between.
+            seen = json.dumps({"assistant": data.to_agent})
+            content: list[Any] = [events.TextPart(text=seen)]
+            details = {"from": data.from_agent, "to": data.to_agent}
         elif data.output is None:
             content = []
         else:
@@ -495,28 +526,23 @@ def _enclosing(state: _Trace, span_id: str | None) -> _Task | None:
     return nearest(state.tasks, state.parents, span_id)
 
 
-_ModelFacts: TypeAlias = tuple[
-    str | None, list[Any], events.AssistantMessage | None, events.Usage | None, dict[str, Any]
-]
-
-
 def _at(time: str | None) -> str:
     # A span's own time (RFC 3339 with an offset, which the SDK writes in UTC).
     return time or now()
 
 
-def _kind(data: Any) -> str:
-    kind = str(getattr(data, "type", ""))
-    if kind == "custom":
-        return str(_custom(data).get("sdk_span_type") or getattr(data, "name", "custom"))
-    return kind
+def _tools(agent: _Agent | None) -> list[str]:
+    """The names of the tools ``agent`` offers (its span has no more of them)."""
+    tools = getattr(agent.data, "tools", None) if agent is not None else None
+    return [str(name) for name in tools or []]
 
 
-def _custom(data: Any) -> Mapping[str, Any]:
-    # The SDK's own custom spans (task, turn) say what they hold in their export.
-    exported = data.export()
-    custom = exported.get("data") if isinstance(exported, Mapping) else None
-    return custom if isinstance(custom, Mapping) else {}
+def _unanswered(data: Any) -> bool:
+    """Whether a model call's span holds nothing of a response: not its usage, which the
+    SDK sets as soon as the response is in, nor the response."""
+    if span_kind(data) == "response":
+        return getattr(data, "response", None) is None
+    return not getattr(data, "usage", None) and not getattr(data, "output", None)
 
 
 def _span_error(span: Span[Any]) -> str:
@@ -526,112 +552,3 @@ def _span_error(span: Span[Any]) -> str:
     if isinstance(detail, Mapping) and detail.get("error"):
         message = f"{message}: {detail['error']}"
     return message
-
-
-def _usage(usage: Any) -> events.Usage | None:
-    if not isinstance(usage, Mapping):
-        return None
-    details = usage.get("input_tokens_details")
-    cached = usage.get("cached_input_tokens")
-    if cached is None and isinstance(details, Mapping):
-        cached = details.get("cached_tokens")
-    return events.Usage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cache_read_tokens=int(cached or 0),
-        cache_write_tokens=int(usage.get("cache_write_input_tokens") or 0),
-    )
-
-
-def _output(text: str, output_type: str | None) -> Any:
-    if output_type in (None, "str"):
-        return text
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _arguments(text: Any) -> dict[str, Any]:
-    if isinstance(text, Mapping):
-        return dict(text)
-    try:
-        value = json.loads(text) if isinstance(text, str) and text else {}
-    except ValueError:
-        return {"arguments": text}
-    return value if isinstance(value, dict) else {"arguments": value}
-
-
-def _model_facts(data: Any) -> _ModelFacts:
-    """Model, input, response message, usage and provider state of a model call's span."""
-    if _kind(data) == "response":
-        return _response_facts(data)
-    model = getattr(data, "model", None)
-    messages = list(getattr(data, "input", None) or [])
-    usage = _usage(getattr(data, "usage", None))
-    message = None
-    state: dict[str, Any] = {}
-    for item in getattr(data, "output", None) or []:
-        if "output" in item:  # a streamed call's output: a Responses API response
-            message = _response_message(item)
-            state = {"response_id": item["id"]} if item.get("id") else {}
-            continue
-        content: list[Any] = []
-        text = item.get("content")
-        if isinstance(text, str) and text:
-            content.append(events.TextPart(text=text))
-        if item.get("refusal"):
-            content.append(events.TextPart(text=str(item["refusal"])))
-        for call in item.get("tool_calls") or []:
-            function = call.get("function") or {}
-            content.append(
-                events.ToolCallPart(
-                    id=str(call.get("id") or ""),
-                    name=str(function.get("name") or ""),
-                    arguments=_arguments(function.get("arguments")),
-                )
-            )
-        message = events.AssistantMessage(content=content, model=model)
-    return model, messages, message, usage, state
-
-
-def _response_facts(data: Any) -> _ModelFacts:
-    response = getattr(data, "response", None)
-    raw_input = getattr(data, "input", None)
-    messages = list(raw_input) if isinstance(raw_input, list) else []
-    if response is None:
-        return None, messages, None, None, {}
-    dumped = response.model_dump()
-    return (
-        dumped.get("model"),
-        messages,
-        _response_message(dumped),
-        _usage(dumped.get("usage")),
-        {"response_id": dumped.get("id")},
-    )
-
-
-def _response_message(response: Mapping[str, Any]) -> events.AssistantMessage:
-    """A Responses API response (as JSON values) as flightlog's assistant message."""
-    content: list[Any] = []
-    for item in response.get("output") or []:
-        kind = item.get("type")
-        if kind == "message":
-            for part in item.get("content") or []:
-                if part.get("type") == "output_text":
-                    content.append(events.TextPart(text=part.get("text") or ""))
-                elif part.get("type") == "refusal":
-                    content.append(events.TextPart(text=part.get("refusal") or ""))
-        elif kind == "function_call":
-            content.append(
-                events.ToolCallPart(
-                    id=str(item.get("call_id") or ""),
-                    name=str(item.get("name") or ""),
-                    arguments=_arguments(item.get("arguments")),
-                )
-            )
-        else:
-            content.append(item)
-    return events.AssistantMessage(
-        content=content, model=response.get("model"), response_id=response.get("id")
-    )

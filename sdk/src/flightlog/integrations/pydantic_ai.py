@@ -47,11 +47,26 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
-from ._recorder import CANCELLED, Continuation, RecordedRun, Recorder, default_recorder
+from ._pydantic_ai_messages import (
+    assistant,
+    config,
+    declaration,
+    request_messages,
+    to_usage,
+    user_part,
+)
+from ._recorder import (
+    CANCELLED,
+    Continuation,
+    RecordedRun,
+    Recorder,
+    cancelled_model_end,
+    cancelled_tool_end,
+    default_recorder,
+)
 
 __all__ = ["Flightlog"]
 
-_SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
 _UNFINISHED = (
     "the response is {state}: its stream was left or cut before the model finished, or the "
     "run stopped before acting on it"
@@ -87,6 +102,8 @@ class Flightlog(AbstractCapability[Any]):
     # Per run (see for_run): never shared between runs.
     _run: RecordedRun | None = dataclasses.field(default=None, init=False, repr=False)
     _agent: str | None = dataclasses.field(default=None, init=False, repr=False)
+    #: The key of the run's ``agent_end`` among the ends its recorded run owes.
+    _key: str = dataclasses.field(default="", init=False, repr=False)
     _parent_id: str | None = dataclasses.field(default=None, init=False, repr=False)
     _turn: int = dataclasses.field(default=0, init=False, repr=False)
     _turn_tools: int = dataclasses.field(default=0, init=False, repr=False)
@@ -94,9 +111,20 @@ class Flightlog(AbstractCapability[Any]):
         default=None, init=False, repr=False
     )
     _model_error: str | None = dataclasses.field(default=None, init=False, repr=False)
+    #: Earlier attempts of the latest model call whose failure no hook of ours heard of.
+    _unexplained: list[events.Execution] = dataclasses.field(
+        default_factory=list, init=False, repr=False
+    )
     #: Whether the latest model call's end is still to be recorded.
     _model_open: bool = dataclasses.field(default=False, init=False, repr=False)
-    _failed_tools: dict[str, str] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    #: The tool calls that failed and are not yet re-asked: their tool name and
+    #: execution id, by tool call id.
+    _failed_tools: dict[str, tuple[str, str]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False
+    )
+    #: The system prompt parts of the messages sent so far, and how many were read.
+    _system_parts: list[str] = dataclasses.field(default_factory=list, init=False, repr=False)
+    _system_read: int = dataclasses.field(default=0, init=False, repr=False)
     # Facts held back until the agent next hands control away (see _hold).
     _held: list[events.Event] = dataclasses.field(default_factory=list, init=False, repr=False)
     _tools_running: int = dataclasses.field(default=0, init=False, repr=False)
@@ -116,6 +144,7 @@ class Flightlog(AbstractCapability[Any]):
         recorder = self.recorder or default_recorder()
         parent = _parent.get()
         self._agent = _agent_name(ctx)
+        self._key = f"agent {ctx.run_id}"
         if parent is not None:
             self._run, self._parent_id = parent.run, parent.tool_execution_id
         else:
@@ -136,10 +165,32 @@ class Flightlog(AbstractCapability[Any]):
         if isinstance(prompt, str):
             messages.append(events.UserMessage(content=prompt))
         elif prompt is not None:
-            messages.append(events.UserMessage(content=[_user_part(p) for p in prompt]))
+            messages.append(events.UserMessage(content=[user_part(p) for p in prompt]))
         self._record(
             events.AgentStart(agent=self._agent, messages=messages, parent_id=self._parent_id)
         )
+        if self._run is not None:
+            self._run.owe(self._key, self._aborted)
+
+    def _aborted(self) -> events.AgentEnd:
+        # What the run owes if it is closed before the agent ends (the process exits).
+        return events.AgentEnd(
+            ok=False,
+            reason="aborted",
+            error=CANCELLED,
+            turns=self._turn,
+            agent=self._agent,
+            parent_id=self._parent_id,
+        )
+
+    def _unwind(self) -> list[events.Event]:
+        """The ends owed inside this agent (its calls, as cancelled; nested agents), and
+        its turn's end: what must precede its ``agent_end``."""
+        owed = self._run.owed(above=self._key) if self._run is not None else []
+        if self._run is not None:
+            self._run.paid(self._key)
+        self._model_open = False
+        return [*owed, *self._turn_end()]
 
     def _turn_end(self) -> list[events.Event]:
         if self._turn and self._parent_id is None:
@@ -149,12 +200,12 @@ class Flightlog(AbstractCapability[Any]):
     def _agent_end(self, result: AgentRunResult[Any]) -> None:
         usage = result.usage
         self._record(
-            *self._turn_end(),
+            *self._unwind(),
             events.AgentEnd(
                 ok=True,
                 reason="completed",
                 turns=self._turn,
-                usage=_usage(usage),
+                usage=to_usage(usage),
                 output=result.output,
                 agent=self._agent,
                 parent_id=self._parent_id,
@@ -163,12 +214,11 @@ class Flightlog(AbstractCapability[Any]):
         self._close(None)
 
     def _agent_failed(self, exc: BaseException) -> None:
+        # A call still open was cut by the run's end: the model request runs in a task of
+        # its own, cancelled after the run's; so are tools, whose ends come after it.
         cancelled = not isinstance(exc, Exception)
-        if cancelled:
-            # The model request runs in a task of its own, cancelled after the run's.
-            self._model_failed(CANCELLED)
         self._record(
-            *self._turn_end(),
+            *self._unwind(),
             events.AgentEnd(
                 ok=False,
                 reason="aborted" if cancelled else "error",
@@ -200,11 +250,12 @@ class Flightlog(AbstractCapability[Any]):
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 # Cancelled (a task cancelled, a timeout) while the model was asked.
-                self._safely(self._model_failed, CANCELLED)
+                self._safely(self._model_cancelled)
             raise
 
     def _turn_start(self) -> None:
         # Sent with the turn's first model call, in one send.
+        self._explain(None)
         self._hold(*self._turn_end())
         self._turn += 1
         self._turn_tools = 0
@@ -222,7 +273,17 @@ class Flightlog(AbstractCapability[Any]):
         previous = self._model_execution
         if previous is not None and request.attempt > previous.attempt:
             # Another attempt at the same step (a fallback model): the same call, retried.
-            self._hold(events.Retry(execution=previous, error=self._model_error))
+            if self._model_open and self._paid_model(previous):
+                # A capability moved on from it (ModelFallback) before any hook of ours
+                # heard why: the response that answers, or the error that ends the step,
+                # lists the attempts that failed, and the retry is written then.
+                self._unexplained.append(previous)
+                if self._run is not None:
+                    self._run.owe(
+                        ("retry", *_key(previous)), lambda: events.Retry(execution=previous)
+                    )
+            else:
+                self._hold(events.Retry(execution=previous, error=self._model_error))
             execution = msgspec.structs.replace(previous, attempt=request.attempt)
         else:
             execution = events.Execution(
@@ -236,27 +297,48 @@ class Flightlog(AbstractCapability[Any]):
         self._model_execution = execution
         self._model_error = None
         self._model_open = True
+        if self._run is not None:
+            self._run.owe(_key(execution), lambda: cancelled_model_end(execution))
         model = request.model
         name = getattr(model, "model_name", None)
         provider = getattr(model, "system", None)
         parameters = request.model_request_parameters
         tools = [
-            _declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
+            declaration(tool) for tool in [*parameters.function_tools, *parameters.output_tools]
         ]
         split = self._continuation().request(execution.id, request.messages)
-        system, messages = _request_messages(split.new)
+        system = self._system(request.messages, fresh=split.continues is None)
+        messages = request_messages(split.new)
         self._record(
             events.ModelRequest(
                 execution=execution,
                 messages=messages,
                 tools=tools,
-                config=_config(name, provider, request.model_settings),
+                config=config(name, provider, request.model_settings),
                 system=system,
                 continues=split.continues,
                 with_response=split.with_response,
             ),
             events.ModelExecStart(execution=execution, model=name, provider=provider),
         )
+
+    def _system(self, messages: Sequence[Any], *, fresh: bool) -> str | None:
+        """The system prompt the model gets with ``messages``: the system prompt parts of
+        the whole history (read once each: a request continuing the one before adds
+        only its new messages'), then the instructions of its latest request."""
+        if fresh or self._system_read > len(messages):
+            self._system_parts, self._system_read = [], 0
+        for message in messages[self._system_read :]:
+            for part in getattr(message, "parts", ()):
+                if getattr(part, "part_kind", None) == "system-prompt":
+                    self._system_parts.append(part.content)
+        self._system_read = len(messages)
+        instructions = next(
+            (m.instructions for m in reversed(messages) if not isinstance(m, ModelResponse)),
+            None,
+        )
+        system = [*self._system_parts, *([str(instructions)] if instructions else [])]
+        return "\n\n".join(system) if system else None
 
     async def after_model_request(
         self,
@@ -270,16 +352,16 @@ class Flightlog(AbstractCapability[Any]):
 
     def _model_end(self, response: ModelResponse) -> None:
         execution = self._model_execution
-        if execution is None or not self._model_open:
+        if execution is None or not self._paid_model(execution):
             return
-        self._model_open = False
-        message = _assistant(response)
+        self._explain(getattr(response, "failed_attempts", None))
+        message = assistant(response)
         # Its model_exec_end records it: the next request need not write it again.
         self._continuation().respond(execution.id, response)
         end = events.ModelExecEnd(
             execution=execution,
             message=message,
-            usage=_usage(response.usage),
+            usage=to_usage(response.usage),
             provider_state=(
                 {"response_id": response.provider_response_id}
                 if response.provider_response_id
@@ -289,8 +371,14 @@ class Flightlog(AbstractCapability[Any]):
         state = getattr(response, "state", "complete")
         if state != "complete":
             # A stream its reader left, or cut (or a response over a usage limit): the
-            # message is what came, and the call did not succeed.
-            self._record(msgspec.structs.replace(end, error=_UNFINISHED.format(state=state)))
+            # message is what came, and the call did not succeed; its run stopped it.
+            self._record(
+                msgspec.structs.replace(
+                    end,
+                    error=_UNFINISHED.format(state=state),
+                    disposition="cancelled" if state == "interrupted" else "ran",
+                )
+            )
             return
         facts = (end, events.MessageEnd(message=message, execution=execution))
         if response.tool_calls:
@@ -309,13 +397,43 @@ class Flightlog(AbstractCapability[Any]):
         self._safely(self._model_failed, error)
         raise error
 
-    def _model_failed(self, error: Exception | str) -> None:
+    def _model_failed(self, error: Exception) -> None:
         execution = self._model_execution
-        if execution is None or not self._model_open:
+        if execution is None or not self._paid_model(execution):
             return
-        self._model_open = False
-        self._model_error = error if isinstance(error, str) else _error_text(error)
+        # A fallback that ran out of models: its group lists each model's error (its
+        # attempts, once the agent has filled them in).
+        grouped = [_error_text(e) for e in getattr(error, "exceptions", ())]
+        self._explain(getattr(error, "attempts", None) or grouped)
+        self._model_error = _error_text(error)
         self._record(events.ModelExecEnd(execution=execution, error=self._model_error))
+
+    def _explain(self, attempts: Sequence[Any] | None) -> None:
+        """Write the retries of the attempts a fallback moved on from, with their errors
+        from ``attempts`` (pydantic-ai's ``ModelRequestAttempt`` of each, in order)."""
+        attempts = attempts or ()
+        retries = []
+        for failed in self._unexplained:
+            if self._run is not None:
+                self._run.paid(("retry", *_key(failed)))
+            found = attempts[failed.attempt - 1] if failed.attempt <= len(attempts) else None
+            retries.append(events.Retry(execution=failed, error=_attempt_error(found)))
+        self._unexplained = []
+        self._hold(*retries)
+
+    def _model_cancelled(self) -> None:
+        execution = self._model_execution
+        if execution is None or not self._paid_model(execution):
+            return
+        self._model_error = CANCELLED
+        self._record(cancelled_model_end(execution))
+
+    def _paid_model(self, execution: events.Execution) -> bool:
+        """Whether the model call's end is still to be written (and now is)."""
+        if not self._model_open:
+            return False
+        self._model_open = False
+        return self._run is None or self._run.paid(_key(execution))
 
     # --- tool calls ---------------------------------------------------------------------
 
@@ -353,7 +471,7 @@ class Flightlog(AbstractCapability[Any]):
             agent=self._agent,
             # pydantic-ai re-asks the model after ModelRetry: the new call replaces the
             # failed one, under a new tool call id.
-            replaces=self._failed_tools.get(call.tool_name) if ctx.retry else None,
+            replaces=self._replaced(call) if ctx.retry else None,
         )
         arguments = args if isinstance(args, dict) else {"args": args}
         self._record(
@@ -365,10 +483,24 @@ class Flightlog(AbstractCapability[Any]):
             )
         )
         self._tools_running += 1
+        if self._run is not None:
+            name, call_id = call.tool_name, call.tool_call_id
+            self._run.owe(_key(execution), lambda: cancelled_tool_end(execution, call_id, name))
         return execution
 
+    def _replaced(self, call: ToolCallPart) -> str | None:
+        """The failed call ``call`` re-asks: the one under its tool call id, else the
+        earliest failed call of the same tool (calls beside it that succeeded are not)."""
+        failed = self._failed_tools.pop(call.tool_call_id, None)
+        if failed is None:
+            earliest = next(
+                (key for key, (name, _) in self._failed_tools.items() if name == call.tool_name),
+                None,
+            )
+            failed = self._failed_tools.pop(earliest) if earliest is not None else None
+        return failed[1] if failed is not None else None
+
     def _tool_end(self, execution: events.Execution, call: ToolCallPart, result: Any) -> None:
-        self._failed_tools.pop(call.tool_name, None)
         content = [events.TextPart(text=result)] if isinstance(result, str) else [result]
         self._tool_done(
             events.ToolExecEnd(
@@ -382,10 +514,14 @@ class Flightlog(AbstractCapability[Any]):
     def _tool_failed(
         self, execution: events.Execution, call: ToolCallPart, exc: BaseException
     ) -> None:
-        self._failed_tools[call.tool_name] = execution.id
+        self._failed_tools[call.tool_call_id] = (call.tool_name, execution.id)
+        if not isinstance(exc, Exception):
+            # Cancelled: the run ended, or a tool beside it raised.
+            self._tool_done(cancelled_tool_end(execution, call.tool_call_id, call.tool_name))
+            return
         kind = type(exc).__name__
         deferred = kind in ("CallDeferred", "ApprovalRequired")
-        text = _error_text(exc) if isinstance(exc, Exception) else CANCELLED
+        text = _error_text(exc)
         self._tool_done(
             events.ToolExecEnd(
                 execution=execution,
@@ -398,7 +534,10 @@ class Flightlog(AbstractCapability[Any]):
             )
         )
 
-    def _tool_done(self, end: events.ToolExecEnd) -> None:
+    def _tool_done(self, end: events.Event) -> None:
+        execution = getattr(end, "execution", None)
+        if self._run is not None and execution is not None and not self._run.paid(_key(execution)):
+            return  # ended already, as cancelled, by the run's end
         self._tools_running -= 1
         if self._tools_running:
             # Other tools still run, and may run long: this one's end goes out now.
@@ -448,6 +587,22 @@ class Flightlog(AbstractCapability[Any]):
             return None
 
 
+def _attempt_error(attempt: Any) -> str | None:
+    """Why a fallback moved on from an attempt (its ``ModelRequestAttempt``)."""
+    if attempt is None or isinstance(attempt, str):
+        return attempt
+    error = getattr(attempt, "error", None)
+    if error:
+        return str(error)
+    model = getattr(attempt, "model_name", None) or "the model"
+    return f"{getattr(attempt, 'outcome', 'rejected')}: the response of {model} was rejected"
+
+
+def _key(execution: events.Execution) -> tuple[str, int]:
+    """A call's key among the ends its run owes."""
+    return execution.id, execution.attempt
+
+
 def _agent_name(ctx: RunContext[Any]) -> str:
     agent = ctx.agent
     return (agent.name if agent is not None else None) or "agent"
@@ -456,113 +611,3 @@ def _agent_name(ctx: RunContext[Any]) -> str:
 def _error_text(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _usage(usage: Any) -> events.Usage | None:
-    if usage is None:
-        return None
-    return events.Usage(
-        input_tokens=getattr(usage, "input_tokens", 0) or 0,
-        output_tokens=getattr(usage, "output_tokens", 0) or 0,
-        cache_read_tokens=getattr(usage, "cache_read_tokens", 0) or 0,
-        cache_write_tokens=getattr(usage, "cache_write_tokens", 0) or 0,
-    )
-
-
-def _config(
-    model: str | None, provider: str | None, settings: Mapping[str, Any] | None
-) -> events.CallConfig:
-    settings = dict(settings or {})
-    known = {field: settings.pop(key) for key, field in _SETTINGS.items() if key in settings}
-    stop = settings.pop("stop_sequences", None) or []
-    return events.CallConfig(
-        model=model or "?",
-        provider=provider,
-        stop=[str(s) for s in stop],
-        extra=settings,
-        **known,
-    )
-
-
-def _declaration(tool: ToolDefinition) -> events.ToolDeclaration:
-    return events.ToolDeclaration(
-        name=tool.name,
-        description=tool.description or "",
-        parameters=dict(tool.parameters_json_schema),
-    )
-
-
-def _user_part(part: Any) -> Any:
-    return events.TextPart(text=part) if isinstance(part, str) else part
-
-
-def _request_messages(messages: Sequence[Any]) -> tuple[str | None, list[Any]]:
-    """The system prompt and the conversation in flightlog's messages.
-
-    Parts flightlog has no message for (files, native tool results) are kept as they are
-    (written with their class).
-    """
-    system: list[str] = []
-    out: list[Any] = []
-    for message in messages:
-        if isinstance(message, ModelResponse):
-            out.append(_assistant(message))
-            continue
-        if getattr(message, "instructions", None):
-            system.append(str(message.instructions))
-        for part in getattr(message, "parts", ()):
-            kind = getattr(part, "part_kind", None)
-            if kind == "system-prompt":
-                system.append(part.content)
-            elif kind == "user-prompt":
-                content = part.content
-                out.append(
-                    events.UserMessage(
-                        content=content
-                        if isinstance(content, str)
-                        else [_user_part(p) for p in content]
-                    )
-                )
-            elif kind in ("tool-return", "retry-prompt"):
-                failed = kind == "retry-prompt" or getattr(part, "outcome", None) in (
-                    "retried",
-                    "failed",
-                    "error",
-                )
-                out.append(
-                    events.ToolResultMessage(
-                        tool_call_id=part.tool_call_id,
-                        name=part.tool_name or "",
-                        content=[events.TextPart(text=part.model_response_str())],
-                        is_error=failed,
-                    )
-                )
-            else:
-                out.append(part)
-    return ("\n\n".join(system) if system else None), out
-
-
-def _assistant(response: ModelResponse) -> events.AssistantMessage:
-    content: list[Any] = []
-    parts: Sequence[Any] = response.parts
-    for part in parts:
-        kind = getattr(part, "part_kind", None)
-        if kind == "text":
-            content.append(events.TextPart(text=part.content))
-        elif kind == "thinking":
-            content.append(events.ThinkingPart(thinking=part.content, signature=part.signature))
-        elif kind == "tool-call":
-            content.append(
-                events.ToolCallPart(
-                    id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_dict()
-                )
-            )
-        else:
-            content.append(part)
-    return events.AssistantMessage(
-        content=content,
-        model=response.model_name,
-        provider=response.provider_name,
-        stop_reason=response.finish_reason,
-        response_id=response.provider_response_id,
-    )

@@ -1,0 +1,123 @@
+"""pydantic-ai's messages, settings and tools as flightlog's events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.tools import ToolDefinition
+
+from flightlog.protocol import events
+
+__all__ = ["assistant", "config", "declaration", "request_messages", "to_usage", "user_part"]
+
+_SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
+
+
+def to_usage(usage: Any) -> events.Usage | None:
+    if usage is None:
+        return None
+    return events.Usage(
+        input_tokens=getattr(usage, "input_tokens", 0) or 0,
+        output_tokens=getattr(usage, "output_tokens", 0) or 0,
+        cache_read_tokens=getattr(usage, "cache_read_tokens", 0) or 0,
+        cache_write_tokens=getattr(usage, "cache_write_tokens", 0) or 0,
+    )
+
+
+def config(
+    model: str | None, provider: str | None, settings: Mapping[str, Any] | None
+) -> events.CallConfig:
+    settings = dict(settings or {})
+    known = {field: settings.pop(key) for key, field in _SETTINGS.items() if key in settings}
+    stop = settings.pop("stop_sequences", None) or []
+    return events.CallConfig(
+        model=model or "?",
+        provider=provider,
+        stop=[str(s) for s in stop],
+        extra=settings,
+        **known,
+    )
+
+
+def declaration(tool: ToolDefinition) -> events.ToolDeclaration:
+    return events.ToolDeclaration(
+        name=tool.name,
+        description=tool.description or "",
+        parameters=dict(tool.parameters_json_schema),
+    )
+
+
+def user_part(part: Any) -> Any:
+    return events.TextPart(text=part) if isinstance(part, str) else part
+
+
+def request_messages(messages: Sequence[Any]) -> list[Any]:
+    """The conversation in flightlog's messages (its system prompt is
+    ``model_request.system``).
+
+    Parts flightlog has no message for (files, native tool results) are kept as they are
+    (written with their class).
+    """
+    out: list[Any] = []
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            out.append(assistant(message))
+            continue
+        for part in getattr(message, "parts", ()):
+            kind = getattr(part, "part_kind", None)
+            if kind == "system-prompt":
+                continue
+            if kind == "user-prompt":
+                content = part.content
+                out.append(
+                    events.UserMessage(
+                        content=content
+                        if isinstance(content, str)
+                        else [user_part(p) for p in content]
+                    )
+                )
+            elif kind in ("tool-return", "retry-prompt"):
+                failed = kind == "retry-prompt" or getattr(part, "outcome", None) in (
+                    "retried",
+                    "failed",
+                    "error",
+                )
+                out.append(
+                    events.ToolResultMessage(
+                        tool_call_id=part.tool_call_id,
+                        name=part.tool_name or "",
+                        content=[events.TextPart(text=part.model_response_str())],
+                        is_error=failed,
+                    )
+                )
+            else:
+                out.append(part)
+    return out
+
+
+def assistant(response: ModelResponse) -> events.AssistantMessage:
+    content: list[Any] = []
+    parts: Sequence[Any] = response.parts
+    for part in parts:
+        kind = getattr(part, "part_kind", None)
+        if kind == "text":
+            content.append(events.TextPart(text=part.content))
+        elif kind == "thinking":
+            content.append(events.ThinkingPart(thinking=part.content, signature=part.signature))
+        elif kind == "tool-call":
+            content.append(
+                events.ToolCallPart(
+                    id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_dict()
+                )
+            )
+        else:
+            content.append(part)
+    return events.AssistantMessage(
+        content=content,
+        model=response.model_name,
+        provider=response.provider_name,
+        stop_reason=response.finish_reason,
+        response_id=response.provider_response_id,
+    )

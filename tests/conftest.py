@@ -101,6 +101,8 @@ def _longest_first(item: pytest.Item) -> int:
     return next((i for i, name in enumerate(LONGEST) if relative == name), len(LONGEST))
 
 
+# First: pytest-xdist's worker reads the xdist_group marks in its own hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     distributed = config.pluginmanager.hasplugin("xdist")
     for item in items:

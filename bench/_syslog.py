@@ -45,7 +45,6 @@ from flightlog.protocol import Event, FileFormatError, new_id, parse_line
 from ._daemon import Daemon
 from ._events import LineEncoder, line_lengths
 from ._report import SYSTEM_TITLES, TIMES, Row, markdown_table
-from ._systems import System
 
 __all__ = [
     "ENV_SYSLOG_NG",
@@ -282,9 +281,6 @@ class PeerDaemons:
             self.stop()
             raise
         return self
-
-    def systems(self) -> list[System]:
-        return [System(d.peer.name, str(d.root), d.socket) for d in self.daemons]
 
     def get(self, name: str) -> SyslogDaemon | None:
         return next((d for d in self.daemons if d.peer.name == name), None)

@@ -15,8 +15,8 @@ All three store, per record, the same line bytes (:class:`bench._events.LineEnco
 the agent runs the same codec on the same event for each.  A :class:`System` is built
 in the harness and handed to agents (it pickles as its settings only); an agent calls
 :meth:`System.agent` once and opens its sessions from what that returns.  The syslog
-peers of scenarios 1 and 2 (``rsyslog``, ``syslog-ng``) are systems too; their agents
-live in :mod:`bench._syslog`.
+peers of scenarios 1 and 2 (``rsyslog``, ``syslog-ng``) are systems too; their daemons
+and agents live in :mod:`bench._syslog`, which knows nothing of this module.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ from flightlog.protocol import (
 )
 
 from ._events import LineEncoder, line_lengths
+from ._syslog import PeerDaemons, SyslogAgent
 
-__all__ = ["SYSTEMS", "AgentClient", "Sink", "System"]
+__all__ = ["SYSTEMS", "AgentClient", "Sink", "System", "peer_systems"]
 
 SYSTEMS = ("flightlog", "jsonl", "sqlite")
 
@@ -95,10 +96,13 @@ class System:
         if self.name == "sqlite":
             return _SqliteAgent(os.path.join(self.directory, f"agent-{index}.db"))
         if self.name in ("rsyslog", "syslog-ng"):
-            from ._syslog import SyslogAgent  # it builds on this module
-
             return SyslogAgent(self.name, self.socket, self.directory)
         raise ValueError(f"unknown system {self.name!r}")
+
+
+def peer_systems(peers: PeerDaemons) -> list[System]:
+    """The syslog peers of ``peers`` (started) as systems."""
+    return [System(d.peer.name, str(d.root), d.socket) for d in peers.daemons]
 
 
 # ------------------------------------------------------------------------- flightlog

@@ -29,7 +29,7 @@ from ._context import Context
 from ._events import LineEncoder, large_event, small_event
 from ._procs import StartSignal, cpu_seconds, run_agents
 from ._report import Row, Target
-from ._systems import System
+from ._systems import System, peer_systems
 
 __all__ = ["large_events", "small_events"]
 
@@ -94,7 +94,7 @@ def _measure(ctx: Context, *, large: bool, agents: int, seconds: float, rows: li
     try:
         peers.start()
         for run in range(ctx.runs):
-            for system in ctx.systems(directory, daemon, run, peers.systems()):
+            for system in ctx.systems(directory, daemon, run, peer_systems(peers)):
                 peer = peers.get(system.name)
                 pid = peer.pid if peer else daemon.pid if system.name == "flightlog" else None
                 loads = [_Load(system, i, run, large, seconds, pid) for i in range(agents)]

@@ -40,7 +40,7 @@ from ._daemon import Daemon
 from ._events import LineEncoder, large_event, small_event
 from ._report import SYSTEM_TITLES, markdown_table
 from ._syslog import ENV_SYSLOG_NG, PeerDaemons, find_peers
-from ._systems import System
+from ._systems import System, peer_systems
 
 __all__ = ["main"]
 
@@ -159,7 +159,7 @@ def _steps(event: Event, count: int, syslog_ng: str | None, base: Path) -> str:
         system = System("flightlog", str(daemon.root), daemon.socket)
         figures = _record(system, daemon.pid, event, count)
         columns.append((SYSTEM_TITLES["flightlog"], False, figures))
-        for system in peers.systems():
+        for system in peer_systems(peers):
             peer = peers.get(system.name)
             assert peer is not None
             columns.append((peer.peer.title, True, _record(system, peer.pid, event, count)))

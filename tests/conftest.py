@@ -3,18 +3,119 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from support import DaemonProcess
 
+TESTS = Path(__file__).resolve().parent
+
+#: The fast tier (``pytest -m fast``, the inner loop): the tests of these directories
+#: and files that start no process and run no long property test.
+FAST_DIRECTORIES = ("protocol", "sdk")
+FAST_FILES = ("test_import_cycles.py", "test_readme.py")
+#: A module whose source names one of these may start a process (a daemon, a Python,
+#: a command): none of its tests is fast.
+STARTS_PROCESSES = (
+    "DaemonProcess",
+    "subprocess",
+    "run_python",
+    "Popen",
+    "os.fork",
+    "multiprocessing",
+    "spawn",
+)
+#: Fixtures that start a daemon.
+DAEMON_FIXTURES = frozenset({"daemon"})
+#: A property test of more examples than this (hypothesis's default) is not fast.
+FAST_EXAMPLES = 100
+#: The modules that take longest, started first so that, on several workers
+#: (``pytest -n auto``), none of them is left to run alone at the end.
+LONGEST = ("test_quality.py", "test_bench.py", "install/test_install.py", "docs/test_examples.py")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", help="run the long soak tests")
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: only tests marked fast, without collecting the other modules",
+    )
 
 
+def _in_fast_places(path: Path) -> bool:
+    relative = path.relative_to(TESTS)
+    return relative.parts[0] in FAST_DIRECTORIES or relative.as_posix() in FAST_FILES
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not config.getoption("--fast") or not collection_path.is_relative_to(TESTS):
+        return None
+    if collection_path == TESTS or _in_fast_places(collection_path):
+        return None
+    return True
+
+
+@cache
+def _may_start_processes(path: Path) -> bool:
+    text = path.read_text()
+    return any(name in text for name in STARTS_PROCESSES)
+
+
+def is_fast(item: pytest.Item) -> bool:
+    """Whether ``item`` belongs to the fast tier: where it lives, and what it may start."""
+    path = item.path
+    if not path.is_relative_to(TESTS) or not _in_fast_places(path):
+        return False
+    if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return False
+    hypothesis = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
+    if hypothesis is not None and hypothesis.max_examples > FAST_EXAMPLES:
+        return False
+    return not _may_start_processes(path)
+
+
+def shared_fixture(item: pytest.Item) -> str | None:
+    """The widest fixture of this repository's tests that ``item`` shares with other
+    tests (scope module, package or session), so that its tests run on one worker and
+    it starts once: Phoenix for tests/export, a module's daemon."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    found: list[tuple[int, str]] = []
+    for name in getattr(item, "fixturenames", ()):
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            scope = fixturedef.scope
+            if scope != "function" and fixturedef.baseid.startswith("tests"):
+                width = ("module", "package", "session").index(scope)
+                found.append((width, f"{fixturedef.baseid}::{name}"))
+    return max(found)[1] if found else None
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if not item.path.is_relative_to(TESTS):
+        return len(LONGEST)
+    relative = item.path.relative_to(TESTS).as_posix()
+    return next((i for i, name in enumerate(LONGEST) if relative == name), len(LONGEST))
+
+
+# First: pytest-xdist's worker reads the xdist_group marks in its own hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    distributed = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        if is_fast(item):
+            item.add_marker(pytest.mark.fast)
+        if distributed and (group := shared_fixture(item)):
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=_longest_first)  # stable: the rest keep their order
+    if config.getoption("--fast"):
+        slow = [item for item in items if "fast" not in item.keywords]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if "fast" in item.keywords]
     if config.getoption("--soak"):
         return
     skip = pytest.mark.skip(reason="soak test: run with --soak")

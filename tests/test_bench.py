@@ -173,9 +173,10 @@ def test_check_probe_prints_every_payload_and_the_thread_hop() -> None:
 
 def test_quick_run_produces_every_row(tmp_path: Path) -> None:
     report = tmp_path / "bench.json"
-    done = _python_m("bench", "--quick", "--json", str(report), timeout=240)
+    # Two runs of every scenario: the fewest that still have a median of several.
+    done = _python_m("bench", "--quick", "--runs", "2", "--json", str(report), timeout=240)
     out = done.stdout
-    for heading in ("command: python -m bench --quick", "date:", "machine:", "cores"):
+    for heading in ("command: python -m bench --quick --runs 2", "date:", "machine:", "cores"):
         assert heading in out
     # The main table, then the syslog peers' table.
     table, peer_table = [
@@ -186,6 +187,7 @@ def test_quick_run_produces_every_row(tmp_path: Path) -> None:
 
     data = json.loads(report.read_text())
     assert data["quick"] is True
+    assert data["runs"] == 2
     assert data["machine"]["cores"] >= 1
     assert set(data["peers"]) == set(PEERS)
     measured = {name for name, peer in data["peers"].items() if not peer["skipped"]}

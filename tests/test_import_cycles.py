@@ -1,6 +1,6 @@
-"""No package of flightlog imports itself in a circle: every import counts, those under
-``if TYPE_CHECKING:`` and inside functions too, so the modules can be read (and
-changed) from the bottom up."""
+"""No package of flightlog, nor the benchmark harness, imports itself in a circle: every
+import counts, those under ``if TYPE_CHECKING:`` and inside functions too, so the modules
+can be read (and changed) from the bottom up."""
 
 from __future__ import annotations
 
@@ -11,17 +11,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Each package's directory: flightlog.protocol, flightlog.sdk, flightlog.cli, flightlog.daemon.
-PACKAGES = sorted(
-    path for path in ROOT.glob("*/src/flightlog/*") if (path / "__init__.py").exists()
-)
+#: Each package's directory: flightlog.protocol, flightlog.sdk, flightlog.cli,
+#: flightlog.integrations, flightlog.daemon; and the repository's own top-level bench.
+PACKAGES = [
+    *sorted(path for path in ROOT.glob("*/src/flightlog/*") if (path / "__init__.py").exists()),
+    ROOT / "bench",
+]
 
 
 def modules_of(package: Path) -> dict[str, Path]:
-    """Every module under ``package`` (a directory named flightlog/NAME), by dotted name."""
+    """Every module under ``package`` (a directory named flightlog/NAME, or a top-level
+    package such as bench), by dotted name."""
+    top = package.parent.parent if package.parent.name == "flightlog" else package.parent
     found = {}
     for path in package.rglob("*.py"):
-        parts = path.relative_to(package.parent.parent).with_suffix("").parts
+        parts = path.relative_to(top).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         found[".".join(parts)] = path
@@ -98,7 +102,7 @@ def import_graph(packages: Iterable[Path]) -> dict[str, set[str]]:
 
 def test_the_packages_are_found() -> None:
     names = {package.name for package in PACKAGES}
-    assert {"protocol", "sdk", "cli", "daemon"} <= names
+    assert {"protocol", "sdk", "cli", "integrations", "daemon", "bench"} <= names
 
 
 @pytest.mark.parametrize("package", [pytest.param(path, id=path.name) for path in PACKAGES])
@@ -159,3 +163,16 @@ def test_one_way_imports_are_no_cycle(tmp_path: Path) -> None:
     graph = import_graph([package])
     assert graph["flightlog.demo._a"] == {"flightlog.demo._b", "flightlog.demo._c"}
     assert cycles(graph) == []
+
+
+def test_a_cycle_in_a_top_level_package_is_found(tmp_path: Path) -> None:
+    # As bench._systems and bench._syslog once were: one imports the other inside a method.
+    package = tmp_path / "harness"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_systems.py").write_text("def agent():\n    from ._syslog import Agent\n")
+    (package / "_syslog.py").write_text("from ._systems import System\n")
+    (package / "_report.py").write_text("from harness._systems import agent\n")
+    graph = import_graph([package])
+    assert graph["harness._report"] == {"harness._systems"}
+    assert cycles(graph) == [["harness._syslog", "harness._systems"]]

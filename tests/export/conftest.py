@@ -14,7 +14,7 @@ from .phoenix_backend import Phoenix, phoenix_command
 def phoenix() -> Iterator[Phoenix]:
     """One Arize Phoenix for every export test (it takes about 20 s to start)."""
     if phoenix_command() is None:
-        pytest.skip("arize-phoenix is not installed here (uv sync installs it with the dev group)")
+        pytest.skip("arize-phoenix is not installed here (the export group: uv run --all-groups)")
     workdir = Path(tempfile.mkdtemp(prefix="fl-phoenix-"))
     backend = Phoenix(workdir).start()
     try:

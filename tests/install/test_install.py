@@ -1,7 +1,9 @@
 """The distributions as a user gets them: built with ``uv build``, installed with the
 commands docs/operations.md and docs/sdk.md give, into environments outside the
 workspace, and run from there: the installed ``flightlogd``, an agent recording through
-the installed SDK, the installed ``flightlog tail``, ``show`` and ``check``.
+the installed SDK, the installed ``flightlog tail``, ``show`` and ``check``.  And the
+README's quick start, ``uv run flightlog demo``, into a fresh environment of the
+workspace: it installs what running flightlog needs and nothing the tests need.
 
 The third-party dependencies come from PyPI (or uv's cache); flightlog's own come only
 from the wheels built here.
@@ -9,9 +11,11 @@ from the wheels built here.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -23,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from support import DaemonProcess
+from flightlog.sdk import check
+from support import DaemonProcess, wait_for
 
 WORKSPACE = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = ("flightlog-protocol", "flightlog-sdk", "flightlogd")
@@ -250,3 +255,75 @@ def test_the_documented_install_from_a_checkout(outside: Outside) -> None:
     for program in ("flightlogd", "flightlog"):
         shown = outside.run(tools / "bin" / program, "--version")
         assert shown.stdout == f"{program} 0.1.0\n", shown.stderr
+
+
+#: At most this many distributions for the quick start (the three of flightlog included).
+FIRST_RUN_PACKAGES = 30
+#: Test-only tools and test backends that the quick start must not install.
+TEST_ONLY = {"pytest", "hypothesis", "mypy", "ruff", "arize-phoenix", "pydantic-ai", "langchain"}
+
+
+def _readme_demo_command() -> list[str]:
+    """The README's quick start command, after its `pip install uv &&`."""
+    text = (WORKSPACE / "README.md").read_text()
+    (line,) = (line for line in text.splitlines() if line.endswith(" flightlog demo"))
+    command = shlex.split(line.split("&&")[-1])
+    assert command[:2] == ["uv", "run"], line
+    return command
+
+
+def test_the_quick_start_installs_only_what_running_flightlog_needs(outside: Outside) -> None:
+    uv, _, *rest = _readme_demo_command()
+    base = outside.base / "first-run"
+    env = {
+        "UV_PROJECT_ENVIRONMENT": str(base / "venv"),  # a fresh environment, not .venv
+        "FLIGHTLOG_SOCKET": str(base / "run" / "flightlog.sock"),
+        "FLIGHTLOG_ROOT": str(base / "root"),
+    }
+    # The README's command as written (--frozen: the lock is the checkout's, untouched).
+    demo = subprocess.run(
+        [_uv(), "run", "--frozen", *rest, "--fast"],
+        cwd=WORKSPACE,
+        env={**outside.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        assert demo.returncode == 0, demo.stderr
+        assert "started flightlogd" in demo.stderr
+        listed = outside.run(uv, "pip", "list", "--python", base / "venv" / "bin" / "python")
+        assert listed.returncode == 0, listed.stderr
+        names = {line.split()[0] for line in listed.stdout.splitlines()[2:]}
+        assert {"flightlog-protocol", "flightlog-sdk", "flightlogd"} <= names
+        assert len(names) <= FIRST_RUN_PACKAGES, sorted(names)
+        assert not names & TEST_ONLY
+        report = check(base / "root" / "demo" / "session.jsonl")
+        assert report.sound, report.error
+    finally:
+        _stop_the_demos_daemon(base / "venv" / "bin" / "flightlog", env)
+
+
+def _stop_the_demos_daemon(flightlog: Path, env: dict[str, str]) -> None:
+    """SIGTERM the daemon the demo left running (as the README says), and wait for it."""
+    status = subprocess.run(
+        [str(flightlog), "status", "--json"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if status.returncode != 0:
+        return  # none running
+    pid = json.loads(status.stdout)["pid"]
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: _exited(pid), timeout=30)
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` is gone, or a zombie its new parent has yet to reap."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"

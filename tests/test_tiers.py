@@ -1,0 +1,49 @@
+"""The fast tier (``pytest --fast``, README) is what tests/conftest.py says: tests of the
+protocol and the SDK (and the import-cycle and README checks) that start no process and
+run no long property test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+from conftest import FAST_DIRECTORIES, FAST_FILES, STARTS_PROCESSES
+
+TESTS = Path(__file__).resolve().parent
+
+
+@cache
+def _collect(*args: str) -> tuple[str, ...]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *args],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return tuple(line for line in done.stdout.splitlines() if "::" in line)
+
+
+def test_the_fast_tier_starts_no_process() -> None:
+    nodes = _collect("--fast")
+    assert len(nodes) > 500, nodes  # the protocol's and the SDK's own tests
+    files = {node.split("::")[0] for node in nodes}
+    for name in files:
+        relative = Path(name).relative_to("tests")
+        assert relative.parts[0] in FAST_DIRECTORIES or relative.as_posix() in FAST_FILES
+        text = (TESTS.parent / name).read_text()
+        assert not [word for word in STARTS_PROCESSES if word in text], name
+    # A test with a daemon, and a long property test, of the same places are left out.
+    assert not any("test_e2e.py" in node for node in nodes)
+    long_property = "test_speedups.py::test_mutated_json_is_never_accepted_where_python_refuses"
+    assert not any(node.endswith(long_property) for node in nodes)
+    assert "tests/protocol/test_codec.py" in files
+    assert "tests/sdk/test_client_sync.py" in files
+
+
+def test_the_fast_marker_selects_the_same_tests() -> None:
+    places = ["tests/protocol", "tests/sdk", *(f"tests/{name}" for name in FAST_FILES)]
+    assert set(_collect("-m", "fast", *places)) == set(_collect("--fast"))

@@ -23,7 +23,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
 from flightlog.integrations import Recorder
-from flightlog.integrations.pydantic_ai import Flightlog, _request_messages
+from flightlog.integrations._pydantic_ai_messages import request_messages, system_prompt
+from flightlog.integrations.pydantic_ai import Flightlog
 from flightlog.protocol import default_codec
 from flightlog.sdk import CallNotFound, Transcript, check, conversation
 from support import DaemonProcess
@@ -51,10 +52,9 @@ def recorder(daemon: DaemonProcess) -> Iterator[Recorder]:
 def plain(messages: list[ModelMessage]) -> dict[str, Any]:
     """What the integration makes of the messages a model was handed, as JSON values:
     the system prompt and the messages, which a rebuilt prompt must equal."""
-    system, converted = _request_messages(messages)
     return {
-        "system": system,
-        "messages": msgspec.json.decode(default_codec.encode_value(converted)),
+        "system": system_prompt(messages),
+        "messages": msgspec.json.decode(default_codec.encode_value(request_messages(messages))),
     }
 
 

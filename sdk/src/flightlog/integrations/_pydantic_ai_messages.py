@@ -10,7 +10,15 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
-__all__ = ["assistant", "config", "declaration", "request_messages", "to_usage", "user_part"]
+__all__ = [
+    "assistant",
+    "config",
+    "declaration",
+    "request_messages",
+    "system_prompt",
+    "to_usage",
+    "user_part",
+]
 
 _SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
 
@@ -51,6 +59,23 @@ def declaration(tool: ToolDefinition) -> events.ToolDeclaration:
 
 def user_part(part: Any) -> Any:
     return events.TextPart(text=part) if isinstance(part, str) else part
+
+
+def system_prompt(messages: Sequence[Any]) -> str | None:
+    """The system prompt a model gets with ``messages``: the system prompt parts of the
+    whole history, then the instructions of its latest request (the integration keeps
+    the parts it read, so that a continuing request reads only its new messages')."""
+    parts = [
+        part.content
+        for message in messages
+        for part in getattr(message, "parts", ())
+        if getattr(part, "part_kind", None) == "system-prompt"
+    ]
+    instructions = next(
+        (m.instructions for m in reversed(messages) if not isinstance(m, ModelResponse)), None
+    )
+    system = [*parts, *([str(instructions)] if instructions else [])]
+    return "\n\n".join(system) if system else None
 
 
 def request_messages(messages: Sequence[Any]) -> list[Any]:

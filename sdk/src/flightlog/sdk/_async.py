@@ -443,7 +443,7 @@ class AsyncClient(_AsyncResource):
                 if len(frames) == 1:
                     data = conn.keep(session_id, frames[0])
                 else:
-                    data = b"".join([conn.keep(session_id, frame) for frame in frames])
+                    data = conn.keep_all(session_id, frames)
                 queued = conn.take_outbox()
                 await self._transport.send(queued + data if queued else data)
         except ConnectionLost as exc:
@@ -451,8 +451,8 @@ class AsyncClient(_AsyncResource):
             if not self._reconnecting():
                 raise
             await self._recover(generation)
-        if conn.backlogged:
-            conn.backlogged = False
+        if conn.full(session_id):
+            # keep() asked for the acknowledgement this waits for.
             await self._receive_until(lambda: not conn.full(session_id))
 
     def _reconnecting(self) -> bool:

@@ -146,7 +146,7 @@ from flightlog.protocol import (
 
 from ._exceptions import ConnectionLost, DaemonError
 
-__all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending"]
+__all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending", "sticky_of"]
 
 #: Bytes of records a session keeps until the daemon acknowledges them.
 DEFAULT_MAX_UNACKED = 8 * 1024 * 1024
@@ -1073,12 +1073,12 @@ class ClientConnection:
 
     def sticky_error(self, session_id: str, run_id: str | None) -> RecordingError | None:
         """The error pushed for this run, else the session's failure, else None."""
-        session = self._sessions.get(session_id)
-        if session is None:
-            return None
-        if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
-            return sticky
-        return session.failure
+        return sticky_of(self._sessions.get(session_id), run_id)
+
+    def session_state(self, session_id: str) -> SessionMachine[RecordingError] | None:
+        """The rules and sticky errors of a session this client writes (None when it
+        does not), which outlive its closing: a run keeps its own."""
+        return self._sessions.get(session_id)
 
     def tail_ready(self, subscription: int) -> bool:
         """Whether :meth:`next_tail` has something (or the connection failed, or frames
@@ -1345,6 +1345,18 @@ class ClientConnection:
         if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
             raise sticky
         session.check(op, run_id)
+
+
+def sticky_of(
+    session: SessionMachine[RecordingError] | None, run_id: str | None
+) -> RecordingError | None:
+    """The error pushed for the run ``run_id`` of ``session``, else the session's
+    failure, else None."""
+    if session is None:
+        return None
+    if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
+        return sticky
+    return session.failure
 
 
 def _ack_seq(reply: Ack) -> int:

@@ -9,6 +9,8 @@ subscriber that does not read) in threads of this process; the daemon is a real
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -451,3 +453,33 @@ def test_following_from_beyond_the_end_of_a_file_at_rest_reads_on_once_it_grows(
             # run_start, 5 records, run_close after the first ``last`` lines.
             assert end == last + 7
             assert _seqs(beyond) == list(range(last + 4, end + 1))
+
+
+def test_a_timeout_error_of_the_callers_own_ends_a_follow(daemon: DaemonProcess) -> None:
+    """A TimeoutError raised by the caller's signal handler while a follow waits is the
+    caller's, not a broken connection: it ends the iteration, and the connection goes
+    on (no reconnect)."""
+    last = _write(daemon, "alarm.jsonl", 2, close=False)
+
+    def deadline(signum: int, frame: object) -> None:
+        raise TimeoutError("the caller's deadline")
+
+    # SIGUSR1 from another thread, not SIGALRM: pytest-timeout keeps that one.
+    previous = signal.signal(signal.SIGUSR1, deadline)
+    alarm = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        with connect(daemon.socket) as client:
+            with client.tail("alarm.jsonl", follow=True) as follow:
+                seqs = []
+                with pytest.raises(TimeoutError, match="the caller's deadline"):
+                    for record in follow:
+                        seqs.append(record.seq)
+                        if record.seq == last:
+                            # Nothing more comes: the follow waits in a receive.
+                            alarm.start()
+                assert seqs == list(range(1, last + 1))
+            assert client.reconnects == 0
+            assert client.status().uptime > 0  # the same connection answers
+    finally:
+        alarm.cancel()
+        signal.signal(signal.SIGUSR1, previous)

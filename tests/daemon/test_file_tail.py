@@ -16,10 +16,21 @@ from flightlog.protocol import FileFormatError, Record, encode_line
 SID = "0123456789abcdef0123456789abcdef"
 
 
-def tail(tmp_path: Path, content: bytes, *, offset: int = 0, next_seq: int = 1) -> _FileTail:
+def tail(
+    tmp_path: Path,
+    content: bytes,
+    *,
+    offset: int = 0,
+    next_seq: int = 1,
+    offset_seq: int | None = None,
+) -> _FileTail:
+    """A reader of ``content`` from ``offset``, where the line ``offset_seq`` starts
+    (default: ``next_seq``, or 1 at the start of the file)."""
     (tmp_path / "s.jsonl").write_bytes(content)
     roots = Roots(str(tmp_path))
-    return _FileTail(roots, roots.resolve("s.jsonl"), offset, next_seq, 64 * 1024)
+    if offset_seq is None:
+        offset_seq = next_seq if offset else 1
+    return _FileTail(roots, roots.resolve("s.jsonl"), offset, offset_seq, next_seq, 64 * 1024)
 
 
 def seqs(lines: list[bytes]) -> list[int]:
@@ -69,6 +80,24 @@ def test_resumed_mid_file_it_keeps_the_session_and_the_line_numbers(tmp_path: Pa
     with pytest.raises(FileFormatError) as caught:
         reader.read_batch()
     assert caught.value.line == 5
+
+
+def test_read_on_past_the_end_after_a_seq_the_file_did_not_hold_yet(tmp_path: Path) -> None:
+    """Asked for the lines after seq 8 of a file of 6: nothing yet, and where it stopped
+    is the end of the file with the seq of the line to come there (7), not 9; read on
+    from there once the file grew, the lines before 9 are checked and skipped."""
+    lines = sound_lines(SID, 6)  # seqs 1 to 9
+    reader = tail(tmp_path, b"".join(lines[:6]), next_seq=9)
+    assert reader.read_batch() == []
+    assert (reader.next_seq, reader.offset, reader.offset_seq) == (9, len(b"".join(lines[:6])), 7)
+    again = tail(
+        tmp_path,
+        b"".join(lines),
+        offset=reader.offset,
+        offset_seq=reader.offset_seq,
+        next_seq=reader.next_seq,
+    )
+    assert seqs(again.read_batch()) == [9]
 
 
 def test_an_unfinished_last_line_is_awaited(tmp_path: Path) -> None:

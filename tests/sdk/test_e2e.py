@@ -635,3 +635,40 @@ def test_tail_says_how_the_daemon_ended_it(daemon: DaemonProcess) -> None:
             session.close()
             assert [r.type for r in follow] == ["run_start", "turn_start", "run_close"]
         assert follow.end_reason == "session_closed"
+
+
+def test_a_run_keeps_its_sticky_error_once_its_session_is_closed(
+    daemon: DaemonProcess,
+) -> None:
+    with connect(daemon.socket, codec=BogusCodec()) as client:
+        session = client.create("closed-keeps.jsonl")
+        run = session.begin_run()
+        run.record(AgentEnd())  # refused
+        session.sync()  # the refusal is pushed before this answer
+        pushed = run.error
+        assert pushed is not None and pushed.code == "bad_event"
+        session.close()  # the run left open
+        assert run.error is pushed
+        closed = session.client.create("closed-keeps-2.jsonl").begin_run()
+        with pytest.raises(RecordingError) as on_close:
+            closed.record(AgentEnd())
+            closed.session.sync()
+            closed.close()
+        assert closed.error is on_close.value
+        closed.session.close()
+        assert closed.error is on_close.value
+
+
+@pytest.mark.anyio
+async def test_an_async_run_keeps_its_sticky_error_once_its_session_is_closed(
+    daemon: DaemonProcess,
+) -> None:
+    async with aconnect(daemon.socket, codec=BogusCodec()) as client:
+        session = await client.create("closed-keeps.jsonl")
+        run = await session.begin_run()
+        await run.record(AgentEnd())  # refused
+        await session.sync()
+        pushed = run.error
+        assert pushed is not None and pushed.code == "bad_event"
+        await session.aclose()
+        assert run.error is pushed

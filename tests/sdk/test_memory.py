@@ -32,7 +32,7 @@ from flightlog.protocol import (
 )
 from flightlog.sdk import MemoryDaemon
 from flightlog.sdk._memory import MemoryConnection
-from support import DaemonProcess, RawClient
+from support import DaemonProcess, RawClient, read_lines
 
 
 class Peer(Protocol):
@@ -204,3 +204,47 @@ def test_the_memory_daemon_answers_as_flightlogd_does(daemon: DaemonProcess) -> 
     assert real[-4] == [("last_run", None), ("seq", "8")]
     assert real[-3] == [("ErrorReply", "bad_message")]
     assert real[-1] == [("meta", repr({"tags": {"1": "one", "2": [{"3": 4}]}}))]
+
+
+def reused_run_ids(peer: Peer) -> list[list[tuple[str, str | None]]]:
+    """A new run under the id of a run the file holds: closed in this opening, closed
+    in an earlier one, or cut (resumable); then a fresh id, accepted."""
+    out: list[list[tuple[str, str | None]]] = []
+
+    def ask(message: Message) -> list[Any]:
+        received = peer.request(message)
+        out.append(kinds(received))
+        return received
+
+    ask(Hello(id=1, version=PROTOCOL_VERSION, client="reuse", pid=1))
+    [opened] = ask(Create(id=2, path="reuse.jsonl"))
+    sid = opened.session_id
+    ask(BeginRun(id=3, session_id=sid, time=now(), run_id="a" * 32))
+    ask(CloseRun(id=4, session_id=sid, run_id="a" * 32, time=now()))
+    ask(BeginRun(id=5, session_id=sid, time=now(), run_id="a" * 32))
+    ask(BeginRun(id=6, session_id=sid, time=now(), run_id="b" * 32))
+    ask(CloseSession(id=7, session_id=sid))  # run b cut
+    [again] = ask(Open(id=8, path="reuse.jsonl"))
+    ask(BeginRun(id=9, session_id=again.session_id, time=now(), run_id="a" * 32))
+    ask(BeginRun(id=10, session_id=again.session_id, time=now(), run_id="b" * 32))
+    ask(BeginRun(id=11, session_id=again.session_id, time=now(), run_id="c" * 32))
+    return out
+
+
+def test_a_new_run_under_the_id_of_a_run_in_the_file_is_refused(daemon: DaemonProcess) -> None:
+    """docs/protocol.md: a ``begin_run`` whose ``run_id`` names a run the file already
+    holds is refused with ``bad_message``: a closed run's id as well as a cut one's, in
+    flightlogd and in the memory daemon alike."""
+    real = Real(daemon)
+    try:
+        answers = reused_run_ids(real)
+    finally:
+        real.client.close()
+    assert reused_run_ids(Memory(MemoryDaemon())) == answers
+    refused = [("ErrorReply", "bad_message")]
+    assert answers[4] == refused  # closed in this opening
+    assert answers[8] == refused  # closed in an earlier opening
+    assert answers[9] == refused  # cut
+    assert answers[10] == [("RunStarted", None)]
+    lines = read_lines(daemon.root / "reuse.jsonl")
+    assert [line["type"] for line in lines].count("run_start") == 3

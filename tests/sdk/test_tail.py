@@ -9,6 +9,8 @@ subscriber that does not read) in threads of this process; the daemon is a real
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -423,3 +425,61 @@ async def test_async_tail_follows_until_the_session_closes(daemon: DaemonProcess
         seqs = [record.seq async for record in client.tail("async.jsonl", after=3)]
     # _write closed its client, which released the session: a file at rest now.
     assert seqs == list(range(4, last + 1))
+
+
+def test_following_from_beyond_the_end_of_a_file_at_rest_reads_on_once_it_grows(
+    daemon: DaemonProcess,
+) -> None:
+    """A follow after a seq the file does not hold yet, of a session no writer holds: the
+    daemon reads the file to its end (nothing to send), then the file again from where
+    it stopped once a writer opens it.  Where it stopped is a line before the seq asked
+    for: reading on from there is not a ``session_corrupt`` naming that line."""
+    last = _write(daemon, "beyond.jsonl", 3)
+    with connect(daemon.socket) as reader:
+        # No writer, no subscriber: the daemon lets go of the session.
+        wait_for(lambda: all(s.path != "beyond.jsonl" for s in reader.status().sessions))
+        with reader.tail("beyond.jsonl", after=last + 3, follow=True) as beyond:
+            # The connection's catch-ups read one at a time, in order: once this one
+            # is done, so is the first read of ``beyond``.
+            with reader.tail("beyond.jsonl") as whole:
+                assert _seqs(whole) == list(range(1, last + 1))
+            with connect(daemon.socket, client_name="writer") as writer:
+                session = writer.open("beyond.jsonl")
+                with session.begin_run() as run:
+                    for i in range(5):
+                        run.record(TurnStart(turn_index=i))
+                end = session.sync()
+                session.close()
+            # run_start, 5 records, run_close after the first ``last`` lines.
+            assert end == last + 7
+            assert _seqs(beyond) == list(range(last + 4, end + 1))
+
+
+def test_a_timeout_error_of_the_callers_own_ends_a_follow(daemon: DaemonProcess) -> None:
+    """A TimeoutError raised by the caller's signal handler while a follow waits is the
+    caller's, not a broken connection: it ends the iteration, and the connection goes
+    on (no reconnect)."""
+    last = _write(daemon, "alarm.jsonl", 2, close=False)
+
+    def deadline(signum: int, frame: object) -> None:
+        raise TimeoutError("the caller's deadline")
+
+    # SIGUSR1 from another thread, not SIGALRM: pytest-timeout keeps that one.
+    previous = signal.signal(signal.SIGUSR1, deadline)
+    alarm = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        with connect(daemon.socket) as client:
+            with client.tail("alarm.jsonl", follow=True) as follow:
+                seqs = []
+                with pytest.raises(TimeoutError, match="the caller's deadline"):
+                    for record in follow:
+                        seqs.append(record.seq)
+                        if record.seq == last:
+                            # Nothing more comes: the follow waits in a receive.
+                            alarm.start()
+                assert seqs == list(range(1, last + 1))
+            assert client.reconnects == 0
+            assert client.status().uptime > 0  # the same connection answers
+    finally:
+        alarm.cancel()
+        signal.signal(signal.SIGUSR1, previous)

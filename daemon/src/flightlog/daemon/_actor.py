@@ -302,9 +302,10 @@ class SessionActor:
     def _begin_run(self, batch: Batch, start: StartRun) -> Reply:
         self._check_writable()
         request, run_id = start.request, start.run_id
-        check_run_start(start, self.file.last_run, self.file.interrupted_runs)
+        check_run_start(start, self.file.last_run, self.file.runs)
         if request.resume is not None:
             return self._resume_run(batch, request, run_id)
+        self.file.runs.add(run_id)
         self.run_id = run_id
         self.run_items = 0
         self.file.last_run = None

@@ -99,6 +99,8 @@ class SessionFile:
     ident: tuple[int, int] = (0, 0)
     checkpoint: CheckpointRef | None = None
     interrupted_runs: list[str] = field(default_factory=list)
+    #: Every run the file holds, closed or not: a new run's id must be none of them.
+    runs: set[str] = field(default_factory=set)
     truncated_bytes: int = 0
     #: The last run, when it has no run_close (a writer may resume it), and how many
     #: agent facts and checkpoints it holds.
@@ -184,6 +186,7 @@ class SessionFile:
     @classmethod
     def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int) -> SessionFile:
         open_runs: dict[str, None] = {}
+        runs: set[str] = set()
         checkpoint: CheckpointRef | None = None
         last_run: str | None = None
         items = 0
@@ -191,6 +194,7 @@ class SessionFile:
         for record in read_on(fd, reader, to_the_end=True):
             if record.type == RUN_START and record.run_id:
                 open_runs[record.run_id] = None
+                runs.add(record.run_id)
                 last_run, items = record.run_id, 0
             elif record.type == RUN_CLOSE and record.run_id:
                 open_runs.pop(record.run_id, None)
@@ -212,6 +216,7 @@ class SessionFile:
             size=reader.offset,
             checkpoint=checkpoint,
             interrupted_runs=list(open_runs),
+            runs=runs,
             truncated_bytes=reader.position - reader.offset,
             last_run=last_run,
             last_run_items=items if last_run is not None else 0,

@@ -115,7 +115,11 @@ class Subscription:
         self.types = frozenset(request.types) if request.types else None
         self.run_id = request.run_id
         self.next_seq = request.after + 1
-        self.offset = 0  # file offset of the line with seq == next_seq, once known
+        # Where the file is read on from (0: its start) and the seq of the line there:
+        # the line with seq == next_seq, or one before it when the subscriber asked
+        # for seqs the file did not hold yet.
+        self.offset = 0
+        self.offset_seq = 1
         self.live: deque[tuple[bytes, int, int, int, str]] = deque()
         self.live_bytes = 0
         self.overflowed = False
@@ -249,7 +253,9 @@ class Subscription:
 
     async def _catch_up(self) -> None:
         assert self.resolved is not None
-        reader = _FileTail(self._roots, self.resolved, self.offset, self.next_seq, self._max_line)
+        reader = _FileTail(
+            self._roots, self.resolved, self.offset, self.offset_seq, self.next_seq, self._max_line
+        )
         disk = self._disks.reader(self.resolved.root)
         while True:
             # One batch read and sent at a time per connection: a client that tails many
@@ -257,7 +263,7 @@ class Subscription:
             async with self.shared.reading:
                 lines = await disk.run(reader.read_batch)
                 self.next_seq = reader.next_seq
-                self.offset = reader.offset
+                self.offset, self.offset_seq = reader.offset, reader.offset_seq
                 if lines:
                     await self._send([line for line in lines if self._wanted(line)], None)
                 elif reader.at_end:
@@ -272,7 +278,7 @@ class Subscription:
                 if last_seq < self.next_seq:
                     continue
                 skip = self.next_seq - first_seq if self.next_seq > first_seq else 0
-                self.next_seq = last_seq + 1
+                self.next_seq = self.offset_seq = last_seq + 1
                 self.offset = end_offset
             else:
                 skip = 0
@@ -299,25 +305,33 @@ class _FileTail:
     :class:`LineReader`, so a tail keeps every reading rule (blocking: call
     :meth:`read_batch` from a disk thread).
 
-    At ``offset`` 0 the file is read from line 1; past it, the reader resumes there
-    with the file's ``session_id`` (read from line 1) and the line number ``next_seq``
-    (line *n* holds seq *n* in the part of a file already read).  A broken line raises
-    the reader's :class:`FileFormatError`, naming the line, once the lines before it are
+    At ``offset`` 0 the file is read from line 1; past it, the reader resumes there with
+    the file's ``session_id`` (read from line 1) and the line number ``offset_seq``, the
+    seq of the line at ``offset`` (line *n* holds seq *n* in the part of a file already
+    read); lines before ``next_seq`` are read and skipped.  A broken line raises the
+    reader's :class:`FileFormatError`, naming the line, once the lines before it are
     returned.  A final line without ``\\n`` is awaited (the writer may be finishing it),
     or ignored at the end of a file at rest; a file without a complete first line is
-    refused.  The file is opened for each batch and closed before the batch is sent, so
-    a subscriber that does not read holds no descriptor while it keeps the daemon
-    waiting.  Every batch must come from the same file (inode); only regular files are
-    read; a line longer than ``max_line`` (what a frame carries) is refused, and no
-    more than that of a line is held.
+    refused.  The file is opened for each batch and closed before the batch is sent, so a
+    subscriber that does not read holds no descriptor while it keeps the daemon waiting.
+    Every batch must come from the same file (inode); only regular files are read; a
+    line longer than ``max_line`` (what a frame carries) is refused, and no more than
+    that of a line is held.
     """
 
     def __init__(
-        self, roots: Roots, resolved: ResolvedPath, offset: int, next_seq: int, max_line: int
+        self,
+        roots: Roots,
+        resolved: ResolvedPath,
+        offset: int,
+        offset_seq: int,
+        next_seq: int,
+        max_line: int,
     ) -> None:
         self.roots = roots
         self.resolved = resolved
         self.offset = offset
+        self.offset_seq = offset_seq
         self.next_seq = next_seq
         self.max_line = max_line
         self._reader: LineReader | None = None
@@ -355,7 +369,7 @@ class _FileTail:
             reader = self._reader or self._start(fd)
             start = reader.position
             for record in read_on(fd, reader, to_the_end=False, limit=_STEP_BYTES):
-                self.offset = reader.offset
+                self.offset, self.offset_seq = reader.offset, record.seq + 1
                 if record.seq >= self.next_seq:
                     self.next_seq = record.seq + 1
                     size += len(reader.line)
@@ -388,7 +402,7 @@ class _FileTail:
             next(read_on(fd, header, to_the_end=True))
             assert header.session_id is not None
             reader = LineReader.resume(
-                header.session_id, self.next_seq - 1, self.offset, max_line_bytes=self.max_line
+                header.session_id, self.offset_seq - 1, self.offset, max_line_bytes=self.max_line
             )
         self._reader = reader
         return reader

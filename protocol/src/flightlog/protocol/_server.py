@@ -674,11 +674,11 @@ def line_bound(max_frame_size: int) -> int:
     return min(max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES)
 
 
-def check_run_start(start: StartRun, last_run: str | None, cut_runs: Collection[str]) -> None:
+def check_run_start(start: StartRun, last_run: str | None, runs: Collection[str]) -> None:
     """The rule of a ``begin_run`` that only the session's file can apply: ``last_run``
-    is the file's last run when it has no ``run_close``, ``cut_runs`` every run it holds
-    without one.  Raises :class:`LocalProtocolError`: ``run_not_open`` for a resume of
-    any other run, ``bad_message`` for a new run whose id is one of ``cut_runs``.  The
+    is the file's last run when it has no ``run_close``, ``runs`` every run it holds
+    (closed or not).  Raises :class:`LocalProtocolError`: ``run_not_open`` for a resume
+    of any other run, ``bad_message`` for a new run whose id is one of ``runs``.  The
     owner refuses it with :meth:`ServerConnection.refuse` (or answers it itself and
     calls :meth:`ServerConnection.run_not_opened`)."""
     run_id = start.run_id
@@ -688,7 +688,7 @@ def check_run_start(start: StartRun, last_run: str | None, cut_runs: Collection[
                 f"run {run_id[:32]} is not the session's last run left without run_close",
                 code=ErrorCode.RUN_NOT_OPEN,
             )
-    elif run_id in cut_runs:
+    elif run_id in runs:
         raise LocalProtocolError(
             f"run id {run_id} is not fresh: the file has a run with it",
             code=ErrorCode.BAD_MESSAGE,

@@ -37,11 +37,23 @@ Riding through a daemon restart
 Each session the client writes has a :class:`_Writer`: its path, its open run, and the
 frames of that run's records the daemon has not acknowledged yet, numbered from 1 with
 the run's checkpoints (the run's *items*).  :meth:`~ClientConnection.keep` numbers a
-record as it is sent; the replies to ``sync``, ``save_checkpoint`` and ``close_run``
-acknowledge every item sent before them, and once the kept frames pass half of
-``max_unacked`` bytes a ``sync`` that does not fsync (``durable`` false) goes out
-behind a record to acknowledge them.  The caller waits while they pass ``max_unacked``
-(:meth:`~ClientConnection.full`).
+record as it is sent (:meth:`~ClientConnection.keep_all` several sent at once); the
+replies to ``sync``, ``save_checkpoint`` and ``close_run`` acknowledge every item sent
+before them.  Once the kept frames pass half of ``max_unacked`` bytes, a ``sync`` that
+does not fsync (``durable`` false) goes out behind the record to acknowledge them,
+unless an acknowledgement is on its way already.  The caller that sent a record waits
+while the kept frames pass ``max_unacked`` (:meth:`~ClientConnection.full`), until the
+connection fails.
+
+The invariant that makes every such wait end: *while a session's kept frames pass
+``max_unacked``, a request on the connection asks the daemon to acknowledge every item
+sent.*  The frames only pass the bound in :meth:`~ClientConnection.keep`, which then
+sends a ``sync`` behind them unless a request already covers the last item; each
+later record kept while they are past it does the same; and after a reconnect
+:meth:`~ClientConnection.replay` sends one behind the frames it sends again.  So
+however large one record is, however many were held back and sent together, and
+whatever acknowledgement was on its way when they crossed the bound, the reply that
+brings the kept frames back under it is coming.
 
 After a reconnect (:meth:`~ClientConnection.reset`), :meth:`~ClientConnection.reopen`
 opens each session again, and :meth:`~ClientConnection.resume` continues its run: the
@@ -81,7 +93,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from time import monotonic
@@ -138,7 +150,7 @@ from flightlog.protocol import (
 from ._diagnostics import RunDiagnostics, joined
 from ._exceptions import ConnectionLost, DaemonError
 
-__all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending"]
+__all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending", "sticky_of"]
 
 #: Bytes of records a session keeps until the daemon acknowledges them.
 DEFAULT_MAX_UNACKED = 8 * 1024 * 1024
@@ -200,7 +212,8 @@ class _Writer:
     """What a reconnect needs of a session this client writes (see the module docstring)."""
 
     __slots__ = (
-        "acking",
+        "acked",
+        "asked",
         "checkpoint_seq",
         "frames",
         "last_run",
@@ -217,20 +230,26 @@ class _Writer:
         self.run_id: str | None = None
         #: (item, frame) of the records sent and not acknowledged, in order.
         self.frames: deque[tuple[int, bytes]] = deque()
-        self.sent = 0
+        #: The last item sent; the last item a request on this connection asks the
+        #: daemon to acknowledge; the last item it acknowledged.  ``asked > acked``:
+        #: an acknowledgement is on its way.
+        self.sent = self.asked = self.acked = 0
         self.size = 0
-        self.acking = False
         #: What the last reopen found in the file.
         self.last_run: str | None = None
         self.resumed_items = 0
         self.checkpoint_seq: int | None = None
 
-    def start(self, run_id: str | None) -> None:
+    def start(self, run_id: str | None, items: int = 0) -> None:
+        """Number the items of ``run_id`` after ``items`` the file holds already."""
         self.run_id = run_id
         self.frames.clear()
-        self.sent = self.size = 0
+        self.sent = self.asked = self.acked = items
+        self.size = 0
 
     def acknowledged(self, item: int) -> None:
+        if item > self.acked:
+            self.acked = item
         frames = self.frames
         while frames and frames[0][0] <= item:
             self.size -= len(frames.popleft()[1])
@@ -330,9 +349,6 @@ class ClientConnection:
         self._writers: dict[str, _Writer] = {}
         #: Records sent and never written: dropped when the daemon stayed out of reach.
         self.lost = 0
-        #: Set by :meth:`keep` when a session's kept frames passed ``max_unacked``: the
-        #: caller waits until :meth:`full` is false (and clears it).
-        self.backlogged = False
         #: Request id -> (session, item, background): the items its reply acknowledges.
         self._marks: dict[int, tuple[str, int, bool]] = {}
         #: The daemon's Welcome, once the handshake is done.
@@ -430,9 +446,9 @@ class ClientConnection:
         if self._marks:
             mark = self._marks.pop(getattr(message, "id", 0), None)
             if mark is not None:
-                self._acknowledged(*mark)
+                self._acknowledged(mark[0], mark[1])
                 if mark[2]:
-                    return
+                    return  # a sync of keep's: nobody waits for its reply
         match message:
             case RecordFailed(session_id=session_id, run_id=run_id, code=code):
                 self._stick(session_id, run_id, RecordingError(message.message, code=code))
@@ -592,8 +608,7 @@ class ClientConnection:
             session = self._sessions.get(session_id)
             if session is not None:
                 session.begin_run(reply.run_id)
-                writer.start(reply.run_id)
-                writer.sent = writer.resumed_items
+                writer.start(reply.run_id, writer.resumed_items)
             return reply
 
         return self._begin(session_id, continued, resume=run_id)
@@ -831,9 +846,9 @@ class ClientConnection:
         """Number the record frame ``data`` as sent and keep it until acknowledged.
 
         Returns the frames to send: ``data``, followed by a ``sync`` that does not
-        fsync once the kept frames pass half of ``max_unacked``; sets
-        :attr:`backlogged` once they pass all of it.  Raises the connection's failure
-        (the frame kept: a reconnect sends it).
+        fsync when one is due (see :meth:`_ask`).  Raises the connection's failure
+        (the frame kept: a reconnect sends it).  The caller then waits while
+        :meth:`full`.
         """
         writer = self._writers.get(session_id)
         if writer is None:
@@ -845,16 +860,44 @@ class ClientConnection:
             raise self._failure
         if writer.size * 2 < self.max_unacked:
             return data
-        if writer.size > self.max_unacked:
-            self.backlogged = True
-        if writer.acking:
+        return data + self._ask(session_id, writer)
+
+    def keep_all(self, session_id: str, frames: Sequence[bytes]) -> bytes:
+        """:meth:`keep` for several record frames sent at once: one ``sync`` at most,
+        behind the last of them."""
+        writer = self._writers.get(session_id)
+        if writer is None:
+            return b"".join(frames)
+        for frame in frames:
+            writer.sent += 1
+            writer.frames.append((writer.sent, frame))
+            writer.size += len(frame)
+        if self._failure is not None:
+            raise self._failure
+        data = b"".join(frames)
+        if writer.size * 2 < self.max_unacked:
             return data
-        writer.acking = True
+        return data + self._ask(session_id, writer)
+
+    def _ask(self, session_id: str, writer: _Writer) -> bytes:
+        """The ``sync`` (no fsync) asking the daemon to acknowledge every item sent, or
+        ``b""`` when none is due.
+
+        Past half of ``max_unacked``, one is asked for unless one is on its way.  Past
+        all of it the caller is about to wait (:meth:`full`), so one is asked for
+        unless one on its way covers every item sent: a wait always has the
+        acknowledgement it waits for coming (the invariant of the module docstring),
+        whatever the size of the frames and however many were held back and sent at
+        once.
+        """
+        if writer.asked >= writer.sent or (
+            writer.asked > writer.acked and writer.size <= self.max_unacked
+        ):
+            return b""
+        writer.asked = writer.sent
         request_id = next(self._ids)
         self._marks[request_id] = (session_id, writer.sent, True)
-        return data + self._encoder.encode(
-            Sync(id=request_id, session_id=session_id, durable=False)
-        )
+        return self._encoder.encode(Sync(id=request_id, session_id=session_id, durable=False))
 
     def sending(self, request: Pending[Any]) -> None:
         """``request`` goes out now: note the items its reply will acknowledge."""
@@ -864,10 +907,13 @@ class ClientConnection:
         if request.kind == "checkpoint" and not request.item:  # an item of the run
             writer.sent += 1
             request.item = writer.sent
+        writer.asked = writer.sent
         self._marks[request.id] = (request.session_id or "", writer.sent, False)
 
     def full(self, session_id: str) -> bool:
-        """Whether the session's unacknowledged records fill ``max_unacked``."""
+        """Whether the session's unacknowledged records pass ``max_unacked``: the
+        caller that sent them waits until they do not (an acknowledgement of them is
+        on its way), or the connection fails."""
         writer = self._writers.get(session_id)
         return writer is not None and writer.size > self.max_unacked and self._failure is None
 
@@ -906,12 +952,10 @@ class ClientConnection:
             writer.size = 0
         return error
 
-    def _acknowledged(self, session_id: str, item: int, background: bool) -> None:
+    def _acknowledged(self, session_id: str, item: int) -> None:
         writer = self._writers.get(session_id)
         if writer is not None:
             writer.acknowledged(item)
-            if background:
-                writer.acking = False
 
     def reset(self) -> None:
         """Start over on a new connection: the sessions and their runs are kept.
@@ -928,7 +972,7 @@ class ClientConnection:
         self._marks.clear()
         self._outbox.clear()
         for writer in self._writers.values():
-            writer.acking = False
+            writer.asked = writer.acked  # the requests on their way went with it
         self._routes.clear()
         self._subscribing.clear()
         self._planning.clear()
@@ -982,9 +1026,15 @@ class ClientConnection:
         return self._begin(session_id, _same_started, resume=run_id)
 
     def replay(self, session_id: str) -> bytes:
-        """The kept frames of the session's run the file does not hold, to send again."""
+        """The kept frames of the session's run the file does not hold, to send again,
+        followed by a ``sync`` (no fsync) that acknowledges them: a caller that waited
+        for them on the old connection waits for it."""
         writer = self._writers[session_id]
-        return b"".join(frame for _, frame in writer.frames)
+        if not writer.frames:
+            return b""
+        data = b"".join(frame for _, frame in writer.frames)
+        writer.asked = writer.acked  # nothing on its way yet on this connection
+        return data + self._ask(session_id, writer)
 
     def forget_session(self, session_id: str, error: FlightlogError) -> None:
         """A reopen was refused: the session fails with ``error``, its kept frames go."""
@@ -1056,12 +1106,12 @@ class ClientConnection:
 
     def sticky_error(self, session_id: str, run_id: str | None) -> RecordingError | None:
         """The error pushed for this run, else the session's failure, else None."""
-        session = self._sessions.get(session_id)
-        if session is None:
-            return None
-        if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
-            return sticky
-        return session.failure
+        return sticky_of(self._sessions.get(session_id), run_id)
+
+    def session_state(self, session_id: str) -> SessionMachine[RecordingError] | None:
+        """The rules and sticky errors of a session this client writes (None when it
+        does not), which outlive its closing: a run keeps its own."""
+        return self._sessions.get(session_id)
 
     def tail_ready(self, subscription: int) -> bool:
         """Whether :meth:`next_tail` has something (or the connection failed, or frames
@@ -1328,6 +1378,18 @@ class ClientConnection:
         if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
             raise sticky
         session.check(op, run_id)
+
+
+def sticky_of(
+    session: SessionMachine[RecordingError] | None, run_id: str | None
+) -> RecordingError | None:
+    """The error pushed for the run ``run_id`` of ``session``, else the session's
+    failure, else None."""
+    if session is None:
+        return None
+    if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
+        return sticky
+    return session.failure
 
 
 def _ack_seq(reply: Ack) -> int:

@@ -91,6 +91,8 @@ class MemorySession:
         self.last_run_items = 0
         #: Runs left without run_close (a writer gone, or the session closed).
         self.interrupted_runs: list[str] = []
+        #: Every run the session holds, closed or not.
+        self.runs: set[str] = set()
         #: Set by :meth:`MemoryDaemon.break_disk`: every later write fails with it.
         self.broken: FlightlogError | None = None
         # (type, run_id) of each line
@@ -298,7 +300,7 @@ class MemoryDaemon:
                 self._opened(conn, request_id, session)
             case StartRun(request=request, run_id=run_id) if request.resume is not None:
                 session = self._by_id(request.session_id)
-                check_run_start(event, session.last_run, session.interrupted_runs)
+                check_run_start(event, session.last_run, session.runs)
                 items = session.last_run_items
                 data = _encode_json(
                     RunResumeData(pid=request.pid, client=request.client, items=items)
@@ -312,7 +314,8 @@ class MemoryDaemon:
                 server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
             case StartRun(request=request, run_id=run_id):
                 session = self._by_id(request.session_id)
-                check_run_start(event, session.last_run, session.interrupted_runs)
+                check_run_start(event, session.last_run, session.runs)
+                session.runs.add(run_id)
                 # Its peers live in this very process: these are what the kernel
                 # would say of them.
                 data = _encode_json(

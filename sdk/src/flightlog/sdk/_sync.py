@@ -41,7 +41,7 @@ from flightlog.protocol import (
     default_socket_path,
 )
 
-from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending
+from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending, sticky_of
 from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._models import CallRef
 from ._resume import Resumption, open_calls, repair_event
@@ -433,7 +433,7 @@ class Client(_Resource):
                 if len(frames) == 1:
                     data = conn.keep(session_id, frames[0])
                 else:
-                    data = b"".join([conn.keep(session_id, frame) for frame in frames])
+                    data = conn.keep_all(session_id, frames)
                 queued = conn.take_outbox()
                 self._transport.send(queued + data if queued else data)
         except ConnectionLost as exc:
@@ -441,8 +441,8 @@ class Client(_Resource):
             if not self._reconnecting():
                 raise
             self._recover(generation)
-        if conn.backlogged:
-            conn.backlogged = False
+        if conn.full(session_id):
+            # keep() asked for the acknowledgement this waits for.
             self._receive_until(lambda: not conn.full(session_id))
 
     def _reconnecting(self) -> bool:
@@ -699,6 +699,8 @@ class Run(_Resource):
         self.seq = started.seq
         self._client = session.client
         self._conn = session.client._conn
+        #: The session's sticky errors, kept after the session is closed.
+        self._state = self._conn.session_state(self.session_id)
         self._unencodable: RecordingError | None = None
         #: Best effort: the events not recorded, and why the first was not.
         self.dropped = 0
@@ -710,9 +712,9 @@ class Run(_Resource):
 
         The error the daemon pushed for this run (or its session), or the first event
         the codec could not encode (strict), else the first checkpoint it could not
-        encode.  ``run_close`` keeps it.
+        encode.  ``run_close`` keeps it, and so does the run once its session is closed.
         """
-        return self._conn.sticky_error(self.session_id, self.run_id) or self._unencodable
+        return sticky_of(self._state, self.run_id) or self._unencodable
 
     @property
     def diagnosed(self) -> int:

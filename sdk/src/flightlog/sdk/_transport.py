@@ -153,6 +153,14 @@ def _connect_failed(path: str, exc: OSError) -> ConnectError:
 
 
 def _lost(exc: BaseException) -> ConnectionLost:
+    """The :class:`ConnectionLost` an error of the socket means.
+
+    A :class:`TimeoutError` is raised again as it is: no socket here has a timeout, so it
+    is the caller's own (a signal handler's, raised while the client waited), not the
+    connection's, and must reach the caller.
+    """
+    if isinstance(exc, TimeoutError):
+        raise exc
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     return ConnectionLost(f"the connection to the daemon broke: {reason or type(exc).__name__}")
 

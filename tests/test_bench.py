@@ -64,6 +64,9 @@ ROWS = {
     "8": {"flightlog", "otel"},
     "8b": {"flightlog", "unrecorded", "otel"},
     "8c": {"flightlog", "otel"},
+    "9": {"flightlog"},
+    "9b": {"flightlog"},
+    "9c": {"flightlog"},
 }
 #: The rows the syslog peers, when measured, have figures in.
 PEER_ROWS = ("1", "1b", "1c", "2", "2b", "2c")

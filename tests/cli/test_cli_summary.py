@@ -377,7 +377,8 @@ def test_show_lines_for_a_session() -> None:
     assert lines[0] == f"session {s.session_id}  x.jsonl"
     assert 'agent helper started "What is 6*7?"' in text
     assert '    model m0  m-1  1,200→34 tok  1.50s  "Let me compute."' in text
-    assert '    tool  t0  calc(q="x")  250ms  → "42"' in text
+    # The provider's tool call id beside the execution id, which show --call accepts.
+    assert '    tool  t0  calc(q="x")  [c]  250ms  → "42"' in text
     assert "agent end: ok, completed, 1 turns" in text
     assert "run closed" in text
     assert "\x1b[" not in text

@@ -112,6 +112,7 @@ examples:
   flightlog show demo/session.jsonl --run 3f2a9c1e         one run (an id or a prefix of one)
   flightlog show demo/session.jsonl --call call_lisbon     every attempt of one call, in full
   flightlog show demo/session.jsonl --call call_lisbon:2   its second attempt only
+  flightlog show --html demo/session.jsonl > run.html      a page to open in a browser
 
 A call with no end record is shown as NO END, never as a success.
 
@@ -282,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--call",
         metavar="ID[:ATTEMPT]",
         help="one call's full request and result (every attempt unless ATTEMPT is given)",
+    )
+    show.add_argument(
+        "--html", action="store_true", help="one self-contained HTML page: a waterfall of the calls"
     )
 
     check = command("check", cmd_check, "Verify session files.", _CHECK_EPILOG)

@@ -154,6 +154,25 @@ def test_nothing_external_in_the_page(pages: dict[str, Path]) -> None:
     assert "&lt;/script&gt;&lt;img src=x onerror=&quot;window.pwned=1&quot;&gt;" in walk
 
 
+def test_a_damaged_file_gives_the_page_before_the_bad_line(
+    pages: dict[str, Path], tmp_path: Path
+) -> None:
+    walk = pages["walk"].parent / "root" / "walk.jsonl"
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(walk.read_bytes() + b"not json\n")
+    status, out = show_html(damaged)
+    assert status == 1
+    page = out.decode()
+    assert "NOT SOUND: line " in page and page.count('<details class="call') == 9
+    assert page.endswith("</body></html>\n")
+
+
+def test_a_run_matching_nothing_is_a_usage_error(pages: dict[str, Path]) -> None:
+    big = pages["big"].parent / "root" / "big.jsonl"
+    status, out = show_html(big, "--run", "nomatch")
+    assert status == 2 and out == b""
+
+
 def test_html_and_call_together_is_a_usage_error(pages: dict[str, Path]) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "flightlog.cli", "show", "--html", "--call", "m1", "nowhere.jsonl"],

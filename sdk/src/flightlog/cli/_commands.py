@@ -396,10 +396,6 @@ def _parse_call(text: str) -> tuple[str, int | None]:
 
 
 def cmd_show(args: argparse.Namespace, style: Style) -> int:
-    if getattr(args, "html", False):
-        from ._html import cmd_show_html  # it imports this module
-
-        return cmd_show_html(args)
     summary = SessionSummary()
     call_id, call_attempt = _parse_call(args.call) if args.call else (None, None)
     call_records: list[Record] = []

@@ -42,6 +42,7 @@ from ._demo import cmd_demo
 from ._diff import add_diff_arguments, cmd_diff, diff_epilog
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
+from ._html import cmd_show_html
 from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
 from ._render import Style, TerminalText, say
 from ._sql import add_sql_arguments, cmd_sql, sql_epilog
@@ -52,6 +53,10 @@ __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
 def _err(text: str) -> None:
     say(text, sys.stderr)
+
+
+def _show(args: argparse.Namespace, style: Style) -> int:
+    return cmd_show_html(args) if args.html else cmd_show(args, style)
 
 
 _EXIT_HELP: Final = "exit status:\n" + "\n".join(
@@ -276,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         "%(default)g; 0: stop at once)",
     )
 
-    show = command("show", cmd_show, "A readable timeline of a session.", _SHOW_EPILOG)
+    show = command("show", _show, "A readable timeline of a session.", _SHOW_EPILOG)
     show.add_argument("path", metavar="PATH", help="the session file")
     show.add_argument("--run", metavar="RUN", help="only this run (id or prefix)")
     show.add_argument(

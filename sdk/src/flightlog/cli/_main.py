@@ -42,6 +42,7 @@ from ._demo import cmd_demo
 from ._diff import add_diff_arguments, cmd_diff, diff_epilog
 from ._export import add_export_arguments, cmd_export, export_epilog
 from ._find import add_find_arguments, cmd_find, find_epilog
+from ._html import cmd_show_html
 from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
 from ._render import Style, TerminalText, say
 from ._sql import add_sql_arguments, cmd_sql, sql_epilog
@@ -52,6 +53,10 @@ __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
 def _err(text: str) -> None:
     say(text, sys.stderr)
+
+
+def _show(args: argparse.Namespace, style: Style) -> int:
+    return cmd_show_html(args) if args.html else cmd_show(args, style)
 
 
 _EXIT_HELP: Final = "exit status:\n" + "\n".join(
@@ -114,6 +119,7 @@ examples:
   flightlog show demo/session.jsonl --call call_lisbon:2   its second attempt only
   flightlog show demo/session.jsonl --call m1 --prompt     the whole prompt model call m1 was sent
   flightlog show demo/session.jsonl --call m1 --prompt --json   that prompt as JSON
+  flightlog show --html demo/session.jsonl > run.html      a page to open in a browser
 
 A call with no end record is shown as NO END, never as a success.
 
@@ -277,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         "%(default)g; 0: stop at once)",
     )
 
-    show = command("show", cmd_show, "A readable timeline of a session.", _SHOW_EPILOG)
+    show = command("show", _show, "A readable timeline of a session.", _SHOW_EPILOG)
     show.add_argument("path", metavar="PATH", help="the session file")
     show.add_argument("--run", metavar="RUN", help="only this run (id or prefix)")
     show.add_argument(
@@ -292,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument(
         "--json", action="store_true", help="with --prompt: the prompt as JSON, one per line"
+    )
+    show.add_argument(
+        "--html", action="store_true", help="one self-contained HTML page: a waterfall of the calls"
     )
 
     check = command("check", cmd_check, "Verify session files.", _CHECK_EPILOG)

@@ -348,3 +348,42 @@ def test_keep_free(daemon: DaemonProcess, template: bytes, tmp_path: Path) -> No
         check_status=False,
     )
     assert refused.returncode == 2 and "same filesystem" in refused.stderr
+
+
+def test_damaged_files_go_by_age_and_the_archive_stays_outside(
+    daemon: DaemonProcess, template: bytes, tmp_path: Path
+) -> None:
+    lines = aged(template, tmp_path / "damaged.jsonl", 8).read_bytes().splitlines(keepends=True)
+    (tmp_path / "damaged.jsonl").write_bytes(b"".join(lines[:2]) + b"{not json\n")
+    os.utime(tmp_path / "damaged.jsonl", (1, 1))
+    result = removals(vacuum(daemon, str(tmp_path), "--max-age", "2d", "--json"))
+    assert [(Path(r["path"]).name, r["reason"]) for r in result] == [("damaged.jsonl", "max-age")]
+    inside = vacuum(
+        daemon,
+        str(tmp_path),
+        "--max-age",
+        "1d",
+        "--archive",
+        str(tmp_path / "a"),
+        check_status=False,
+    )
+    assert inside.returncode == 2 and "is inside" in inside.stderr
+
+
+def test_a_file_written_after_the_plan_is_kept(
+    daemon: DaemonProcess, template: bytes, tmp_path: Path
+) -> None:
+    from flightlog.cli._vacuum import Limits, _remove, plan
+
+    path = aged(template, tmp_path / "s.jsonl", 5)
+    [removal] = plan(
+        [str(tmp_path)],
+        Limits(max_age=timedelta(days=1)),
+        socket=daemon.socket,
+        now=datetime.now(UTC),
+        free=None,
+    )
+    with path.open("ab") as fileobj:  # a writer came back between the plan and the removal
+        fileobj.write(template.splitlines(keepends=True)[-1])
+    _remove(removal, None)
+    assert removal.error == "written since it was planned: kept" and path.exists()

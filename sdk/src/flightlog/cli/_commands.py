@@ -96,7 +96,8 @@ EXIT_CODES: Final = {
     EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end, "
     "an execution id used by two calls",
     EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
-    EXIT_REFUSED: "the daemon refused the request or ended the tail with an error",
+    EXIT_REFUSED: "the daemon refused the request or ended the tail with an error; "
+    "vacuum: a file could not be removed",
     EXIT_DIFFERENT: "diff: the two runs differ",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }

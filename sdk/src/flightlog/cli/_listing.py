@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import FileFormatError, default_root, parse_time
+from flightlog.protocol import FileFormatError, SessionStatus, default_root, parse_time
 from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read
 from flightlog.sdk import session_files as walk_sessions
 
@@ -222,14 +222,18 @@ def _summarize(path: str, pricing: bool) -> SessionRow:
     return row
 
 
-def _open_runs(socket: str) -> dict[str, str]:
-    """The session ids a daemon holds with a run open, and the run; empty without one."""
+def _held(socket: str) -> list[SessionStatus]:
+    """The sessions a daemon answering on ``socket`` lists; empty without one."""
     try:
         with connect(socket, client_name="flightlog") as client:
-            reply = client.status()
+            return list(client.status().sessions)
     except (ConnectError, DaemonError, OSError):
-        return {}
-    return {s.session_id: s.run_id for s in reply.sessions if s.run_id is not None}
+        return []
+
+
+def _open_runs(socket: str) -> dict[str, str]:
+    """The session ids a daemon holds with a run open, and the run; empty without one."""
+    return {s.session_id: s.run_id for s in _held(socket) if s.run_id is not None}
 
 
 def list_sessions(

@@ -47,6 +47,7 @@ from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
 from ._render import Style, TerminalText, say
 from ._sql import add_sql_arguments, cmd_sql, sql_epilog
 from ._tail_all import after_value, tail_all_after
+from ._vacuum import add_vacuum_arguments, cmd_vacuum, vacuum_epilog
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
@@ -339,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_sessions_arguments(sessions)
     sql = command("sql", cmd_sql, "SQL over every session (DuckDB).", sql_epilog(_EXIT_HELP))
     add_sql_arguments(sql)
+    vacuum = command(
+        "vacuum", cmd_vacuum, "Remove old sessions, within limits.", vacuum_epilog(_EXIT_HELP)
+    )
+    add_vacuum_arguments(vacuum)
     return parser
 
 

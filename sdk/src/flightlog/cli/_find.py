@@ -282,7 +282,7 @@ class Query:
         return re.compile(b"|".join(found)) if found else _NOTHING
 
     def matches_meta(self, meta: dict[str, Any]) -> bool:
-        return all(_meta_text(meta.get(key)) == value for key, value in self.meta.items())
+        return meta_matches(meta, self.meta)
 
     def matches(self, record: Record) -> bool:
         """The exact test, on a decoded record."""
@@ -402,6 +402,23 @@ def _beyond(bound: str, *, up: bool) -> str:
     if not up and digit > 0:
         options.append(f"[0-{digit - 1}]" + _any(rest))
     return "(?:" + "|".join(options) + ")"
+
+
+def parse_meta(items: Sequence[str] | None) -> dict[str, str]:
+    """``--meta KEY=VALUE`` options as a dict; raises :class:`CommandError` (usage)."""
+    meta: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CommandError(f"--meta takes KEY=VALUE, not {item!r}", EXIT_USAGE)
+        meta[key] = value
+    return meta
+
+
+def meta_matches(meta: dict[str, Any], wanted: dict[str, str]) -> bool:
+    """Whether session ``meta`` has each of ``wanted``'s keys with that value (a value
+    that is not a string compared as its JSON)."""
+    return all(_meta_text(meta.get(key)) == value for key, value in wanted.items())
 
 
 def _meta_text(value: Any) -> str | None:
@@ -574,12 +591,7 @@ def build_query(args: argparse.Namespace, now: datetime | None = None) -> Query:
 
     now = now or datetime.now(UTC)
     types = _record_types(args.type)
-    meta: dict[str, str] = {}
-    for item in args.meta or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CommandError(f"--meta takes KEY=VALUE, not {item!r}", EXIT_USAGE)
-        meta[key] = value
+    meta = parse_meta(args.meta)
     if args.limit is not None and args.limit < 1:
         raise CommandError("--limit takes a number of records, 1 or more", EXIT_USAGE)
     return Query(

@@ -34,7 +34,7 @@ from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read
 from flightlog.sdk import session_files as walk_sessions
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
-from ._find import _moment
+from ._find import _moment, meta_matches, parse_meta
 from ._render import Style, format_tokens, one_line, record_data, short
 
 __all__ = [
@@ -260,13 +260,7 @@ def _matches(
         return False
     if until is not None and (last is None or last >= until):
         return False
-    return all(_meta_text(row.meta.get(key)) == value for key, value in meta.items())
-
-
-def _meta_text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return msgspec.json.encode(value).decode()
+    return meta_matches(row.meta, meta)
 
 
 def _pricing() -> bool:
@@ -283,12 +277,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     now = datetime.now(UTC)
     since = _moment(args.since, "--since", now) if args.since else None
     until = _moment(args.until, "--until", now) if args.until else None
-    meta: dict[str, str] = {}
-    for item in args.meta or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CommandError(f"--meta takes KEY=VALUE, not {item!r}", EXIT_USAGE)
-        meta[key] = value
+    meta = parse_meta(args.meta)
     if args.limit is not None and args.limit < 1:
         raise CommandError("--limit takes a number of sessions, 1 or more", EXIT_USAGE)
     paths = [local_path(p) for p in args.paths] or [

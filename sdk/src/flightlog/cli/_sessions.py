@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from flightlog.protocol import NEED_DATA, FileFormatError, LineReader, Record, is_session_id
+from flightlog.sdk import session_files
 
 __all__ = [
     "AllSessions",
@@ -49,20 +50,6 @@ __all__ = [
 
 _SUFFIX: Final = ".jsonl"
 _CHUNK: Final = 1024 * 1024
-
-
-def session_files(paths: Iterable[str]) -> Iterator[str]:
-    """Every session file (``*.jsonl``) of ``paths``: a file as it is, a directory's
-    files at any depth, in sorted order.  A path that does not exist is skipped."""
-    for path in paths:
-        if os.path.isfile(path):
-            yield path
-            continue
-        for directory, subdirs, files in os.walk(path):
-            subdirs.sort()
-            for name in sorted(files):
-                if name.endswith(_SUFFIX):
-                    yield os.path.join(directory, name)
 
 
 def parse_cursor(text: str) -> dict[str, int]:

@@ -9,7 +9,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_the_readme_names_the_ci_test_command() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
-    command = "uv run --frozen --all-groups pytest -n auto"
+    command = "uv run --frozen --all-groups pytest"
     assert f"\n{command}\n" in ci
     assert f"```sh\npython3 -m pip install uv && {command}\n```" in README.read_text()
 

@@ -67,7 +67,12 @@ class DaemonProcess:
                 command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=preexec_fn
             )
         if wait:
-            self.wait_ready()
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.proc.kill()
+                self.proc.wait()
+                raise
         return self
 
     def wait_ready(self, timeout: float = DAEMON_START_TIMEOUT) -> None:

@@ -522,6 +522,7 @@ class AsyncClient(_AsyncResource):
                     self._generation += 1
                     self.reconnects += 1
                     return
+            logger.debug("reconnecting to %s failed: %s", path, last)
             left = deadline - monotonic()
             if left <= 0:
                 self._generation += 1

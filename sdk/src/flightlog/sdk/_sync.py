@@ -512,6 +512,7 @@ class Client(_Resource):
                     self._generation += 1
                     self.reconnects += 1
                     return
+            logger.debug("reconnecting to %s failed: %s", path, last)
             left = deadline - monotonic()
             if left <= 0:
                 self._generation += 1

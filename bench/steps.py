@@ -135,7 +135,7 @@ def _own_work(event: Event, count: int, base: Path) -> str:
         # Nothing is sent, so nothing is acknowledged: every frame stays kept.
         with connect(daemon.socket, max_unacked=2**62) as client:
             run = client.create("own.jsonl").begin_run()
-            client._transport.send = lambda data: None  # type: ignore[method-assign]
+            client._link.transport.send = lambda data: None  # type: ignore[method-assign]
             call = _per_event(lambda: run.record(event), count)
     finally:
         daemon.kill()

@@ -135,7 +135,7 @@ def test_the_sdk_sends_through_the_ring(daemon: DaemonProcess) -> None:
                 if n % 100 == 99:
                     run.save_checkpoint({"n": n})
         session.close()
-        assert client._transport._ring is not None  # type: ignore[attr-defined]
+        assert client._link.transport._ring is not None  # type: ignore[attr-defined]
     lines = read_lines(daemon.root / "sdk.jsonl")
     turns = [line["data"]["turn_index"] for line in lines if line["type"] == "turn_start"]
     assert turns == list(range(1000))
@@ -181,7 +181,7 @@ def test_a_full_ring_holds_its_sender_back(small_ring: DaemonProcess) -> None:
     with connect(small_ring.socket) as client:
         session = client.create("full.jsonl")
         run = session.begin_run()
-        ring = client._transport._ring  # type: ignore[attr-defined]
+        ring = client._link.transport._ring  # type: ignore[attr-defined]
         done = threading.Event()
 
         def send() -> None:
@@ -286,7 +286,7 @@ def test_a_client_that_does_not_ask_keeps_its_socket(
     monkeypatch.setenv("FLIGHTLOG_RING", "0")
     with connect(daemon.socket) as client:
         assert client.welcome.ring == 0
-        assert client._transport._ring is None  # type: ignore[attr-defined]
+        assert client._link.transport._ring is None  # type: ignore[attr-defined]
         session = client.create("plain.jsonl")
         with session.begin_run() as run:
             for n in range(100):

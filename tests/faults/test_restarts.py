@@ -385,7 +385,7 @@ def test_unacknowledged_records_stay_within_their_bound(short_tmp: Path) -> None
             run = session.begin_run()
             for n in range(5000):
                 run.record(TurnStart(turn_index=n))
-                kept.append(sum(client._conn.unacknowledged_bytes().values()))
+                kept.append(sum(client._link.conn.replay_log.unacknowledged_bytes().values()))
             run.close()
             session.close()
     finally:
@@ -418,7 +418,7 @@ def test_a_create_the_daemon_never_read_is_sent_again_after_its_restart(
         creating = threading.Thread(target=create)
         creating.start()
         # Sent (or about to be: a send to the dead daemon fails, and it goes again).
-        wait_for(lambda: bool(client._conn._waiting), timeout=10)
+        wait_for(lambda: bool(client._link.conn._waiting), timeout=10)
         daemon.kill()  # never read
         daemon.start()
         creating.join(timeout=30)

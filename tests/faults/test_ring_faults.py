@@ -47,7 +47,7 @@ if sys.argv[3] == "half":
     frame = encode_frame(RecordEvent(
         session_id=session.session_id, run_id=run.run_id, event_type="turn_start",
         time="2026-01-01T00:00:00Z", data=b'{"turn_index":-1}'))
-    client._transport._ring.write(frame[: len(frame) // 2])
+    client._link.transport._ring.write(frame[: len(frame) // 2])
 os.kill(os.getpid(), signal.SIGKILL)
 """
 

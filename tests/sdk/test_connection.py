@@ -8,6 +8,7 @@ Like h11's ``ConnectionPair``: a :class:`Link` carries the bytes of the real
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import msgspec
@@ -20,12 +21,14 @@ from flightlog.protocol import (
     AgentEnd,
     AgentStart,
     BeginRun,
+    ClientConnection,
     ErrorCode,
     ErrorReply,
     FlightlogError,
     LocalProtocolError,
     Message,
     MessageUpdate,
+    Pending,
     RecordEvent,
     RecordFailed,
     RecordingError,
@@ -46,7 +49,6 @@ from flightlog.protocol import (
 )
 from flightlog.protocol._wire import SessionStatus
 from flightlog.sdk import ConnectionLost, DaemonError, MemoryDaemon
-from flightlog.sdk._connection import ClientConnection, Pending
 
 
 class Link:
@@ -54,7 +56,9 @@ class Link:
 
     def __init__(self, memory: MemoryDaemon) -> None:
         self.daemon = memory
-        self.conn = ClientConnection(codec=default_codec, client_name="t", pid=os.getpid())
+        self.conn = ClientConnection(
+            codec=default_codec, client_name="t", pid=os.getpid(), clock=time.monotonic
+        )
         self.server = memory.connect()
         self._sent = server_decoder()
         self.inbox = bytearray()  # what the daemon sent and the client has not received
@@ -113,7 +117,7 @@ def test_the_welcome_sets_the_frame_limit() -> None:
     assert link.conn.welcome is None
     welcome = link.call(link.conn.hello())
     assert link.conn.welcome is welcome
-    assert link.conn._encoder.max_frame_size == 1234
+    assert link.conn.max_frame_size == 1234
 
 
 def test_requests_get_fresh_ids(link: Link) -> None:
@@ -338,7 +342,7 @@ def line(seq: int, session_id: str = "s") -> bytes:
 
 def tailing(link: Link, route: int, path: str | None = "p", **options: Any) -> int:
     """A tail the daemon answered with subscription ``route``: the tail's number."""
-    pending = link.conn.subscribe(path, **options)
+    pending = link.conn.tails.subscribe(path, **options)
     link.push(Subscribed(id=pending.id, subscription=route, path=path))
     return link.conn.result(pending)
 
@@ -379,12 +383,12 @@ def test_tail_pushes_queue_per_tail(link: Link) -> None:
     link.push(TailBatch(subscription=9, lines=[line(8)]))  # no tail's: dropped
     link.push(TailEnd(subscription=5, reason="end_of_file", last_seq=2))
     assert link.conn.tail_ready(first)
-    assert [(p, r.seq) for p, r in link.conn.next_tail(first) or []] == [("p", 1), ("p", 2)]
-    assert link.conn.next_tail(first) is None
-    assert link.conn.tail_ended(first)
-    assert [r.seq for _, r in link.conn.next_tail(second) or []] == [7]
+    assert [(p, r.seq) for p, r in link.conn.tails.next(first) or []] == [("p", 1), ("p", 2)]
+    assert link.conn.tails.next(first) is None
+    assert not link.conn.tails.is_subscribed(first)
+    assert [r.seq for _, r in link.conn.tails.next(second) or []] == [7]
     assert not link.conn.tail_ready(second)
-    assert link.conn.next_tail(second) == []
+    assert link.conn.tails.next(second) == []
 
 
 def test_a_tailed_line_that_is_no_record_fails_the_connection(link: Link) -> None:
@@ -392,34 +396,34 @@ def test_a_tailed_line_that_is_no_record_fails_the_connection(link: Link) -> Non
     link.push(TailBatch(subscription=1, lines=[b"{}"]))
     assert isinstance(link.conn.failure, RemoteProtocolError)
     with pytest.raises(RemoteProtocolError):
-        link.conn.next_tail(tail)
+        link.conn.tails.next(tail)
 
 
 def test_a_tail_ended_by_an_error(link: Link) -> None:
     tail = tailing(link, 1)
     link.push(TailEnd(subscription=1, reason="error", code="session_corrupt", message="bad"))
     with pytest.raises(DaemonError) as caught:
-        link.conn.next_tail(tail)
+        link.conn.tails.next(tail)
     assert caught.value.code == "session_corrupt"
-    assert link.conn.next_tail(tail) is None
+    assert link.conn.tails.next(tail) is None
 
 
 def test_a_failed_connection_ends_waiting_tails(link: Link) -> None:
     tail = tailing(link, 1)
     link.push(TailBatch(subscription=1, lines=[line(1)]))
     link.conn.receive_data(b"")
-    assert link.conn.next_tail(tail)
+    assert link.conn.tails.next(tail)
     assert link.conn.tail_ready(tail)
     with pytest.raises(ConnectionLost):
-        link.conn.next_tail(tail)
+        link.conn.tails.next(tail)
 
 
 def test_an_abandoned_tail_is_unsubscribed_and_dropped(link: Link) -> None:
-    sub = link.call(link.conn.subscribe("s.jsonl", follow=True))
+    sub = link.call(link.conn.tails.subscribe("s.jsonl", follow=True))
     link.call(link.conn.create("s.jsonl", {}))
-    link.conn.abandon_tail(sub)
-    link.conn.abandon_tail(sub)
-    assert link.conn.next_tail(sub) is None
+    link.conn.tails.abandon_later(sub)
+    link.conn.tails.abandon_later(sub)
+    assert link.conn.tails.next(sub) is None
     outbox = link.conn.take_outbox()
     assert link.send(outbox) == [Unsubscribe(id=4, subscription=1)]
     assert link.conn.take_outbox() == b""
@@ -427,26 +431,26 @@ def test_an_abandoned_tail_is_unsubscribed_and_dropped(link: Link) -> None:
     assert link.inbox
     link.deliver()
     assert link.conn._replies == {}
-    assert link.conn.next_tail(sub) is None
+    assert link.conn.tails.next(sub) is None
 
 
 def test_a_subscription_nobody_waits_for_is_unsubscribed(link: Link) -> None:
-    pending = link.conn.subscribe("p", follow=True)
+    pending = link.conn.tails.subscribe("p", follow=True)
     link.conn.forget(pending)
     link.push(Subscribed(id=pending.id, subscription=3))
     link.push(TailBatch(subscription=3, lines=[line(1)]))
-    assert link.conn.tails() == []
+    assert link.conn.tails.to_resubscribe() == []
     assert sent(link, link.conn.take_outbox()) == [Unsubscribe(id=pending.id + 1, subscription=3)]
 
 
 def test_a_tail_of_one_session_goes_on_after_its_last_seq(link: Link) -> None:
-    link.conn.tails_resume = True
+    link.conn.tails.resume = True
     tail = tailing(link, 1, follow=True, types=["agent_start"])
     link.push(TailBatch(subscription=1, lines=[line(1), line(4)], path="p"))
     link.conn.receive_data(b"")
     link.conn.reset()
-    assert link.conn.tails() == [tail]
-    again = link.conn.resubscribe(tail)
+    assert link.conn.tails.to_resubscribe() == [tail]
+    again = link.conn.tails.resubscribe(tail)
     [subscribe] = sent(link, again.data)
     assert (subscribe.path, subscribe.after, subscribe.follow) == ("p", 4, True)
     assert subscribe.types == ["agent_start"]
@@ -454,13 +458,13 @@ def test_a_tail_of_one_session_goes_on_after_its_last_seq(link: Link) -> None:
     link.push(Subscribed(id=again.id, subscription=1))
     assert link.conn.result(again) == tail
     link.push(TailBatch(subscription=1, lines=[line(5)], path="p"))
-    batches = [link.conn.next_tail(tail), link.conn.next_tail(tail)]
+    batches = [link.conn.tails.next(tail), link.conn.tails.next(tail)]
     assert [[r.seq for _, r in batch or []] for batch in batches] == [[1, 4], [5]]
 
 
 def test_a_request_to_subscribe_whose_reply_was_lost(link: Link) -> None:
-    link.conn.tails_resume = True
-    pending = link.conn.subscribe("p", follow=True)
+    link.conn.tails.resume = True
+    pending = link.conn.tails.subscribe("p", follow=True)
     link.conn.receive_data(b"")
     link.conn.reset()
     # Never answered: sent again as it was.
@@ -471,43 +475,43 @@ def test_a_request_to_subscribe_whose_reply_was_lost(link: Link) -> None:
     # Answered, then the connection broke: the reconnect subscribed it again.
     link.conn.receive_data(b"")
     link.conn.reset()
-    assert link.conn.tails() == [tail]
+    assert link.conn.tails.to_resubscribe() == [tail]
     assert link.conn.retry(again).settled == (tail,)
 
 
 def test_a_daemon_shutting_down_ends_a_tail_only_without_reconnects(memory: MemoryDaemon) -> None:
     ending, riding = connected(memory), connected(memory)
-    riding.conn.tails_resume = True
+    riding.conn.tails.resume = True
     for link in (ending, riding):
         tail = tailing(link, 1)
         link.push(TailEnd(subscription=1, reason="shutting_down"))
         if link is ending:
-            assert link.conn.next_tail(tail) is None
-            assert link.conn.pop_tail_end(tail) == TailEnd(subscription=1, reason="shutting_down")
+            assert link.conn.tails.next(tail) is None
+            assert link.conn.tails.pop_end(tail) == TailEnd(subscription=1, reason="shutting_down")
         else:
             # Subscribed again once the daemon is back.
-            assert link.conn.next_tail(tail) == []
-            assert link.conn.tails() == [tail]
+            assert link.conn.tails.next(tail) == []
+            assert link.conn.tails.to_resubscribe() == [tail]
 
 
 def test_a_refused_resubscribe_ends_the_tail(link: Link) -> None:
-    link.conn.tails_resume = True
+    link.conn.tails.resume = True
     tail = tailing(link, 1)
     link.conn.receive_data(b"")
     link.conn.reset()
-    again = link.conn.resubscribe(tail)
+    again = link.conn.tails.resubscribe(tail)
     link.push(ErrorReply(id=again.id, code="permission_denied", message="not yours"))
     with pytest.raises(DaemonError) as refused:
         link.conn.result(again)
-    link.conn.end_tail(tail, refused.value)
+    link.conn.tails.end(tail, refused.value)
     with pytest.raises(DaemonError) as caught:
-        link.conn.next_tail(tail)
+        link.conn.tails.next(tail)
     assert (caught.value.code, caught.value.message) == ("permission_denied", "not yours")
-    assert link.conn.tails() == []
+    assert link.conn.tails.to_resubscribe() == []
 
 
 def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link) -> None:
-    link.conn.tails_resume = True
+    link.conn.tails.resume = True
     a, b, c = "a" * 32, "b" * 32, "c" * 32
     tail = tailing(link, 1, None, follow=True)
     link.push(TailBatch(subscription=1, lines=[line(1, a), line(2, a)], path="/p"))
@@ -515,11 +519,11 @@ def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link)
     link.push(TailBatch(subscription=1, lines=[line(3, c)], path="/r"))
     link.conn.receive_data(b"")
     link.conn.reset()
-    again = link.conn.resubscribe(tail)
+    again = link.conn.tails.resubscribe(tail)
     link.push(Subscribed(id=again.id, subscription=4))
     link.conn.result(again)
-    status = link.conn.catch_up(tail)
-    assert status is not None and link.conn.catch_up(999) is None
+    status = link.conn.tails.catch_up(tail)
+    assert status is not None and link.conn.tails.catch_up(999) is None
     # Live records before the status reply are held: /p's 3 and 4 were written in the
     # gap, its 5 arrives live first.
     link.push(TailBatch(subscription=4, lines=[line(5, a)], path="/p"))
@@ -550,24 +554,24 @@ def test_a_tail_of_every_session_reads_what_it_missed_from_the_files(link: Link)
     link.push(TailEnd(subscription=12, reason="end_of_file", last_seq=2))
     link.push(TailBatch(subscription=4, lines=[line(7, a)], path="/p"))
     got: list[tuple[str | None, int]] = []
-    while batch := link.conn.next_tail(tail):
+    while batch := link.conn.tails.next(tail):
         got += [(path, record.seq) for path, record in batch]
     # Every session's records once, in order; /p's held ones after its file's.
     assert [n for p, n in got if p == "/p"] == [1, 2, 3, 4, 5, 6, 7]
     assert [n for p, n in got if p == "/q"] == [6]
     assert [n for p, n in got if p == "/r"] == [3]
     assert [n for p, n in got if p == "/s"] == [1, 2]
-    assert link.conn.tails() == [tail]
+    assert link.conn.tails.to_resubscribe() == [tail]
 
 
 def reconnected(link: Link, tail: int, route: int) -> Pending[None]:
     """The tail subscribed again after a reconnect; its catch-up ``status`` sent."""
     link.conn.receive_data(b"")
     link.conn.reset()
-    again = link.conn.resubscribe(tail)
+    again = link.conn.tails.resubscribe(tail)
     link.push(Subscribed(id=again.id, subscription=route))
     link.conn.result(again)
-    status = link.conn.catch_up(tail)
+    status = link.conn.tails.catch_up(tail)
     assert status is not None
     [request] = sent(link, status.data)
     assert request.closed
@@ -575,7 +579,7 @@ def reconnected(link: Link, tail: int, route: int) -> Pending[None]:
 
 
 def test_sessions_a_new_daemon_closed_while_a_tail_was_away_are_read(link: Link) -> None:
-    link.conn.tails_resume = True
+    link.conn.tails.resume = True
     a, m, n = "a" * 32, "m" * 32, "n" * 32
     tail = tailing(link, 1, None, follow=True)
     link.push(TailBatch(subscription=1, lines=[line(1, a), line(2, a)], path="/a"))
@@ -601,7 +605,7 @@ def test_sessions_a_new_daemon_closed_while_a_tail_was_away_are_read(link: Link)
 
 
 def test_sessions_closed_by_the_daemon_the_tail_was_on_are_not_read(link: Link) -> None:
-    link.conn.tails_resume = True
+    link.conn.tails.resume = True
     a = "a" * 32
     tail = tailing(link, 1, None, follow=True)
     link.push(TailBatch(subscription=1, lines=[line(1, a)], path="/a"))
@@ -639,10 +643,10 @@ def test_a_tail_of_every_session_that_fell_behind_subscribes_again(link: Link) -
     link.push(TailBatch(subscription=3, lines=[line(3, a), line(4, a), line(5, a)], path="/p"))
     link.push(TailEnd(subscription=3, reason="end_of_file", last_seq=5))
     got = []
-    while batch := link.conn.next_tail(tail):
+    while batch := link.conn.tails.next(tail):
         got += [record.seq for _, record in batch]
     assert got == [1, 2, 3, 4, 5]
-    assert not link.conn.tail_ended(tail)
+    assert link.conn.tails.is_subscribed(tail)
 
 
 def test_a_tail_refused_when_it_subscribes_again_ends_with_the_refusal(link: Link) -> None:
@@ -651,22 +655,22 @@ def test_a_tail_refused_when_it_subscribes_again_ends_with_the_refusal(link: Lin
     subscribe, _ = sent(link, link.conn.take_outbox())
     link.push(ErrorReply(id=subscribe.id, code="too_many", message="1,024 subscriptions"))
     with pytest.raises(DaemonError) as caught:
-        link.conn.next_tail(tail)
+        link.conn.tails.next(tail)
     assert caught.value.code == ErrorCode.TOO_MANY
 
 
 def test_a_read_of_a_file_cut_short_by_a_shutdown_is_made_again(link: Link) -> None:
-    link.conn.tails_resume = True
+    link.conn.tails.resume = True
     a = "a" * 32
     tail = tailing(link, 1, None, follow=True)
     link.push(TailBatch(subscription=1, lines=[line(1, a)], path="/p"))
     for attempt in range(2):
         link.conn.receive_data(b"")
         link.conn.reset()
-        again = link.conn.resubscribe(tail)
+        again = link.conn.tails.resubscribe(tail)
         link.push(Subscribed(id=again.id, subscription=10 * attempt + 2))
         link.conn.result(again)
-        status = link.conn.catch_up(tail)
+        status = link.conn.tails.catch_up(tail)
         assert status is not None
         link.push(status_reply(status.id))
         link.conn.result(status)
@@ -683,7 +687,7 @@ def test_a_read_of_a_file_cut_short_by_a_shutdown_is_made_again(link: Link) -> N
     link.push(TailBatch(subscription=13, lines=[line(3, a), line(4, a)], path="/p"))
     link.push(TailEnd(subscription=13, reason="end_of_file"))
     got = []
-    while batch := link.conn.next_tail(tail):
+    while batch := link.conn.tails.next(tail):
         got += [record.seq for _, record in batch]
     assert got == [1, 2, 3, 4, 5]
 
@@ -813,16 +817,16 @@ def test_a_failed_write_fails_the_session_on_both_sides(link: Link) -> None:
 
 def test_a_follow_through_the_server(memory: MemoryDaemon, link: Link) -> None:
     reader = connected(memory)
-    sub = reader.call(reader.conn.subscribe("s.jsonl", follow=True, types=["agent_start"]))
+    sub = reader.call(reader.conn.tails.subscribe("s.jsonl", follow=True, types=["agent_start"]))
     # It waits for the session, which the writer creates now.
     session_id, run_id = open_run(link)
     link.send(link.conn.record(session_id, run_id, AgentStart(agent="a")))
     link.send(link.conn.record(session_id, run_id, AgentEnd()))
     reader.deliver()
-    assert [(r.seq, r.type) for _, r in reader.conn.next_tail(sub) or []] == [(3, "agent_start")]
-    assert reader.conn.next_tail(sub) == []
-    reader.call(reader.conn.unsubscribe(sub))
-    assert reader.conn.tail_ended(sub)
+    assert [(r.seq, r.type) for _, r in reader.conn.tails.next(sub) or []] == [(3, "agent_start")]
+    assert reader.conn.tails.next(sub) == []
+    reader.call(reader.conn.tails.unsubscribe(sub))
+    assert not reader.conn.tails.is_subscribed(sub)
     # The server knows it is gone.
     reader.send(encode_frame(Unsubscribe(id=99, subscription=sub)))
     decoder = client_decoder()
@@ -836,16 +840,16 @@ def test_a_follow_ended_by_the_writer_while_the_reader_unsubscribes(
 ) -> None:
     session_id, _ = open_run(link)
     reader = connected(memory)
-    sub = reader.call(reader.conn.subscribe("s.jsonl", follow=True))
+    sub = reader.call(reader.conn.tails.subscribe("s.jsonl", follow=True))
     closing = link.conn.close_session(session_id)
     assert closing is not None
     link.call(closing)
     # The daemon's TailEnd and the reader's unsubscribe cross on the way.
-    assert reader.call(reader.conn.unsubscribe(sub)) is None
-    assert reader.conn.tail_ended(sub)
+    assert reader.call(reader.conn.tails.unsubscribe(sub)) is None
+    assert not reader.conn.tails.is_subscribed(sub)
     # Any other refusal of an unsubscribe is still raised.
     rude = Link(memory)  # no hello
-    unsubscribe = rude.conn.unsubscribe(tailing(rude, sub))
+    unsubscribe = rude.conn.tails.unsubscribe(tailing(rude, sub))
     assert unsubscribe is not None
     with pytest.raises(DaemonError) as caught:
         rude.call(unsubscribe)
@@ -898,7 +902,7 @@ def test_the_client_and_the_server_apply_the_same_rules(ops: list[str]) -> None:
             assert broken and exc.code == ErrorCode.WRITE_FAILED, exc
         except DaemonError as exc:
             assert op == "open" and exc.code == ErrorCode.SESSION_BUSY, exc
-        client = link.conn._sessions.get(sid)
+        client = link.conn.session_state(sid)
         server = link.server.server.sessions.get(sid)
         assert (client is None) == (server is None), op
         if client is not None and server is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flightlog.sdk._diagnostics import MAX_EVENTS, RunDiagnostics, joined
+from flightlog.protocol._diagnostics import MAX_EVENTS, RunDiagnostics, joined
 
 
 def test_the_account_names_the_first_events_then_how_many_more() -> None:

@@ -119,7 +119,7 @@ def test_every_wait_for_acknowledgements_ends(
     daemon: DaemonProcess, path: str, ring: bool, scenario: str, best_effort: bool
 ) -> None:
     with connect(daemon.socket, max_unacked=BOUND, best_effort=best_effort) as client:
-        assert (client._transport._ring is not None) == ring  # type: ignore[attr-defined]
+        assert (client._link.transport._ring is not None) == ring  # type: ignore[attr-defined]
         session = client.create(path)
         run = session.begin_run()
         base = frame_size(client, session.session_id, run.run_id, result(0, 0))
@@ -134,7 +134,7 @@ def test_every_wait_for_acknowledgements_ends(
             n += len(events)
             # Whatever was sent, what is kept is back within the bound once record()
             # returns: it waited for what it had to, and no longer.
-            assert sum(client._conn.unacknowledged_bytes().values()) <= BOUND
+            assert sum(client._conn.replay_log.unacknowledged_bytes().values()) <= BOUND
         run.close()
         session.close()
         assert run.dropped == 0
@@ -147,7 +147,7 @@ async def test_every_wait_for_acknowledgements_ends_async(
     daemon: DaemonProcess, path: str, ring: bool, scenario: str
 ) -> None:
     async with aconnect(daemon.socket, max_unacked=BOUND) as client:
-        assert (client._transport._ring is not None) == ring  # type: ignore[attr-defined]
+        assert (client._link.transport._ring is not None) == ring  # type: ignore[attr-defined]
         session = await client.create(path)
         run = await session.begin_run()
         frame = client._conn.record(
@@ -163,7 +163,7 @@ async def test_every_wait_for_acknowledgements_ends_async(
             else:
                 await run.record_many(events)
             n += len(events)
-            assert sum(client._conn.unacknowledged_bytes().values()) <= BOUND
+            assert sum(client._conn.replay_log.unacknowledged_bytes().values()) <= BOUND
         await run.aclose()
         await session.aclose()
     assert written(daemon.root / path) == expected_lines(batches)

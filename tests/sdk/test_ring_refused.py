@@ -60,7 +60,7 @@ logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
 path, count, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 def said(client):
-    transport = client._transport
+    transport = client._link.transport
     return json.dumps({
         "refused": transport.ring_refused,
         "ring": transport._ring is not None,

@@ -27,6 +27,10 @@ LINES: dict[str, str | None] = {
     "from ._synchronization import AsyncLock, AwaitableContext, asleep, async_wait_blocks_loop": (
         "from ._synchronization import Lock, sleep, wait_blocks_loop"
     ),
+    "from ._synchronization import AsyncLock, async_wait_blocks_loop, asleep": (
+        "from ._synchronization import Lock, sleep, wait_blocks_loop"
+    ),
+    "from ._synchronization import AwaitableContext": None,
     "@pytest.mark.anyio": None,
 }
 
@@ -35,6 +39,10 @@ SUBS = [
     (r"AwaitableContext\[(\w+)\]", r"\1"),
     (r"AwaitableContext\((\w+)\)", r"\1"),
     (r"\bflightlog\.sdk\.aio\b", "flightlog.sdk"),
+    (r"\b_async_link\b", "_sync_link"),
+    (r"\b_async_tail\b", "_sync_tail"),
+    (r"\bAsyncResource\b", "Resource"),
+    (r"\bAsyncLink\b", "Link"),
     (r"\bAsyncClient\b", "Client"),
     (r"\bAsyncSession\b", "Session"),
     (r"\bAsyncRun\b", "Run"),
@@ -88,6 +96,8 @@ each thread finds its own reply there.
 """
 ''',
     ),
+    Pair(SDK / "_async_link.py", SDK / "_sync_link.py", None),
+    Pair(SDK / "_async_tail.py", SDK / "_sync_tail.py", None),
     Pair(TESTS / "test_client_async.py", TESTS / "test_client_sync.py", None),
 ]
 

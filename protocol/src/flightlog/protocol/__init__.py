@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._client import *  # noqa: F403
+from ._client import __all__ as _client_all
 from ._codec import *  # noqa: F403
 from ._codec import __all__ as _codec_all
 from ._defaults import *  # noqa: F403
@@ -34,6 +36,7 @@ from ._wire import *  # noqa: F403
 from ._wire import __all__ as _wire_all
 
 __all__ = [
+    *_client_all,
     *_codec_all,
     *_defaults_all,
     *_errors_all,

@@ -5,6 +5,8 @@
 * :class:`RemoteProtocolError`: the peer sent bytes that break the protocol.
 * :class:`FileFormatError`: a session file breaks the reading rules.
 * :class:`RecordingError`: recording failed; raised by the SDK and carried by the daemon.
+* :class:`ConnectionLost`: the connection to the daemon broke while in use.
+* :class:`DaemonError`: the daemon refused a request; ``code`` says why.
 
 Every error has a stable machine-readable ``code`` (see :class:`ErrorCode`) and a
 sentence a person can act on.  msgspec's own exceptions never leave this package.
@@ -15,6 +17,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "ConnectionLost",
+    "DaemonError",
     "ErrorCode",
     "FileFormatError",
     "FlightlogError",
@@ -95,3 +99,26 @@ class FileFormatError(FlightlogError):
         super().__init__(f"{where}: {reason}", code=ErrorCode.SESSION_CORRUPT)
         self.line = line
         self.reason = reason
+
+
+class ConnectionLost(FlightlogError):
+    """The connection to the daemon broke: it closed the socket or the socket failed.
+
+    What was sent but not acknowledged may or may not have been written.
+    """
+
+    def __init__(self, message: str, *, code: str = ErrorCode.CONNECTION_LOST) -> None:
+        super().__init__(message, code=code)
+
+
+class DaemonError(FlightlogError):
+    """The daemon refused a request with an error reply.
+
+    ``code`` is the daemon's stable error code (``session_busy``, ``path_refused``,
+    ``session_exists``, …; see :class:`ErrorCode`), ``message`` its sentence, and
+    ``session_id`` the session it is about, when it names one.
+    """
+
+    def __init__(self, message: str, *, code: str, session_id: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.session_id = session_id

@@ -3,62 +3,53 @@
 This module is the one source of truth for both clients: ``_sync.py`` is generated
 from it by ``tests/sdk/unasync.py`` (run ``uv run python tests/sdk/unasync.py`` after
 editing; a test fails when the two drift apart).  Every protocol rule lives in
-:class:`ClientConnection`; the classes here only move bytes between it and the
-transport.
-
-One client may be shared by several tasks: frames are sent whole under a lock, and the
-task that holds the receive lock feeds whatever arrives to the connection, so each
-task finds its own reply there.
-
-When the connection breaks, the first task to notice reconnects while holding both
-locks (every other task waits for it), for up to the reconnect grace period: it opens
-each session again, continues each open run and sends again what the daemon had not
-acknowledged; then every waiting request is sent again (docs/reliability.md).
+:class:`flightlog.protocol.ClientConnection`, and the bytes move through the client's
+:class:`~._async_link.AsyncLink`: the client hands it to each session, run and tail it
+makes, and none of them uses anything else of another.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import sys
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from functools import partial
 from time import monotonic, monotonic_ns
-from types import TracebackType
-from typing import Any, Final, Generic, Self, TypeVar
+from typing import Any, Final, TypeVar
 
 from flightlog.protocol import (
+    DEFAULT_MAX_UNACKED,
+    ClientConnection,
     Codec,
     ErrorCode,
     Event,
     Execution,
     FlightlogError,
+    Pending,
     Record,
     RecordingError,
     RunStarted,
     SessionOpened,
     StatusReply,
-    TailEnd,
     Welcome,
     default_codec,
     default_socket_path,
+    sticky_of,
 )
 
-from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending, sticky_of
-from ._exceptions import ConnectError, ConnectionLost, DaemonError
+from ._async_link import AsyncLink, AsyncResource
+from ._async_tail import AsyncTail
+from ._exceptions import ConnectionLost, DaemonError
 from ._models import CallRef
 from ._resume import Resumption, open_calls, repair_event
-from ._synchronization import AsyncLock, AwaitableContext, asleep, async_wait_blocks_loop
+from ._synchronization import AwaitableContext
 from ._transport import AsyncSocketTransport, AsyncTransport
 
 __all__ = ["AsyncClient", "AsyncRun", "AsyncSession", "AsyncTail", "aconnect"]
 
 T = TypeVar("T")
 
-logger = logging.getLogger("flightlog.sdk")
 
 #: How long record() may go without looking for pushed errors: a poll is a syscall, and
 #: a burst of records needs one per millisecond, not one per record.
@@ -133,36 +124,7 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-class _AsyncResource:
-    """Closed on leaving ``async with``.
-
-    When an exception is on its way out, it is the one to see: an error from closing
-    is dropped (a run's ``run_close`` records the exception's text).
-    """
-
-    async def aclose(self) -> None:
-        raise NotImplementedError
-
-    async def _close_for(self, exc: BaseException) -> None:
-        await self.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.aclose()
-            return
-        with contextlib.suppress(FlightlogError):
-            await self._close_for(exc)
-
-
-class AsyncClient(_AsyncResource):
+class AsyncClient(AsyncResource):
     """A connection to flightlogd; make one with :func:`aconnect`.
 
     Sessions created or opened through a client are written by it alone until they are
@@ -181,32 +143,16 @@ class AsyncClient(_AsyncResource):
         max_unacked: int = DEFAULT_MAX_UNACKED,
         best_effort: bool = False,
     ) -> None:
-        self._transport = transport
         self._conn = ClientConnection(
             codec=codec or default_codec,
             client_name=client_name or _program_name(),
             pid=os.getpid(),
+            clock=monotonic,
             max_unacked=max_unacked,
         )
-        self._send_lock = AsyncLock()
-        self._receive_lock = AsyncLock()
-        self._closed = False
-        #: record() looks for pushed errors once this monotonic_ns() is reached.
-        self._poll_due = 0
-        self._grace = reconnect_grace
-        #: One more for every reconnect: a task that saw the old connection break knows
-        #: whether someone else has reconnected since.
-        self._generation = 0
-        #: How many times the client reconnected.
-        self.reconnects = 0
-        #: Whether record() never raises (see :func:`aconnect`).
-        self.best_effort = best_effort
-        #: Best effort: the events record() did not record, per error code.
-        self.dropped: dict[str, int] = {}
-        #: Best effort, after a grace ran out: the monotonic() of the next attempt.
-        self._retry_due = 0.0
-        # Tails ride through a reconnect too (only a client that reconnects makes one).
-        self._conn.tails_resume = reconnect_grace > 0 and self.path is not None
+        self._link = AsyncLink(
+            transport, self._conn, reconnect_grace=reconnect_grace, best_effort=best_effort
+        )
 
     @classmethod
     async def _connect(
@@ -231,9 +177,7 @@ class AsyncClient(_AsyncResource):
             best_effort=best_effort,
         )
         try:
-            client._conn.ring = transport.wants_ring
-            welcome = await client._call(client._conn.hello())
-            client._transport.welcomed(welcome.ring)
+            await client._link.hello()
         except BaseException:
             await client.aclose()
             raise
@@ -242,8 +186,7 @@ class AsyncClient(_AsyncResource):
     @property
     def path(self) -> str | None:
         """The daemon's socket path (None for a transport without one)."""
-        path = getattr(self._transport, "path", None)
-        return path if isinstance(path, str) else None
+        return self._link.path
 
     @property
     def welcome(self) -> Welcome:
@@ -257,7 +200,22 @@ class AsyncClient(_AsyncResource):
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._link.closed
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the client reconnected."""
+        return self._link.reconnects
+
+    @property
+    def best_effort(self) -> bool:
+        """Whether record() never raises (see :func:`aconnect`)."""
+        return self._link.best_effort
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Best effort: the events record() did not record, per error code."""
+        return self._link.dropped
 
     @property
     def failure(self) -> FlightlogError | None:
@@ -314,8 +272,8 @@ class AsyncClient(_AsyncResource):
         return await self._open_session(partial(self._conn.open, path))
 
     async def _open_session(self, make: Callable[[], Pending[SessionOpened]]) -> AsyncSession:
-        await self._ready()
-        return AsyncSession(self, await self._call(make()))
+        await self._link.ready()
+        return AsyncSession(self, self._link, await self._link.call(make()))
 
     def tail(
         self,
@@ -340,8 +298,8 @@ class AsyncClient(_AsyncResource):
         (``daemon_unreachable``) while iterating.
         """
         return AsyncTail(
-            self,
-            lambda: self._conn.subscribe(
+            self._link,
+            lambda: self._conn.tails.subscribe(
                 path, after=after, follow=follow, types=types, run_id=run_id
             ),
             _record_only,
@@ -361,8 +319,8 @@ class AsyncClient(_AsyncResource):
         the files, each session after the last record delivered (docs/protocol.md).
         """
         return AsyncTail(
-            self,
-            lambda: self._conn.subscribe(
+            self._link,
+            lambda: self._conn.tails.subscribe(
                 None, after=after, follow=follow, types=types, run_id=run_id
             ),
             _with_path,
@@ -370,236 +328,12 @@ class AsyncClient(_AsyncResource):
 
     async def status(self) -> StatusReply:
         """What the daemon holds: sessions, subscribers, rates, errors."""
-        await self._ready()
-        return await self._call(self._conn.status())
+        await self._link.ready()
+        return await self._link.call(self._conn.status())
 
     async def aclose(self) -> None:
         """Close the connection; safe to call again."""
-        if not self._closed:
-            self._closed = True
-            self._conn.connection_lost(ConnectionLost("the client is closed"))
-            await self._transport.aclose()
-
-    # --------------------------------------------------------------- moving bytes
-
-    async def _call(self, pending: Pending[T]) -> T:
-        while True:
-            generation = self._generation
-            try:
-                await self._send(pending.data, pending)
-                await self._receive_until(partial(self._conn.answered, pending))
-                return self._conn.result(pending)
-            except ConnectionLost:
-                if not self._reconnecting():
-                    raise
-            except FlightlogError as exc:
-                self._conn.forget(pending)
-                instead = self._conn.open_instead(pending, exc)
-                if instead is None:
-                    raise
-                pending = instead
-                continue
-            except BaseException:
-                self._conn.forget(pending)
-                raise
-            await self._recover(generation)
-            pending = self._conn.retry(pending)
-            if pending.settled is not None:
-                return pending.settled[0]
-
-    async def _call_unless_loop(self, pending: Pending[None]) -> None:
-        # A request whose reply only confirms durability (closing a run or a session):
-        # on a thread that runs an event loop, send it and let the daemon answer to no
-        # one rather than stall the loop for an fsync.
-        if async_wait_blocks_loop():
-            self._conn.forget(pending)
-            await self._send(pending.data)
-            return
-        await self._call(pending)
-
-    async def _send(self, data: bytes, request: Pending[Any] | None = None) -> None:
-        async with self._send_lock:
-            queued = self._conn.take_outbox()
-            if request is not None:
-                self._conn.sending(request)
-            try:
-                await self._transport.send(queued + data if queued else data)
-            except ConnectionLost as exc:
-                self._conn.connection_lost(exc)
-                raise
-
-    async def _flush(self) -> None:
-        """Send the frames queued without a caller (a tail's next file to read)."""
-        if self._conn.has_outbox:
-            await self._send(b"")
-
-    async def _send_records(self, session_id: str, frames: Sequence[bytes]) -> None:
-        conn = self._conn
-        generation = self._generation
-        try:
-            async with self._send_lock:
-                # Kept before they are sent (keep raises a broken connection's failure):
-                # the reconnect sends them.
-                if len(frames) == 1:
-                    data = conn.keep(session_id, frames[0])
-                else:
-                    data = conn.keep_all(session_id, frames)
-                queued = conn.take_outbox()
-                await self._transport.send(queued + data if queued else data)
-        except ConnectionLost as exc:
-            conn.connection_lost(exc)
-            if not self._reconnecting():
-                raise
-            await self._recover(generation)
-        if conn.full(session_id):
-            # keep() asked for the acknowledgement this waits for.
-            await self._receive_until(lambda: not conn.full(session_id))
-
-    def _reconnecting(self) -> bool:
-        """Whether a broken connection is to be made again (now)."""
-        failure = self._conn.failure
-        if (
-            self._closed
-            or self._grace <= 0
-            or self.path is None
-            or not isinstance(failure, ConnectionLost)
-        ):
-            return False
-        if failure.code == ErrorCode.CONNECTION_LOST:
-            return True
-        return (
-            self.best_effort
-            and failure.code == ErrorCode.DAEMON_UNREACHABLE
-            and monotonic() >= self._retry_due
-        )
-
-    def _dropped(self, exc: FlightlogError, count: int) -> None:
-        first = exc.code not in self.dropped
-        self.dropped[exc.code] = self.dropped.get(exc.code, 0) + count
-        if first:
-            logger.warning(
-                "flightlog dropped an event (%s); the agent goes on, this kind of problem "
-                "is logged once and counted in client.dropped and in the run's run_close",
-                exc,
-            )
-
-    async def _ready(self) -> None:
-        """Reconnect first when the connection broke (and is to be made again)."""
-        if self._conn.failure is not None and self._reconnecting():
-            await self._recover(self._generation)
-
-    async def _recover(self, generation: int) -> None:
-        """Reconnect, unless another task did since ``generation``; raises the final
-        :class:`ConnectionLost` once the grace period is over."""
-        async with self._send_lock:
-            if self._generation != generation or not self._reconnecting():
-                return
-            async with self._receive_lock:
-                await self._reconnect()
-
-    async def _reconnect(self) -> None:
-        path = self.path
-        assert path is not None
-        last: FlightlogError | None = self._conn.failure
-        # After a grace ran out (best effort), one attempt at a time.
-        grace = self._grace if last is None or last.code == ErrorCode.CONNECTION_LOST else 0
-        deadline = monotonic() + grace
-        delay = _FIRST_RETRY
-        await self._transport.aclose()
-        while True:
-            try:
-                transport = await AsyncSocketTransport.connect(path)
-            except ConnectError as exc:
-                last = exc
-            else:
-                try:
-                    await self._replay(transport)
-                except (ConnectionLost, DaemonError) as exc:
-                    last = exc
-                    await transport.aclose()
-                else:
-                    self._transport = transport
-                    self._generation += 1
-                    self.reconnects += 1
-                    return
-            logger.debug("reconnecting to %s failed: %s", path, last)
-            left = deadline - monotonic()
-            if left <= 0:
-                self._generation += 1
-                self._retry_due = monotonic() + _LAST_RETRY
-                raise self._conn.give_up(path, self._grace, last, keep=self.best_effort)
-            await asleep(min(delay, left))
-            delay = min(delay * 2, _LAST_RETRY)
-
-    async def _replay(self, transport: AsyncTransport) -> None:
-        """On a new connection: hello, then each session opened again, its run
-        continued and its unacknowledged records sent again; then each tail
-        subscribed again where it was."""
-        conn = self._conn
-        conn.reset()
-        conn.ring = transport.wants_ring
-        transport.welcomed((await self._exchange(transport, conn.hello())).ring)
-        for session_id in conn.writing():
-            try:
-                opened = await self._exchange(transport, conn.reopen(session_id))
-            except DaemonError as exc:
-                if exc.code in _TRANSIENT:
-                    raise
-                conn.forget_session(session_id, exc)
-                continue
-            resume = conn.resume(session_id, opened)
-            if resume is not None:
-                await self._exchange(transport, resume)
-                data = conn.replay(session_id)
-                if data:
-                    await transport.send(data)
-        for subscription in conn.tails():
-            try:
-                await self._exchange(transport, conn.resubscribe(subscription))
-            except DaemonError as exc:
-                if exc.code in _TRANSIENT:
-                    raise
-                conn.end_tail(subscription, exc)
-                continue
-            catch_up = conn.catch_up(subscription)
-            if catch_up is not None:
-                await self._exchange(transport, catch_up)
-        data = conn.take_outbox()
-        if data:
-            await transport.send(data)
-
-    async def _exchange(self, transport: AsyncTransport, pending: Pending[T]) -> T:
-        await transport.send(pending.data)
-        while not self._conn.answered(pending):
-            self._conn.receive_data(await transport.receive())
-        return self._conn.result(pending)
-
-    async def _receive_until(self, done: Callable[[], bool]) -> None:
-        while not done():
-            async with self._receive_lock:
-                if done():
-                    return
-                try:
-                    data = await self._transport.receive()
-                except ConnectionLost as exc:
-                    self._conn.connection_lost(exc)
-                    return
-                self._conn.receive_data(data)
-
-    def _poll(self) -> None:
-        # Take in what has arrived (pushed errors) without waiting; when someone else
-        # is receiving, they take it in.
-        self._poll_due = monotonic_ns() + _POLL_INTERVAL_NS
-        if not self._receive_lock.try_acquire():
-            return
-        try:
-            data = self._transport.receive_nowait()
-            if data is not None:
-                self._conn.receive_data(data)
-        except ConnectionLost as exc:
-            self._conn.connection_lost(exc)
-        finally:
-            self._receive_lock.release()
+        await self._link.aclose()
 
 
 def _record_only(path: str | None, record: Record) -> Record:
@@ -610,7 +344,7 @@ def _with_path(path: str | None, record: Record) -> tuple[str, Record]:
     return (path or "", record)
 
 
-class AsyncSession(_AsyncResource):
+class AsyncSession(AsyncResource):
     """A session this client writes; make one with :meth:`AsyncClient.create` or ``open``.
 
     Attributes from the daemon's answer: ``session_id``, ``path`` (resolved, absolute),
@@ -618,8 +352,10 @@ class AsyncSession(_AsyncResource):
     ``run_close``) and ``truncated_bytes`` (an unfinished tail opening removed).
     """
 
-    def __init__(self, client: AsyncClient, opened: SessionOpened) -> None:
+    def __init__(self, client: AsyncClient, link: AsyncLink, opened: SessionOpened) -> None:
         self.client = client
+        self._link = link
+        self._conn = link.conn
         self.session_id = opened.session_id
         self.path = opened.path
         self.meta = opened.meta
@@ -635,24 +371,24 @@ class AsyncSession(_AsyncResource):
         Raises :class:`LocalProtocolError` (``run_open``) while another run is open,
         and the session's sticky :class:`RecordingError` after a write failed.
         """
-        self.client._poll()
+        self._link.poll()
         starting = self._begin_run()
         return AwaitableContext(starting)
 
     async def _begin_run(self) -> AsyncRun:
-        await self.client._ready()
-        pending = self.client._conn.begin_run(self.session_id)
-        return AsyncRun(self, await self.client._call(pending))
+        await self._link.ready()
+        pending = self._conn.begin_run(self.session_id)
+        return AsyncRun(self, self._link, await self._link.call(pending))
 
     async def sync(self) -> int:
         """Wait until everything sent so far is durable; returns the last seq written."""
-        await self.client._ready()
-        return await self.client._call(self.client._conn.sync(self.session_id))
+        await self._link.ready()
+        return await self._link.call(self._conn.sync(self.session_id))
 
     async def load_checkpoint(self) -> Any:
         """The snapshot of the latest checkpoint, decoded by the codec, or None."""
-        await self.client._ready()
-        return await self.client._call(self.client._conn.load_checkpoint(self.session_id))
+        await self._link.ready()
+        return await self._link.call(self._conn.load_checkpoint(self.session_id))
 
     async def resume(self, *, repair: bool = False) -> Resumption:
         """What a restarted agent needs, in one call: the latest checkpoint, the runs
@@ -672,9 +408,9 @@ class AsyncSession(_AsyncResource):
         tools = [c for c in calls if c.run_id == last and c.execution.kind == "tool"]
         if not repair or last is None or not tools:
             return Resumption(checkpoint, cut_runs, calls)
-        await self.client._ready()
-        pending = self.client._conn.continue_run(self.session_id, last)
-        run = AsyncRun(self, await self.client._call(pending))
+        await self._link.ready()
+        pending = self._conn.continue_run(self.session_id, last)
+        run = AsyncRun(self, self._link, await self._link.call(pending))
         await run.record_many([repair_event(call) for call in tools])
         await run.aclose(
             error=f"cut; resume(repair=True) answered {len(tools)} tool call(s) left "
@@ -691,25 +427,25 @@ class AsyncSession(_AsyncResource):
         client called on a thread that runs an event loop does not wait: it sends the
         request and returns (the daemon still syncs and releases the session).
         """
-        await self.client._ready()
-        pending = self.client._conn.close_session(self.session_id)
+        await self._link.ready()
+        pending = self._conn.close_session(self.session_id)
         if pending is not None:
-            await self.client._call_unless_loop(pending)
+            await self._link.call_unless_loop(pending)
 
 
-class AsyncRun(_AsyncResource):
+class AsyncRun(AsyncResource):
     """One loop invocation inside a session; make one with :meth:`AsyncSession.begin_run`.
 
     ``run_id`` is fresh for every run; ``seq`` is the seq of its ``run_start``.
     """
 
-    def __init__(self, session: AsyncSession, started: RunStarted) -> None:
+    def __init__(self, session: AsyncSession, link: AsyncLink, started: RunStarted) -> None:
         self.session = session
         self.session_id = session.session_id
         self.run_id = started.run_id
         self.seq = started.seq
-        self._client = session.client
-        self._conn = session.client._conn
+        self._link = link
+        self._conn = link.conn
         #: The session's sticky errors, kept after the session is closed.
         self._state = self._conn.session_state(self.session_id)
         self._unencodable: RecordingError | None = None
@@ -753,29 +489,29 @@ class AsyncRun(_AsyncResource):
         Requests (``save_checkpoint``, ``sync``, ``close`` …) take in every push that
         arrived before their answer.
         """
-        client = self._client
-        if monotonic_ns() >= client._poll_due:
-            client._poll()
+        link = self._link
+        if monotonic_ns() >= link.poll_due:
+            link.poll()
         try:
             try:
                 data = self._conn.record(self.session_id, self.run_id, event, time)
             except ConnectionLost:
-                if not client._reconnecting():
+                if not link.reconnecting():
                     raise
-                await client._ready()
+                await link.ready()
                 data = self._conn.record(self.session_id, self.run_id, event, time)
         except FlightlogError as exc:
-            if client.best_effort:
+            if link.best_effort:
                 self._drop(exc, 1)
                 return
             self._refused(exc)
             raise
         if data is not None:
             try:
-                await client._send_records(self.session_id, (data,))
+                await link.send_records(self.session_id, (data,))
             except FlightlogError:
                 # Sent or kept: a reconnect sends it again, a give-up counts it lost.
-                if not client.best_effort:
+                if not link.best_effort:
                     raise
 
     def _refused(self, exc: FlightlogError) -> None:
@@ -788,7 +524,7 @@ class AsyncRun(_AsyncResource):
         self.dropped += count
         if self._drop_reason is None:
             self._drop_reason = f"{exc.code}: {exc.message}"
-        self._client._dropped(exc, count)
+        self._link.count_dropped(exc, count)
 
     async def record_many(self, events: Iterable[Event]) -> None:
         """Record ``events`` in order, as :meth:`record` does each, with one send.
@@ -798,19 +534,19 @@ class AsyncRun(_AsyncResource):
         effort drops that event alone (counted, as :meth:`record` does) and records the
         rest.
         """
-        client = self._client
-        if monotonic_ns() >= client._poll_due:
-            client._poll()
+        link = self._link
+        if monotonic_ns() >= link.poll_due:
+            link.poll()
         events = list(events)
         frames: list[bytes] = []
         done = 0
         try:
-            await client._ready()
+            await link.ready()
             for event in events:
                 try:
                     data = self._conn.record(self.session_id, self.run_id, event, None)
                 except FlightlogError as exc:
-                    if not (client.best_effort and exc.code in _ONE_EVENT_ERRORS):
+                    if not (link.best_effort and exc.code in _ONE_EVENT_ERRORS):
                         raise
                     self._drop(exc, 1)
                     data = None
@@ -818,7 +554,7 @@ class AsyncRun(_AsyncResource):
                     frames.append(data)
                 done += 1
         except FlightlogError as exc:
-            if client.best_effort:
+            if link.best_effort:
                 self._drop(exc, len(events) - done)
             else:
                 self._refused(exc)
@@ -826,9 +562,9 @@ class AsyncRun(_AsyncResource):
         finally:
             if frames:
                 try:
-                    await client._send_records(self.session_id, frames)
+                    await link.send_records(self.session_id, frames)
                 except FlightlogError:
-                    if not client.best_effort:
+                    if not link.best_effort:
                         raise
 
     def ref(self, execution: Execution) -> CallRef:
@@ -841,15 +577,15 @@ class AsyncRun(_AsyncResource):
         Returns its seq.  Raises the codec's :class:`RecordingError` (kept like one
         from :meth:`record`) and the run's sticky error.
         """
-        self.session.client._poll()
-        await self._client._ready()
+        self._link.poll()
+        await self._link.ready()
         try:
             pending = self._conn.save_checkpoint(self.session_id, self.run_id, snapshot)
         except RecordingError as exc:
             if exc.code == ErrorCode.CODEC_ERROR and self._unencodable is None:
                 self._unencodable = exc
             raise
-        return await self.session.client._call(pending)
+        return await self._link.call(pending)
 
     async def aclose(self, error: str | None = None) -> None:
         """Write ``run_close`` and wait until it is durable; safe to call again.
@@ -860,8 +596,8 @@ class AsyncRun(_AsyncResource):
         close quietly.  The sync client called on a thread that runs an event loop does
         not wait for durability: it sends ``run_close`` and returns.
         """
-        self.session.client._poll()
-        await self._client._ready()
+        self._link.poll()
+        await self._link.ready()
         if self._unencodable is not None:
             lost = f"{self._unencodable.code}: {self._unencodable.message}"
             error = lost if error is None else f"{error}; {lost}"
@@ -870,105 +606,7 @@ class AsyncRun(_AsyncResource):
             error = lost if error is None else f"{error}; {lost}"
         pending = self._conn.close_run(self.session_id, self.run_id, error)
         if pending is not None:
-            await self.session.client._call_unless_loop(pending)
+            await self._link.call_unless_loop(pending)
 
     async def _close_for(self, exc: BaseException) -> None:
         await self.aclose(error=_error_text(exc))
-
-
-class AsyncTail(_AsyncResource, Generic[T]):
-    """The records of a subscription: ``async for record in client.tail(path)``.
-
-    Use it in ``async with`` (or call :meth:`aclose`) to unsubscribe from a follow
-    before its end; an abandoned tail is unsubscribed with the client's next request.
-    """
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        subscribe: Callable[[], Pending[int]],
-        convert: Callable[[str | None, Record], T],
-    ) -> None:
-        self._client = client
-        self._conn = client._conn
-        self._subscribe = subscribe
-        self._convert = convert
-        self._subscription: int | None = None
-        self._buffer: deque[T] = deque()
-        self._done = False
-        #: How the daemon ended the subscription, once it has: ``end.reason`` is
-        #: ``end_of_file``, ``session_closed``, ``unsubscribed`` or ``shutting_down``.
-        self.end: TailEnd | None = None
-
-    @property
-    def end_reason(self) -> str | None:
-        """``end.reason``, or None while the subscription goes on."""
-        return self.end.reason if self.end is not None else None
-
-    async def _start(self) -> int:
-        if self._subscription is None:
-            self._subscription = await self._client._call(self._subscribe())
-        return self._subscription
-
-    def __aiter__(self) -> AsyncTail[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        client = self._client
-        while not self._buffer:
-            if self._done:
-                raise StopAsyncIteration
-            generation = client._generation
-            try:
-                subscription = await self._start()
-                await client._flush()
-                await client._receive_until(partial(self._conn.tail_ready, subscription))
-                try:
-                    batch = self._conn.next_tail(subscription)
-                finally:
-                    self.end = self.end or self._conn.pop_tail_end(subscription)
-            except ConnectionLost as exc:
-                # The client reconnects and subscribes again where the tail was; past
-                # the grace its error ends the tail.
-                if exc.code != ErrorCode.CONNECTION_LOST or not client._reconnecting():
-                    self._give_up()
-                    raise
-                try:
-                    await client._recover(generation)
-                except BaseException:
-                    self._give_up()
-                    raise
-                continue
-            if batch is None:
-                self._done = True
-            else:
-                self._buffer.extend(self._convert(path, record) for path, record in batch)
-        return self._buffer.popleft()
-
-    def _give_up(self) -> None:
-        self._done = True
-        if self._subscription is not None:
-            self._conn.abandon_tail(self._subscription)
-
-    async def aclose(self) -> None:
-        """Unsubscribe (when the daemon has not ended the subscription); safe to call again."""
-        if self._done:
-            return
-        self._done = True
-        subscription = self._subscription
-        if subscription is None or self._conn.tail_ended(subscription):
-            return
-        if self._conn.failure is not None:
-            self._conn.abandon_tail(subscription)
-            return
-        pending = self._conn.unsubscribe(subscription)
-        if pending is not None:
-            await self._client._call(pending)
-
-    async def __aenter__(self) -> Self:
-        await self._start()
-        return self
-
-    def __del__(self) -> None:
-        if self._subscription is not None and not self._done:
-            self._conn.abandon_tail(self._subscription)

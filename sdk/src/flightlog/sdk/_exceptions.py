@@ -20,6 +20,8 @@ that a caller imports everything from here:
 from __future__ import annotations
 
 from flightlog.protocol import (
+    ConnectionLost,
+    DaemonError,
     ErrorCode,
     FileFormatError,
     FlightlogError,
@@ -94,29 +96,6 @@ class UntrustedDaemon(ConnectError):
         self.mode = mode
         self.peer_uid = peer_uid
         self.peer_pid = peer_pid
-
-
-class ConnectionLost(FlightlogError):
-    """The connection to the daemon broke: it closed the socket or the socket failed.
-
-    What was sent but not acknowledged may or may not have been written.
-    """
-
-    def __init__(self, message: str, *, code: str = "connection_lost") -> None:
-        super().__init__(message, code=code)
-
-
-class DaemonError(FlightlogError):
-    """The daemon refused a request with an error reply.
-
-    ``code`` is the daemon's stable error code (``session_busy``, ``path_refused``,
-    ``session_exists``, …; see :class:`ErrorCode`), ``message`` its sentence, and
-    ``session_id`` the session it is about, when it names one.
-    """
-
-    def __init__(self, message: str, *, code: str, session_id: str | None = None) -> None:
-        super().__init__(message, code=code)
-        self.session_id = session_id
 
 
 class MissingExtra(FlightlogError):

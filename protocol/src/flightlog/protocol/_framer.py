@@ -1,0 +1,82 @@
+"""The frames of a run's records, and the account of what they could not carry:
+:class:`RecordFramer`, sans I/O (see :mod:`._client`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ._codec import Codec, EncodedEvent
+from ._diagnostics import RunDiagnostics
+from ._errors import ErrorCode, LocalProtocolError
+from ._events import Event
+from ._framing import FrameEncoder
+from ._records import format_time, utc_time
+
+__all__ = ["RecordFramer"]
+
+
+class RecordFramer:
+    """Encodes events with ``codec`` into ``record`` frames of ``encoder``; keeps, per
+    run, the events written with a marker or as a stub, for its ``run_close``."""
+
+    def __init__(self, codec: Codec, encoder: FrameEncoder) -> None:
+        self._codec = codec
+        self._encoder = encoder
+        #: Run id -> the events it recorded with markers or as stubs.
+        self._diagnostics: dict[str, RunDiagnostics] = {}
+
+    def frame(
+        self, session_id: str, run_id: str, event: Event, time: datetime | str | None
+    ) -> bytes | None:
+        """The frame recording ``event`` in the run, or None when it is never written
+        (see :meth:`ClientConnection.record`)."""
+        codec = self._codec
+        encoded = codec.encode_event(event)
+        if encoded is None:
+            return None
+        when = encoded.time if time is None else _event_time(encoded, time)
+        encoder = self._encoder
+        try:
+            frame = encoder.encode_record(session_id, run_id, encoded.type, when, encoded.data)
+        except LocalProtocolError as exc:
+            if exc.code != ErrorCode.FRAME_TOO_LARGE:
+                raise
+            # Too large to send: its stub is written instead, and run_close names it.
+            encoded = codec.oversized(encoded, limit=encoder.max_frame_size)
+            try:
+                frame = encoder.encode_record(session_id, run_id, encoded.type, when, encoded.data)
+            except LocalProtocolError:
+                raise exc from None
+        if encoded.markers:
+            execution = getattr(event, "execution", None)
+            notes = self._diagnostics.get(run_id)
+            if notes is None:
+                notes = self._diagnostics[run_id] = RunDiagnostics()
+            notes.add(encoded.type, getattr(execution, "id", None), encoded.markers)
+        return frame
+
+    def diagnosed(self, run_id: str) -> int:
+        """How many events of the open run ``run_id`` were written with markers or as
+        stubs."""
+        notes = self._diagnostics.get(run_id)
+        return 0 if notes is None else notes.events
+
+    def closing(self, run_id: str) -> str | None:
+        """The account of ``run_id`` for its ``run_close``, or None; forgotten here."""
+        notes = self._diagnostics.pop(run_id, None)
+        return None if notes is None else notes.text()
+
+
+def _event_time(encoded: EncodedEvent, time: datetime | str | None) -> str:
+    if time is None:
+        # The moment the event happened at its source, not the moment it is written.
+        return encoded.time
+    if isinstance(time, datetime):
+        return format_time(time)
+    utc = utc_time(time)
+    if utc is None:
+        raise LocalProtocolError(
+            f"time {time!r} is not an RFC 3339 time like 2026-11-29T20:00:00.000000Z",
+            code=ErrorCode.BAD_EVENT,
+        )
+    return utc

@@ -1,0 +1,118 @@
+"""The records of a subscription: :class:`AsyncTail`.
+
+The sync tail is generated from the async one by ``tests/sdk/unasync.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import Generic, Self, TypeVar
+
+from flightlog.protocol import ErrorCode, Pending, Record, TailEnd
+
+from ._async_link import AsyncLink, AsyncResource
+from ._exceptions import ConnectionLost
+
+__all__ = ["AsyncTail"]
+
+T = TypeVar("T")
+
+
+class AsyncTail(AsyncResource, Generic[T]):
+    """The records of a subscription: ``async for record in client.tail(path)``.
+
+    Use it in ``async with`` (or call :meth:`aclose`) to unsubscribe from a follow
+    before its end; an abandoned tail is unsubscribed with the client's next request.
+    """
+
+    def __init__(
+        self,
+        link: AsyncLink,
+        subscribe: Callable[[], Pending[int]],
+        convert: Callable[[str | None, Record], T],
+    ) -> None:
+        self._link = link
+        self._conn = link.conn
+        self._subscribe = subscribe
+        self._convert = convert
+        self._subscription: int | None = None
+        self._buffer: deque[T] = deque()
+        self._done = False
+        #: How the daemon ended the subscription, once it has: ``end.reason`` is
+        #: ``end_of_file``, ``session_closed``, ``unsubscribed`` or ``shutting_down``.
+        self.end: TailEnd | None = None
+
+    @property
+    def end_reason(self) -> str | None:
+        """``end.reason``, or None while the subscription goes on."""
+        return self.end.reason if self.end is not None else None
+
+    async def _start(self) -> int:
+        if self._subscription is None:
+            self._subscription = await self._link.call(self._subscribe())
+        return self._subscription
+
+    def __aiter__(self) -> AsyncTail[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        link = self._link
+        while not self._buffer:
+            if self._done:
+                raise StopAsyncIteration
+            generation = link.generation
+            try:
+                subscription = await self._start()
+                await link.flush()
+                await link.receive_until(partial(self._conn.tail_ready, subscription))
+                try:
+                    batch = self._conn.tails.next(subscription)
+                finally:
+                    self.end = self.end or self._conn.tails.pop_end(subscription)
+            except ConnectionLost as exc:
+                # The client reconnects and subscribes again where the tail was; past
+                # the grace its error ends the tail.
+                if exc.code != ErrorCode.CONNECTION_LOST or not link.reconnecting():
+                    self._give_up()
+                    raise
+                try:
+                    await link.recover(generation)
+                except BaseException:
+                    self._give_up()
+                    raise
+                continue
+            if batch is None:
+                self._done = True
+            else:
+                self._buffer.extend(self._convert(path, record) for path, record in batch)
+        return self._buffer.popleft()
+
+    def _give_up(self) -> None:
+        self._done = True
+        if self._subscription is not None:
+            self._conn.tails.abandon_later(self._subscription)
+
+    async def aclose(self) -> None:
+        """Unsubscribe (when the daemon has not ended the subscription); safe to call again."""
+        if self._done:
+            return
+        self._done = True
+        subscription = self._subscription
+        if subscription is None or not self._conn.tails.is_subscribed(subscription):
+            return
+        if self._conn.failure is not None:
+            self._conn.tails.abandon_later(subscription)
+            return
+        pending = self._conn.tails.unsubscribe(subscription)
+        if pending is not None:
+            await self._link.call(pending)
+
+    async def __aenter__(self) -> Self:
+        await self._start()
+        return self
+
+    def __del__(self) -> None:
+        if self._subscription is not None and not self._done:
+            self._conn.tails.abandon_later(self._subscription)

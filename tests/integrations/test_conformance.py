@@ -24,13 +24,16 @@ from flightlog.integrations import Recorder
 from flightlog.sdk import Transcript, check
 from support import DaemonProcess
 
-from . import conformance_pydantic_ai
+from . import conformance_langchain, conformance_pydantic_ai
 from .conformance import from_prompt
 from .helpers import finish
 
 FRAMEWORKS = {
     "pydantic_ai": conformance_pydantic_ai.SCENARIOS,
+    "langchain": conformance_langchain.SCENARIOS,
 }
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 MATRIX = [
     pytest.param(framework, scenario, id=f"{framework}-{scenario}")

@@ -24,13 +24,14 @@ from flightlog.integrations import Recorder
 from flightlog.sdk import Transcript, check
 from support import DaemonProcess
 
-from . import conformance_langchain, conformance_pydantic_ai
+from . import conformance_langchain, conformance_openai_agents, conformance_pydantic_ai
 from .conformance import from_prompt
 from .helpers import finish
 
 FRAMEWORKS = {
     "pydantic_ai": conformance_pydantic_ai.SCENARIOS,
     "langchain": conformance_langchain.SCENARIOS,
+    "openai_agents": conformance_openai_agents.SCENARIOS,
 }
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -20,6 +20,10 @@ __all__ = [
     "user_part",
 ]
 
+#: The outcomes of a tool return that the model is shown as an error (pydantic-ai's
+#: ``ERROR_OUTCOMES``).
+_ERROR_OUTCOMES = ("failed", "retried", "error")
+
 _SETTINGS = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p"}
 
 
@@ -103,18 +107,27 @@ def request_messages(messages: Sequence[Any]) -> list[Any]:
                         else [user_part(p) for p in content]
                     )
                 )
-            elif kind in ("tool-return", "retry-prompt"):
-                failed = kind == "retry-prompt" or getattr(part, "outcome", None) in (
-                    "retried",
-                    "failed",
-                    "error",
-                )
+            elif kind == "retry-feedback":
+                # pydantic-ai's feedback on a response it could not use: the model is
+                # shown its text in the user's voice (a system one for "no_output").
+                out.append(events.UserMessage(content=part.model_response()))
+            elif kind == "tool-return":
                 out.append(
                     events.ToolResultMessage(
                         tool_call_id=part.tool_call_id,
                         name=part.tool_name or "",
                         content=[events.TextPart(text=part.model_response_str())],
-                        is_error=failed,
+                        is_error=getattr(part, "outcome", None) in _ERROR_OUTCOMES,
+                    )
+                )
+            elif kind == "retry-prompt":
+                # Deprecated by pydantic-ai, still in older histories.
+                out.append(
+                    events.ToolResultMessage(
+                        tool_call_id=part.tool_call_id,
+                        name=part.tool_name or "",
+                        content=[events.TextPart(text=part.model_response())],
+                        is_error=True,
                     )
                 )
             else:

@@ -370,8 +370,12 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             if isinstance(metadata.get(key), int | float)
         }
         stop = params.pop("stop", None) or []
+        sent = [m for batch in messages for m in batch]
+        system, lead = _system(sent)
         continuation = root.run.continuation(agent.name, agent.parent_id is not None)
-        continues, new = continuation.split(execution.id, [m for batch in messages for m in batch])
+        continues, new = continuation.split(execution.id, sent)
+        # The leading system messages are the request's system prompt, not messages.
+        new = new[max(0, lead - (len(sent) - len(new))) :]
         root.run.record(
             *facts,
             events.ModelRequest(
@@ -385,6 +389,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                     extra=params,
                     **known,
                 ),
+                system=system,
                 continues=continues,
             ),
             events.ModelExecStart(
@@ -604,6 +609,22 @@ def _message(message: Any) -> Any:
             is_error=getattr(message, "status", None) == "error",
         )
     return message
+
+
+def _system(messages: Sequence[Any]) -> tuple[str | None, int]:
+    """The system prompt of a chat model's ``messages`` (its leading system messages'
+    texts, joined by a blank line), and how many messages it takes."""
+    texts: list[str] = []
+    for message in messages:
+        if getattr(message, "type", None) != "system":
+            break
+        content = getattr(message, "content", "")
+        texts.append(
+            content
+            if isinstance(content, str)
+            else "".join(p.text for p in _parts(content) if isinstance(p, events.TextPart))
+        )
+    return ("\n\n".join(texts) if texts else None), len(texts)
 
 
 def _input_messages(inputs: Any) -> list[Any]:

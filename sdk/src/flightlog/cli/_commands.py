@@ -57,7 +57,7 @@ from ._render import (
     short,
     tail_line,
 )
-from ._views import call_details, inspect_lines, prompt_lines, show_lines
+from ._views import call_details, inspect_lines, origin_lines, prompt_lines, show_lines
 
 __all__ = [
     "EXIT_CODES",
@@ -435,6 +435,9 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         _show_call(summary, call_records, style)
     else:
         runs = [summary.runs[run_id]] if run_id is not None else None
+        if runs is None:
+            for line in origin_lines(summary, label, style):
+                _out(line)
         for line in show_lines(summary, label, style, runs):
             _out(line)
     if tail_note:

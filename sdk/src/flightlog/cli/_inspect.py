@@ -385,6 +385,8 @@ class SessionSummary:
         self.session_id: str | None = None
         self.format_version: int | None = None
         self.meta: dict[str, Any] = {}
+        #: A fork's origin (``session_start``'s ``origin``: session_id, path, seq).
+        self.origin: dict[str, Any] | None = None
         self.created: str | None = None
         self.records = 0
         self.last_seq = 0
@@ -415,6 +417,8 @@ class SessionSummary:
             self.format_version = version if isinstance(version, int) else None
             meta = data.get("meta")
             self.meta = dict(meta) if isinstance(meta, Mapping) else {}
+            origin = data.get("origin")
+            self.origin = dict(origin) if isinstance(origin, Mapping) else None
             return
         if record.run_id is None and record.type != CHECKPOINT:
             return  # nothing else lives outside a run in format 1; tolerate it

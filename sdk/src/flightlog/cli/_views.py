@@ -7,10 +7,12 @@ Each function returns lines; the command writes them.  Colour comes from a
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
-from flightlog.protocol import Record
+from flightlog.protocol import FlightlogError, Record
+from flightlog.sdk import read
 from flightlog.sdk._transcript import Prompt
 
 from ._inspect import CallSummary, RunSummary, SessionSummary, TimelineItem
@@ -28,7 +30,18 @@ from ._render import (
     summarize,
 )
 
-__all__ = ["call_details", "inspect_lines", "prompt_lines", "session_header", "show_lines"]
+__all__ = [
+    "call_details",
+    "inspect_lines",
+    "message_role",
+    "origin_lines",
+    "prompt_lines",
+    "session_header",
+    "show_lines",
+]
+
+#: How many origins ``show`` follows back: a longer chain is a loop.
+_MAX_FORKS: Final = 64
 
 
 def _when(time: str | None) -> str:
@@ -49,6 +62,8 @@ def session_header(summary: SessionSummary, path: str, style: Style) -> list[str
     if summary.meta:
         facts.append("meta " + short(json.dumps(summary.meta, ensure_ascii=False), 60))
     lines.append("  " + " · ".join(facts))
+    if summary.origin is not None:
+        lines.append("  " + _origin_line(summary.origin, path, style))
     runs = len(summary.runs)
     counts = [
         f"{summary.records:,} records (seq 1..{summary.last_seq})",
@@ -57,6 +72,51 @@ def session_header(summary: SessionSummary, path: str, style: Style) -> list[str
     ]
     lines.append("  " + " · ".join(counts))
     return lines
+
+
+def _origin_path(origin: dict[str, Any], path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(path)), str(origin.get("path")))
+
+
+def origin_lines(summary: SessionSummary, path: str, style: Style, depth: int = 0) -> Iterator[str]:
+    """A fork's history: the timeline of its origin up to the line it was forked at
+    (and of that one's origin first), for ``show``; nothing for a session that is not
+    a fork, or whose origin cannot be read (its header says so)."""
+    origin = summary.origin
+    if origin is None or depth >= _MAX_FORKS:
+        return
+    where = _origin_path(origin, path)
+    seq = origin.get("seq")
+    history = SessionSummary()
+    try:
+        for record in read(where):
+            if not isinstance(seq, int) or record.seq > seq:
+                break
+            history.add(record)
+    except (OSError, FlightlogError):
+        return
+    if history.session_id != origin.get("session_id"):
+        return
+    yield from origin_lines(history, where, style, depth + 1)
+    yield style.bold(f"── the origin, up to line {seq}: {where}")
+    yield from show_lines(history, where, style)
+    yield style.bold(f"── the fork: {path}")
+
+
+def _origin_line(origin: dict[str, Any], path: str, style: Style) -> str:
+    """Where a fork comes from, and whether that file still holds it."""
+    where = _origin_path(origin, path)
+    text = (
+        f"forked from {origin.get('path')} at line {origin.get('seq')} "
+        f"(session {str(origin.get('session_id'))[:8]}, run {str(origin.get('run_id'))[:8]})"
+    )
+    try:
+        start = next(iter(read(where)))
+    except (OSError, FlightlogError, StopIteration):
+        return text + style.red(" · the origin cannot be read")
+    if start.session_id != origin.get("session_id"):
+        return text + style.red(f" · that file is now session {start.session_id[:8]}")
+    return text + f" · history: flightlog show {where}"
 
 
 def _run_title(run: RunSummary, style: Style) -> str:
@@ -291,11 +351,16 @@ def prompt_lines(prompt: Prompt, style: Style) -> Iterator[str]:
         yield from _indented(prompt.system, style.cyan("system") + ": ")
     yield f"messages ({len(prompt.messages)}):"
     for index, message in enumerate(prompt.messages, 1):
-        role = "message"
-        if isinstance(message, dict):
-            role = str(message.get("$type") or message.get("role") or role)
-            if role == "tool_result":
-                role += f" {message.get('name')} ({message.get('tool_call_id')})"
-                if message.get("is_error"):
-                    role += " " + style.red("ERROR")
-        yield from _indented(message_text(message), f"  [{index}] {style.cyan(role)}: ")
+        yield from _indented(message_text(message), f"  [{index}] {message_role(message, style)}: ")
+
+
+def message_role(message: Any, style: Style) -> str:
+    """A message's role as a prompt lists it: ``tool_result NAME (ID) ERROR``."""
+    role = "message"
+    if isinstance(message, dict):
+        role = str(message.get("$type") or message.get("role") or role)
+        if role == "tool_result":
+            role += f" {message.get('name')} ({message.get('tool_call_id')})"
+            if message.get("is_error"):
+                return style.cyan(role) + " " + style.red("ERROR")
+    return style.cyan(role)

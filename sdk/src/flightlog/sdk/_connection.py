@@ -121,6 +121,7 @@ from flightlog.protocol import (
     LocalProtocolError,
     Message,
     Open,
+    Origin,
     Record,
     RecordFailed,
     RecordingError,
@@ -554,10 +555,14 @@ class ClientConnection:
             Welcome,
         )
 
-    def create(self, path: str, meta: Mapping[str, Any]) -> Pending[SessionOpened]:
+    def create(
+        self, path: str, meta: Mapping[str, Any], origin: Origin | None = None
+    ) -> Pending[SessionOpened]:
         """Create a session file and become its writer."""
         pending = self._request(
-            lambda id: Create(id=id, path=path, meta=dict(meta)), self._opened, SessionOpened
+            lambda id: Create(id=id, path=path, meta=dict(meta), origin=origin),
+            self._opened,
+            SessionOpened,
         )
         pending.path = path
         return pending

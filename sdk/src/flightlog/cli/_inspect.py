@@ -73,6 +73,7 @@ class CallSummary:
     end_time: str | None = None
     # model calls
     model: str | None = None
+    provider: str | None = None
     usage: dict[str, Any] | None = None
     stop_reason: str | None = None
     # tool calls
@@ -156,10 +157,14 @@ class CallSummary:
                 config = data.get("config")
                 if isinstance(config, Mapping) and config.get("model"):
                     self.model = str(config["model"])
+                if isinstance(config, Mapping) and config.get("provider"):
+                    self.provider = str(config["provider"])
             case "model_exec_start":
                 self.start_time = record.time
                 if data.get("model"):
                     self.model = str(data["model"])
+                if data.get("provider"):
+                    self.provider = str(data["provider"])
             case "model_exec_end":
                 self._end(record)
                 message = data.get("message")
@@ -170,6 +175,8 @@ class CallSummary:
                         self.stop_reason = str(message["stop_reason"])
                     if not self.model and message.get("model"):
                         self.model = str(message["model"])
+                    if not self.provider and message.get("provider"):
+                        self.provider = str(message["provider"])
                 self.result = message_text(message)
                 self.disposition = str(data.get("disposition") or "ran")
                 if data.get("error"):

@@ -28,3 +28,12 @@ def test_the_ci_gets_uv_the_ways_the_readme_gives() -> None:
     ):
         assert f"`{way}`" in text
         assert way.replace(" --user", " --quiet --user") in ci or way in ci
+
+
+def test_the_quick_start_ends_pointing_at_every_command() -> None:
+    text = README.read_text()
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    last = quick.strip().split("\n\n")[-1]
+    assert "flightlog COMMAND --help" in last
+    assert "(docs/cli.md#every-command-on-a-real-session)" in last
+    assert "## Every command on a real session" in (README.parent / "docs" / "cli.md").read_text()

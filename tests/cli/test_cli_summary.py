@@ -376,7 +376,8 @@ def test_show_lines_for_a_session() -> None:
     text = "\n".join(lines)
     assert lines[0] == f"session {s.session_id}  x.jsonl"
     assert 'agent helper started "What is 6*7?"' in text
-    assert '    model m0  m-1  1,200→34 tok  1.50s  "Let me compute."' in text
+    # A model genai-prices does not know costs "unknown", never $0.
+    assert '    model m0  m-1  1,200→34 tok  cost unknown  1.50s  "Let me compute."' in text
     # The provider's tool call id beside the execution id, which show --call accepts.
     assert '    tool  t0  calc(q="x")  [c]  250ms  → "42"' in text
     assert "agent end: ok, completed, 1 turns" in text
@@ -474,7 +475,11 @@ def test_small_formatters() -> None:
         format_usage(
             {"input_tokens": 1234, "output_tokens": 5, "cache_read_tokens": 1000, "cost": 0.5}
         )
-        == "1,234→5 tok (1,000 cached) $0.5000"
+        == "1,234→5 tok (1,000 cache read) provider cost $0.5000"
+    )
+    assert (
+        format_usage({"input_tokens": 9, "cache_read_tokens": 2, "cache_write_tokens": 3})
+        == "9→0 tok (2 cache read, 3 cache write)"
     )
     assert format_usage(None) == ""
     assert format_bytes(10) == "10 B" and format_bytes(2048) == "2.0 kB"

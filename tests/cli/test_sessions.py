@@ -141,6 +141,10 @@ def test_states_tokens_and_cost(daemon: DaemonProcess) -> None:
         "currency": "USD",
         "priced_calls": 2,
         "unknown_calls": 0,
+        "sources": {
+            f"genai-prices {genai_prices.__version__}: anthropic/claude-sonnet-4-5": 1,
+            f"genai-prices {genai_prices.__version__}: openai/gpt-4o": 1,
+        },
     }
     unknown = rows["unknown.jsonl"]["cost"]
     assert (unknown["priced_calls"], unknown["unknown_calls"]) == (1, 1)
@@ -178,9 +182,10 @@ def test_table_says_unknown_and_lower_bound(daemon: DaemonProcess) -> None:
         timeout=60,
         check=True,
     )
-    [header, line] = result.stdout.splitlines()
+    [header, line, prices] = result.stdout.splitlines()
     assert header.split()[:3] == ["LAST", "ACTIVITY", "STATE"]
     assert "complete" in line and "≥ $0.00" in line and "unknown.jsonl" in line
+    assert prices.startswith("prices: ") and "unknown model 'house-model-7' (1 call)" in prices
 
 
 def test_price_never_reads_an_unknown_model_as_free() -> None:

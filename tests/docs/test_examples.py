@@ -10,6 +10,7 @@ there, fails the test.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from flightlog.cli._main import build_parser
 from flightlog.sdk import check
 from support import DaemonProcess, run_python
 
@@ -188,3 +190,54 @@ def test_the_help_and_upgrade_examples_name_what_the_demo_records(
     for command in [*calls, verify.split("#")[0].strip()]:
         done = _shell(daemon, command, tmp_path)
         assert done.returncode == 0, (command, done.stderr)
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Every ``flightlog`` command and its parser."""
+    (commands,) = (
+        action
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    return dict(commands.choices)
+
+
+def test_every_command_has_help_examples_and_a_section_in_docs_cli_md() -> None:
+    docs = (REPO / "docs" / "cli.md").read_text()
+    for name, parser in _commands().items():
+        text = parser.format_help()
+        assert "\nexamples:\n" in text, name
+        examples = text.split("\nexamples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        assert any(line.strip().startswith(f"flightlog {name}") for line in examples), name
+        assert f"### `flightlog {name}" in docs, name
+
+
+def _shape(line: str, root: str) -> list[str]:
+    """The first two words of an output line, its ids, numbers and root made alike."""
+    line = line.replace(root, "~/.local/state/flightlog")
+    line = re.sub(r"[0-9a-f]{8,}", "ID", line)
+    return re.sub(r"\d", "0", line).split()[:2]
+
+
+def test_every_command_of_the_tour_runs_on_a_real_session_as_shown(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    (tour,) = (
+        b
+        for b in _blocks("text")
+        if b.document == "docs/cli.md" and b.code.startswith("$ flightlog demo --fast")
+    )
+    lines = tour.code.splitlines()
+    steps = [
+        (line[2:], lines[index + 1] if index + 1 < len(lines) else "")
+        for index, line in enumerate(lines)
+        if line.startswith("$ ")
+    ]
+    shown = {command.split()[1] for command, _ in steps}
+    assert shown == set(_commands()) - {"export"}  # export needs a backend: tests/export
+    for command, first in steps:
+        done = _shell(daemon, command, tmp_path)
+        assert done.returncode == 0, (command, done.stderr)
+        out = done.stdout.splitlines()
+        assert out, command
+        assert _shape(out[0], str(daemon.root)) == _shape(first, str(daemon.root)), command

@@ -507,7 +507,9 @@ class Connection:
         try:
             try:
                 if isinstance(message, Create):
-                    actor = await registry.create(self, message.path, dict(message.meta))
+                    actor = await registry.create(
+                        self, message.path, dict(message.meta), message.origin
+                    )
                 else:
                     actor = await registry.open(self, message.path)
             except BaseException:

@@ -24,6 +24,7 @@ from flightlog.protocol import (
     ErrorCode,
     FlightlogError,
     LocalProtocolError,
+    Origin,
     SessionStatus,
     new_id,
     now,
@@ -137,8 +138,10 @@ class Sessions:
 
     # ------------------------------------------------------- create and open
 
-    async def create(self, peer: Peer, path: str, meta: dict[str, Any]) -> SessionActor:
-        """Create a new session file and make ``peer`` its writer.
+    async def create(
+        self, peer: Peer, path: str, meta: dict[str, Any], origin: Origin | None = None
+    ) -> SessionActor:
+        """Create a new session file and make ``peer`` its writer (``origin``: a fork's).
 
         Raises :class:`FlightlogError` with ``path_refused``, ``permission_denied``,
         ``session_exists`` or ``write_failed``.
@@ -161,7 +164,12 @@ class Sessions:
             try:
                 file = await self._disks(resolved.root).run(
                     lambda: SessionFile.create(
-                        self.roots, resolved, session_id=new_id(), meta=meta, time=now()
+                        self.roots,
+                        resolved,
+                        session_id=new_id(),
+                        meta=meta,
+                        time=now(),
+                        origin=origin,
                     )
                 )
             except FileExistsError:

@@ -26,6 +26,7 @@ from flightlog.protocol import (
     ErrorCode,
     FlightlogError,
     LineReader,
+    Origin,
     ReadState,
     Record,
     session_start_line,
@@ -126,13 +127,14 @@ class SessionFile:
         session_id: str,
         meta: dict[str, object],
         time: str,
+        origin: Origin | None = None,
     ) -> SessionFile:
         """Create the file, write ``session_start`` and sync file and directory entry.
 
         Raises :class:`LocalProtocolError` (``bad_message``) for a ``meta`` that cannot
         be written, :class:`FileExistsError`, :class:`PathRefused`, :class:`StorageError`.
         """
-        line, written = session_start_line(session_id, time, meta)
+        line, written = session_start_line(session_id, time, meta, origin)
         session = cls(
             roots=roots, resolved=resolved, session_id=session_id, meta=written, created_line=line
         )

@@ -68,7 +68,7 @@ from ._events import Event
 from ._framer import RecordFramer
 from ._framing import FrameEncoder, client_decoder
 from ._pending import Pending, settled, sticky_of
-from ._records import new_id, now
+from ._records import Origin, new_id, now
 from ._replay import DEFAULT_MAX_UNACKED, ReplayLog
 from ._state import SessionMachine, SessionOp, SessionState
 from ._tails import TailRouter
@@ -349,10 +349,14 @@ class ClientConnection:
             Welcome,
         )
 
-    def create(self, path: str, meta: Mapping[str, Any]) -> Pending[SessionOpened]:
+    def create(
+        self, path: str, meta: Mapping[str, Any], origin: Origin | None = None
+    ) -> Pending[SessionOpened]:
         """Create a session file and become its writer."""
         pending = self._request(
-            lambda id: Create(id=id, path=path, meta=dict(meta)), self._opened, SessionOpened
+            lambda id: Create(id=id, path=path, meta=dict(meta), origin=origin),
+            self._opened,
+            SessionOpened,
         )
         pending.path = path
         return pending

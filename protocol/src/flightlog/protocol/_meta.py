@@ -14,16 +14,16 @@ import msgspec
 from ._errors import ErrorCode, FileFormatError, LocalProtocolError
 from ._json import MAX_NESTING, nested_deeper_than
 from ._lines import LineReader
-from ._records import SESSION_START, Record, SessionStartData, encode_line
+from ._records import SESSION_START, ForkStartData, Origin, Record, SessionStartData, encode_line
 
 __all__ = ["session_start_line"]
 
 
 def session_start_line(
-    session_id: str, time: str, meta: dict[str, Any]
+    session_id: str, time: str, meta: dict[str, Any], origin: Origin | None = None
 ) -> tuple[bytes, dict[str, Any]]:
     """The ``session_start`` line (with its ``\\n``) of a new session, and its meta as a
-    reader reads it back.
+    reader reads it back.  ``origin`` names the session a fork comes from.
 
     Raises :class:`LocalProtocolError` (``bad_message``) for meta that cannot be
     written as JSON, nests more than ``MAX_NESTING - 2`` levels deep, makes a line a
@@ -31,7 +31,12 @@ def session_start_line(
     key in the file).
     """
     try:
-        start = msgspec.json.encode(SessionStartData(meta=meta))
+        data = (
+            SessionStartData(meta=meta)
+            if origin is None
+            else ForkStartData(meta=meta, origin=origin)
+        )
+        start = msgspec.json.encode(data)
     except (TypeError, ValueError, RecursionError, msgspec.MsgspecError) as exc:
         raise LocalProtocolError(
             f"meta cannot be written as JSON: {exc}", code=ErrorCode.BAD_MESSAGE

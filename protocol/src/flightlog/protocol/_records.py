@@ -31,7 +31,9 @@ __all__ = [
     "SESSION_START",
     "STRUCTURAL_TYPES",
     "CheckpointData",
+    "ForkStartData",
     "LineEncoder",
+    "Origin",
     "Record",
     "RunCloseData",
     "RunResumeData",
@@ -129,11 +131,36 @@ class Record(msgspec.Struct, kw_only=True, frozen=True):
         }
 
 
+class Origin(msgspec.Struct, kw_only=True, frozen=True):
+    """Where a forked session comes from: the session it was forked from, and the point.
+
+    ``session_id`` and ``path`` name the origin's file (``path`` as the forking client
+    saw it, absolute); ``seq`` is the origin's last line the fork holds (lines 1 to
+    ``seq`` are its history); ``run_id`` is the run that line belongs to, None for
+    ``session_start``.
+    """
+
+    session_id: str
+    path: str
+    seq: int
+    run_id: str | None = None
+
+
 class SessionStartData(msgspec.Struct, kw_only=True, frozen=True):
-    """``data`` of ``session_start``, always seq 1."""
+    """``data`` of ``session_start``, always seq 1.
+
+    ``origin`` is written only for a fork (:class:`ForkStartData`): every other
+    ``session_start`` stays as it always was.
+    """
 
     format_version: int = FORMAT_VERSION
     meta: dict[str, Any] = {}
+
+
+class ForkStartData(SessionStartData, kw_only=True, frozen=True):
+    """``data`` of a forked session's ``session_start``: its :class:`Origin` too."""
+
+    origin: Origin
 
 
 class RunStartData(msgspec.Struct, kw_only=True, frozen=True):

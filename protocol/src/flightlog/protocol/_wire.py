@@ -17,6 +17,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ._records import Origin
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "PROTOCOL_VERSION",
@@ -85,10 +87,14 @@ class Hello(Request, tag="hello", frozen=True):
 
 
 class Create(Request, tag="create", frozen=True):
-    """Create a new session file at ``path`` and become its writer.  Reply: SessionOpened."""
+    """Create a new session file at ``path`` and become its writer.  Reply: SessionOpened.
+
+    ``origin``, for a fork, names the session and the point it is forked from; it is
+    written into ``session_start``."""
 
     path: str
     meta: dict[str, Any] = {}
+    origin: Origin | None = None
 
 
 class Open(Request, tag="open", frozen=True):

@@ -57,7 +57,7 @@ from ._render import (
     short,
     tail_line,
 )
-from ._views import call_details, inspect_lines, prompt_lines, show_lines
+from ._views import call_details, inspect_lines, origin_lines, prompt_lines, show_lines
 
 __all__ = [
     "EXIT_CODES",
@@ -94,7 +94,7 @@ EXIT_CODES: Final = {
     EXIT_UNSOUND: "a session file breaks the reading rules (corrupt line, gap in seq, ...)",
     EXIT_USAGE: "bad arguments, a file that cannot be read, or nothing matches --run/--call",
     EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end, "
-    "an execution id used by two calls",
+    "an execution id used by two calls; resume: tool calls are left unpaired",
     EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
     EXIT_REFUSED: "the daemon refused the request or ended the tail with an error; "
     "vacuum: a file could not be removed",
@@ -435,6 +435,9 @@ def cmd_show(args: argparse.Namespace, style: Style) -> int:
         _show_call(summary, call_records, style)
     else:
         runs = [summary.runs[run_id]] if run_id is not None else None
+        if runs is None:
+            for line in origin_lines(summary, label, style):
+                _out(line)
         for line in show_lines(summary, label, style, runs):
             _out(line)
     if tail_note:

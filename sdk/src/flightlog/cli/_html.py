@@ -31,10 +31,11 @@ from html import escape
 from typing import Any, Final
 
 from flightlog.protocol import FileFormatError, parse_time
-from flightlog.sdk import MissingExtra, Price, Total, price
+from flightlog.sdk import Price, Total
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, open_source
 from ._inspect import CallSummary, RunSummary, SessionSummary
+from ._pricing import INSTALL_NOTE, Pricer
 from ._render import execution_of, format_duration, format_tokens, message_text, record_data
 
 __all__ = ["cmd_show_html", "session_html"]
@@ -71,7 +72,6 @@ class _Detail:
     request: dict[str, Any] | None = None  # model_request
     start: dict[str, Any] | None = None  # tool_exec_start / tool_invoke_start
     end: dict[str, Any] | None = None  # model_exec_end / tool_exec_end
-    provider: str | None = None
     notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
@@ -87,17 +87,12 @@ def _collect(
     detail = details.setdefault((run_id, *key), _Detail())
     if type == "model_request":
         detail.request = data
-        config = data.get("config")
-        if isinstance(config, Mapping) and isinstance(config.get("provider"), str):
-            detail.provider = config["provider"]
     elif type in ("tool_exec_start", "tool_invoke_start", "tool_queued"):
         detail.start = data
     elif type in ("model_exec_end", "tool_exec_end"):
         detail.end = data
     elif type in ("retry", "error", "retry_wait_start", "retry_wait_end"):
         detail.notes.append((type, data))
-    if type == "model_exec_start" and isinstance(data.get("provider"), str):
-        detail.provider = data["provider"]
 
 
 def cmd_show_html(args: argparse.Namespace) -> int:
@@ -139,22 +134,6 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-class _Pricer:
-    """Each model call's price, or why there is none (genai-prices missing, unknown model)."""
-
-    def __init__(self) -> None:
-        self.missing = False
-
-    def __call__(self, call: CallSummary, detail: _Detail | None) -> Price | None:
-        if self.missing or call.kind != "model":
-            return None
-        try:
-            return price(call.usage, call.model, detail.provider if detail else None)
-        except MissingExtra:
-            self.missing = True
-            return None
-
-
 def session_html(
     summary: SessionSummary,
     details: Mapping[_Key, _Detail],
@@ -163,7 +142,7 @@ def session_html(
     broken: str | None = None,
 ) -> str:
     """The whole page for ``runs`` of ``summary``."""
-    pricer = _Pricer()
+    pricer = Pricer()
     body = [_run_html(run, details, pricer) for run in runs]
     name = summary.meta.get("name") if isinstance(summary.meta.get("name"), str) else None
     title = name or label
@@ -175,7 +154,7 @@ def session_html(
     if summary.meta:
         head.append(f'<p class="meta">meta: {_e(_json(summary.meta))}</p>')
     if pricer.missing:
-        head.append("<p class=\"note\">cost: pip install 'flightlog-sdk[cost]' (genai-prices)</p>")
+        head.append(f'<p class="note">{_e(INSTALL_NOTE)}</p>')
     if broken:
         head.append(
             f'<p class="bad">NOT SOUND: {_e(broken)}; the page ends at the last readable line</p>'
@@ -198,7 +177,7 @@ def _seconds(time: str | None) -> float | None:
         return None
 
 
-def _run_html(run: RunSummary, details: Mapping[_Key, _Detail], pricer: _Pricer) -> str:
+def _run_html(run: RunSummary, details: Mapping[_Key, _Detail], pricer: Pricer) -> str:
     calls = [item.call for item in run.timeline if item.call is not None]
     anchors = {id(call): f"r{run.index}c{n}" for n, call in enumerate(calls, 1)}
     # A call nests in the latest call before it that its parent_id names: never in
@@ -218,7 +197,7 @@ def _run_html(run: RunSummary, details: Mapping[_Key, _Detail], pricer: _Pricer)
     begin = _seconds(run.start_time) or _seconds(calls[0].first_time if calls else None) or 0.0
     end = _seconds(run.close_time or run.last_time) or begin
     span = max(end - begin, 1e-9)
-    prices = {id(call): pricer(call, details.get(_key(call))) for call in calls}
+    prices = {id(call): pricer.call(call) for call in calls}
     tokens_in, tokens_out = run.usage()
     cost = Total.of(prices.values())
     status_class = "" if run.ok else ' class="bad"'

@@ -73,6 +73,7 @@ class CallSummary:
     end_time: str | None = None
     # model calls
     model: str | None = None
+    provider: str | None = None
     usage: dict[str, Any] | None = None
     stop_reason: str | None = None
     # tool calls
@@ -156,10 +157,14 @@ class CallSummary:
                 config = data.get("config")
                 if isinstance(config, Mapping) and config.get("model"):
                     self.model = str(config["model"])
+                if isinstance(config, Mapping) and config.get("provider"):
+                    self.provider = str(config["provider"])
             case "model_exec_start":
                 self.start_time = record.time
                 if data.get("model"):
                     self.model = str(data["model"])
+                if data.get("provider"):
+                    self.provider = str(data["provider"])
             case "model_exec_end":
                 self._end(record)
                 message = data.get("message")
@@ -170,6 +175,8 @@ class CallSummary:
                         self.stop_reason = str(message["stop_reason"])
                     if not self.model and message.get("model"):
                         self.model = str(message["model"])
+                    if not self.provider and message.get("provider"):
+                        self.provider = str(message["provider"])
                 self.result = message_text(message)
                 self.disposition = str(data.get("disposition") or "ran")
                 if data.get("error"):
@@ -385,6 +392,8 @@ class SessionSummary:
         self.session_id: str | None = None
         self.format_version: int | None = None
         self.meta: dict[str, Any] = {}
+        #: A fork's origin (``session_start``'s ``origin``: session_id, path, seq).
+        self.origin: dict[str, Any] | None = None
         self.created: str | None = None
         self.records = 0
         self.last_seq = 0
@@ -415,6 +424,8 @@ class SessionSummary:
             self.format_version = version if isinstance(version, int) else None
             meta = data.get("meta")
             self.meta = dict(meta) if isinstance(meta, Mapping) else {}
+            origin = data.get("origin")
+            self.origin = dict(origin) if isinstance(origin, Mapping) else None
             return
         if record.run_id is None and record.type != CHECKPOINT:
             return  # nothing else lives outside a run in format 1; tolerate it

@@ -35,6 +35,7 @@ from flightlog.sdk import session_files as walk_sessions
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
 from ._find import _moment, meta_matches, parse_meta
+from ._pricing import INSTALL_NOTE, sources_text
 from ._render import Style, format_tokens, one_line, record_data, short
 
 __all__ = [
@@ -315,5 +316,12 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
         figures = f"{len(row.runs):>4} {format_tokens(tokens):>8} {cost:>10}"
         out.write(one_line(f"{when:<20} {painted} {figures}  {short(label, 200)}") + "\n")
     if not pricing:
-        out.write(style.dim("cost: pip install 'flightlog-sdk[cost]' (genai-prices)") + "\n")
+        out.write(style.dim(INSTALL_NOTE) + "\n")
+    elif rows:
+        every = Total()
+        for row in rows:
+            for source, count in row.cost.sources.items():
+                every.sources[source] = every.sources.get(source, 0) + count
+        if every.sources:
+            out.write(one_line(style.dim(f"prices: {sources_text(every)}")) + "\n")
     return EXIT_OK

@@ -45,6 +45,7 @@ from ._find import add_find_arguments, cmd_find, find_epilog
 from ._html import cmd_show_html
 from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
 from ._render import Style, TerminalText, say
+from ._resume import add_resume_arguments, cmd_resume, resume_epilog
 from ._sql import add_sql_arguments, cmd_sql, sql_epilog
 from ._tail_all import after_value, tail_all_after
 from ._vacuum import add_vacuum_arguments, cmd_vacuum, vacuum_epilog
@@ -338,6 +339,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sessions", cmd_sessions, "Every session, newest first.", sessions_epilog(_EXIT_HELP)
     )
     add_sessions_arguments(sessions)
+    resume = command(
+        "resume",
+        cmd_resume,
+        "What a program needs to continue a session; repair it, or fork it.",
+        resume_epilog(_EXIT_HELP),
+    )
+    add_resume_arguments(resume)
     sql = command("sql", cmd_sql, "SQL over every session (DuckDB).", sql_epilog(_EXIT_HELP))
     add_sql_arguments(sql)
     vacuum = command(

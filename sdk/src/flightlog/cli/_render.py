@@ -200,19 +200,24 @@ def format_tokens(count: Any) -> str:
 
 
 def format_usage(usage: Any) -> str:
-    """``1,234→56 tok`` (input→output), with cache reads and cost when present."""
+    """``1,234→56 tok`` (input→output), with the cache reads and writes among the input
+    and the cost the provider reported, when present."""
     if not isinstance(usage, Mapping):
         return ""
     text = (
         f"{format_tokens(usage.get('input_tokens', 0))}→"
         f"{format_tokens(usage.get('output_tokens', 0))} tok"
     )
-    cached = usage.get("cache_read_tokens")
-    if isinstance(cached, int) and cached:
-        text += f" ({format_tokens(cached)} cached)"
+    cache = [
+        f"{format_tokens(count)} {what}"
+        for what in ("cache read", "cache write")
+        if isinstance(count := usage.get(what.replace(" ", "_") + "_tokens"), int) and count
+    ]
+    if cache:
+        text += f" ({', '.join(cache)})"
     cost = usage.get("cost")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
-        text += f" ${cost:.4f}"
+        text += f" provider cost ${cost:.4f}"
     return text
 
 

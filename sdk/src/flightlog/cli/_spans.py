@@ -32,6 +32,11 @@ Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 ``gen_ai.system_instructions``, tool arguments and results) is added only with
 ``content=True``: the conventions' opt-in.  Request headers and provider options are
 never exported (the file has no credentials in them, and they are not conventions).
+A model call's price (:mod:`._pricing`, genai-prices when installed) is in
+``flightlog.cost.amount`` (USD), ``flightlog.cost.currency`` and ``flightlog.cost.source``
+(the table and the model it matched), or ``flightlog.cost.unknown`` with the source
+saying why; a run's span has the sum and ``flightlog.cost.priced_calls`` and
+``flightlog.cost.unknown_calls``.
 ``gen_ai.input.messages`` is a model call's whole input, rebuilt across ``continues``
 (:class:`flightlog.sdk.Transcript`); a request whose chain is broken keeps only its own
 messages and says why in ``flightlog.prompt_error``.
@@ -46,8 +51,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
 from flightlog.protocol import Record, parse_time
+from flightlog.sdk import Total
 from flightlog.sdk._transcript import CallNotFound, Transcript
 
+from ._pricing import Pricer
 from ._render import record_data
 
 __all__ = ["AttributeValue", "Link", "Span", "SpanBuilder", "SpanEvent", "span_id", "trace_id"]
@@ -208,6 +215,7 @@ class _Run:
     agent_started: bool = False
     outcome: str | None = None  # the error of agent_end; "" when it ended well
     last_ns: int = 0
+    cost: Total = field(default_factory=Total)
 
 
 _MODEL_STARTS: Final = frozenset({"model_request", "model_exec_start"})
@@ -233,6 +241,7 @@ class SpanBuilder:
         self._tool_calls: dict[str, tuple[int, int]] = {}
         #: Records skipped since the caller last cleared it: why, per record.
         self.skipped: list[str] = []
+        self._pricer = Pricer()
         # With content: every model request's prompt, rebuilt across continues.
         self._transcript = Transcript() if content else None
         self._requested = False
@@ -361,6 +370,12 @@ class SpanBuilder:
             run.attributes["error.type"] = (
                 INTERRUPTED if error.startswith(INTERRUPTED) else "agent_error"
             )
+        if run.cost.sources:
+            if run.cost.priced:
+                run.attributes["flightlog.cost.amount"] = float(run.cost.amount)
+                run.attributes["flightlog.cost.currency"] = run.cost.currency
+            run.attributes["flightlog.cost.priced_calls"] = run.cost.priced
+            run.attributes["flightlog.cost.unknown_calls"] = run.cost.unknown
         name = f"invoke_agent {run.agent_name}" if run.agent_name else "invoke_agent"
         spans.append(
             Span(
@@ -500,6 +515,7 @@ class SpanBuilder:
             call = run.calls[key]
         if kind == "model":
             error = self._model_end(call, data)
+            self._price(run, call, data.get("usage"))
         else:
             self._tool_start(call, data)
             error = self._tool_end(call, data)
@@ -525,6 +541,21 @@ class SpanBuilder:
             attributes["error.type"] = "model_error"
             return error
         return None
+
+    def _price(self, run: _Run, call: _Call, usage: Any) -> None:
+        """The call's price (``flightlog.cost.*``), added to its run's."""
+        attributes = call.attributes
+        model = attributes.get("gen_ai.request.model") or attributes.get("gen_ai.response.model")
+        found = self._pricer(usage, model, attributes.get("gen_ai.provider.name"))
+        if found is None:
+            return
+        run.cost.add(found)
+        attributes["flightlog.cost.source"] = found.source
+        if found.amount is None:
+            attributes["flightlog.cost.unknown"] = True
+        else:
+            attributes["flightlog.cost.amount"] = float(found.amount)
+            attributes["flightlog.cost.currency"] = found.currency
 
     def _tool_end(self, call: _Call, data: Mapping[str, Any]) -> str | None:
         attributes = call.attributes

@@ -7,13 +7,16 @@ Each function returns lines; the command writes them.  Colour comes from a
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
-from flightlog.protocol import Record
+from flightlog.protocol import FlightlogError, Record
+from flightlog.sdk import read
 from flightlog.sdk._transcript import Prompt
 
 from ._inspect import CallSummary, RunSummary, SessionSummary, TimelineItem
+from ._pricing import INSTALL_NOTE, Pricer, price_text, sources_text
 from ._render import (
     Style,
     clock,
@@ -28,7 +31,18 @@ from ._render import (
     summarize,
 )
 
-__all__ = ["call_details", "inspect_lines", "prompt_lines", "session_header", "show_lines"]
+__all__ = [
+    "call_details",
+    "inspect_lines",
+    "message_role",
+    "origin_lines",
+    "prompt_lines",
+    "session_header",
+    "show_lines",
+]
+
+#: How many origins ``show`` follows back: a longer chain is a loop.
+_MAX_FORKS: Final = 64
 
 
 def _when(time: str | None) -> str:
@@ -42,13 +56,17 @@ def _short_id(run_id: str | None) -> str:
     return run_id[:8] if run_id else "(no run)"
 
 
-def session_header(summary: SessionSummary, path: str, style: Style) -> list[str]:
-    """The session's identity and size, for ``show`` and ``inspect``."""
+def session_header(
+    summary: SessionSummary, path: str, style: Style, pricer: Pricer | None = None
+) -> list[str]:
+    """The session's identity, size and cost, for ``show`` and ``inspect``."""
     lines = [f"{style.bold('session')} {summary.session_id or '?'}  {path}"]
     facts = [f"created {_when(summary.created)}", f"format {summary.format_version}"]
     if summary.meta:
         facts.append("meta " + short(json.dumps(summary.meta, ensure_ascii=False), 60))
     lines.append("  " + " · ".join(facts))
+    if summary.origin is not None:
+        lines.append("  " + _origin_line(summary.origin, path, style))
     runs = len(summary.runs)
     counts = [
         f"{summary.records:,} records (seq 1..{summary.last_seq})",
@@ -56,10 +74,70 @@ def session_header(summary: SessionSummary, path: str, style: Style) -> list[str
         f"{summary.checkpoints} checkpoint" + ("" if summary.checkpoints == 1 else "s"),
     ]
     lines.append("  " + " · ".join(counts))
+    lines.extend("  " + line for line in _cost_lines(summary, pricer or Pricer(), style))
     return lines
 
 
-def _run_title(run: RunSummary, style: Style) -> str:
+def _cost_lines(summary: SessionSummary, pricer: Pricer, style: Style) -> list[str]:
+    """The session's cost and where its prices come from (nothing without usage)."""
+    calls = [call for run in summary.run_list() for call in run.calls.values()]
+    total = pricer.total(calls)
+    if pricer.missing:
+        return [style.dim(INSTALL_NOTE)] if any(call.usage for call in calls) else []
+    if not total.sources:
+        return []
+    counted = f"{total.priced} model call" + ("" if total.priced == 1 else "s") + " priced"
+    if total.unknown:
+        counted += f", {total.unknown} not"
+    return [f"cost {total.text()} ({counted})", f"prices: {sources_text(total)}"]
+
+
+def _origin_path(origin: dict[str, Any], path: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(path)), str(origin.get("path")))
+
+
+def origin_lines(summary: SessionSummary, path: str, style: Style, depth: int = 0) -> Iterator[str]:
+    """A fork's history: the timeline of its origin up to the line it was forked at
+    (and of that one's origin first), for ``show``; nothing for a session that is not
+    a fork, or whose origin cannot be read (its header says so)."""
+    origin = summary.origin
+    if origin is None or depth >= _MAX_FORKS:
+        return
+    where = _origin_path(origin, path)
+    seq = origin.get("seq")
+    history = SessionSummary()
+    try:
+        for record in read(where):
+            if not isinstance(seq, int) or record.seq > seq:
+                break
+            history.add(record)
+    except (OSError, FlightlogError):
+        return
+    if history.session_id != origin.get("session_id"):
+        return
+    yield from origin_lines(history, where, style, depth + 1)
+    yield style.bold(f"── the origin, up to line {seq}: {where}")
+    yield from show_lines(history, where, style)
+    yield style.bold(f"── the fork: {path}")
+
+
+def _origin_line(origin: dict[str, Any], path: str, style: Style) -> str:
+    """Where a fork comes from, and whether that file still holds it."""
+    where = _origin_path(origin, path)
+    text = (
+        f"forked from {origin.get('path')} at line {origin.get('seq')} "
+        f"(session {str(origin.get('session_id'))[:8]}, run {str(origin.get('run_id'))[:8]})"
+    )
+    try:
+        start = next(iter(read(where)))
+    except (OSError, FlightlogError, StopIteration):
+        return text + style.red(" · the origin cannot be read")
+    if start.session_id != origin.get("session_id"):
+        return text + style.red(f" · that file is now session {start.session_id[:8]}")
+    return text + f" · history: flightlog show {where}"
+
+
+def _run_title(run: RunSummary, style: Style, pricer: Pricer) -> str:
     status = run.status
     painted = style.green(status) if run.ok else style.red(status)
     bits = [f"{style.bold(f'run {run.index}')} {_short_id(run.run_id)}", _when(run.start_time)]
@@ -72,10 +150,15 @@ def _run_title(run: RunSummary, style: Style) -> str:
     tokens_in, tokens_out = run.usage()
     if tokens_in or tokens_out:
         bits.append(f"{format_tokens(tokens_in)}→{format_tokens(tokens_out)} tok")
+    cost = pricer.total(run.calls.values())
+    if cost.sources:
+        bits.append(f"cost {cost.text()}")
     return "  ".join(bits)
 
 
-def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -> str:
+def _call_line(
+    call: CallSummary, style: Style, pricer: Pricer, main_agent: str | None = None
+) -> str:
     status = call.status
     label = f"{call.kind:<5} {call.label}"
     bits = [style.yellow(label), call.headline()]
@@ -87,6 +170,9 @@ def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -
         bits.append(f"(replaces {call.replaces})")
     if call.kind == "model" and call.usage:
         bits.append(format_usage(call.usage))
+    found = pricer.call(call)
+    if found is not None:
+        bits.append(price_text(found) if found.known else style.yellow(price_text(found)))
     elapsed = call.duration
     if elapsed is not None:
         bits.append(format_duration(elapsed))
@@ -110,7 +196,12 @@ def _call_line(call: CallSummary, style: Style, main_agent: str | None = None) -
     return "  ".join(bit for bit in bits if bit)
 
 
-def _item_line(item: TimelineItem, style: Style) -> str:
+def _turn_cost(run: RunSummary, turn: Any, pricer: Pricer) -> str:
+    cost = pricer.total(c for c in run.calls.values() if c.turn_index == turn)
+    return f"  cost {cost.text()}" if cost.sources else ""
+
+
+def _item_line(item: TimelineItem, style: Style, run: RunSummary, pricer: Pricer) -> str:
     data: dict[str, Any] = item.data or {}
     match item.type:
         case "agent_start":
@@ -119,7 +210,8 @@ def _item_line(item: TimelineItem, style: Style) -> str:
             text = "agent end: " + summarize("agent_end", data)
             return style.green(text) if data.get("ok", True) else style.red(text)
         case "turn_start":
-            return style.bold(f"turn {data.get('turn_index')}")
+            turn = data.get("turn_index")
+            return style.bold(f"turn {turn}") + _turn_cost(run, turn, pricer)
         case "retry":
             return style.yellow(summarize("retry", data))
         case "checkpoint":
@@ -135,11 +227,13 @@ def _item_line(item: TimelineItem, style: Style) -> str:
 def show_lines(
     summary: SessionSummary, path: str, style: Style, runs: Iterable[RunSummary] | None = None
 ) -> Iterator[str]:
-    """The timeline of ``flightlog show``: runs, turns, model and tool calls."""
-    yield from session_header(summary, path, style)
+    """The timeline of ``flightlog show``: runs, turns, model and tool calls, and
+    their cost (each model call's, each turn's, each run's and the session's)."""
+    pricer = Pricer()
+    yield from session_header(summary, path, style, pricer)
     for run in summary.run_list() if runs is None else runs:
         yield ""
-        yield _run_title(run, style)
+        yield _run_title(run, style, pricer)
         in_turn = False
         # Sub-agents (agent_start with a parent_id) are indented one step per level,
         # and their turns nest inside the step.
@@ -163,9 +257,9 @@ def show_lines(
                 nested = True
             indent = "  " + "    " * depth + ("  " if nested else "")
             text = (
-                _call_line(item.call, style, main_agent)
+                _call_line(item.call, style, pricer, main_agent)
                 if item.call is not None
-                else _item_line(item, style)
+                else _item_line(item, style, run, pricer)
             )
             yield f"  {style.dim(clock(item.time))}{indent}{text}"
             if item.type == "agent_start" and sub_agent:
@@ -177,8 +271,10 @@ def show_lines(
 
 
 def inspect_lines(summary: SessionSummary, path: str, style: Style) -> Iterator[str]:
-    """Each run with its status and gaps, failed calls and retries, the latest checkpoint."""
-    yield from session_header(summary, path, style)
+    """Each run with its status, cost and gaps, failed calls and retries, the latest
+    checkpoint."""
+    pricer = Pricer()
+    yield from session_header(summary, path, style, pricer)
     latest = summary.latest_checkpoint
     if latest is not None:
         yield (
@@ -189,7 +285,7 @@ def inspect_lines(summary: SessionSummary, path: str, style: Style) -> Iterator[
         yield "  latest checkpoint: none"
     for run in summary.run_list():
         yield ""
-        yield _run_title(run, style)
+        yield _run_title(run, style, pricer)
         yield f"  run id   {run.run_id}"
         if run.started:
             yield f"  started  seq {run.start_seq}, {_when(run.start_time)}"
@@ -291,11 +387,16 @@ def prompt_lines(prompt: Prompt, style: Style) -> Iterator[str]:
         yield from _indented(prompt.system, style.cyan("system") + ": ")
     yield f"messages ({len(prompt.messages)}):"
     for index, message in enumerate(prompt.messages, 1):
-        role = "message"
-        if isinstance(message, dict):
-            role = str(message.get("$type") or message.get("role") or role)
-            if role == "tool_result":
-                role += f" {message.get('name')} ({message.get('tool_call_id')})"
-                if message.get("is_error"):
-                    role += " " + style.red("ERROR")
-        yield from _indented(message_text(message), f"  [{index}] {style.cyan(role)}: ")
+        yield from _indented(message_text(message), f"  [{index}] {message_role(message, style)}: ")
+
+
+def message_role(message: Any, style: Style) -> str:
+    """A message's role as a prompt lists it: ``tool_result NAME (ID) ERROR``."""
+    role = "message"
+    if isinstance(message, dict):
+        role = str(message.get("$type") or message.get("role") or role)
+        if role == "tool_result":
+            role += f" {message.get('name')} ({message.get('tool_call_id')})"
+            if message.get("is_error"):
+                return style.cyan(role) + " " + style.red("ERROR")
+    return style.cyan(role)

@@ -39,7 +39,16 @@ from ._models import CallRef
 from ._resume import OpenCall, Resumption
 from ._sql import SQL_VIEWS, SqlResult, session_files, sql, sql_connection
 from ._sync import Client, Run, Session, Tail, connect
-from ._transcript import CallNotFound, Conversation, Prompt, Transcript, conversation, prompt
+from ._transcript import (
+    CallNotFound,
+    Conversation,
+    OriginNotFound,
+    Prompt,
+    Transcript,
+    conversation,
+    origin_of,
+    prompt,
+)
 from ._transport import MockTransport, SocketTransport, Transport
 
 __all__ = [
@@ -61,6 +70,7 @@ __all__ = [
     "MissingExtra",
     "MockTransport",
     "OpenCall",
+    "OriginNotFound",
     "Price",
     "Prompt",
     "Record",
@@ -80,6 +90,7 @@ __all__ = [
     "check",
     "connect",
     "conversation",
+    "origin_of",
     "price",
     "prompt",
     "read",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
@@ -47,16 +47,22 @@ class Price:
 
 @dataclass
 class Total:
-    """The sum of several prices: ``amount`` over the known ones, and how many were not."""
+    """The sum of several prices: ``amount`` over the known ones, and how many were not.
+
+    ``sources`` counts the prices by :attr:`Price.source`: where each came from, or why
+    there is none.
+    """
 
     amount: Decimal = Decimal(0)
     priced: int = 0
     unknown: int = 0
     currency: str = "USD"
+    sources: dict[str, int] = field(default_factory=dict)
 
     def add(self, price: Price | None) -> None:
         if price is None:
             return
+        self.sources[price.source] = self.sources.get(price.source, 0) + 1
         if price.amount is None:
             self.unknown += 1
         else:
@@ -76,6 +82,7 @@ class Total:
             "currency": self.currency,
             "priced_calls": self.priced,
             "unknown_calls": self.unknown,
+            "sources": self.sources,
         }
 
     @classmethod

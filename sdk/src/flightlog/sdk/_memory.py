@@ -35,6 +35,7 @@ from flightlog.protocol import (
     LoadCheckpoint,
     LocalProtocolError,
     Open,
+    Origin,
     Record,
     RecordEvent,
     RunCloseData,
@@ -76,10 +77,10 @@ class MemorySession:
     Raises :class:`LocalProtocolError` (``bad_message``) for meta flightlogd refuses.
     """
 
-    def __init__(self, path: str, meta: dict[str, Any]) -> None:
+    def __init__(self, path: str, meta: dict[str, Any], origin: Origin | None = None) -> None:
         self.path = path
         self.session_id = new_id()
-        line, self.meta = session_start_line(self.session_id, now(), meta)
+        line, self.meta = session_start_line(self.session_id, now(), meta, origin)
         self.lines: list[bytes] = [line[:-1]]
         self.rules: SessionMachine[FlightlogError] = SessionMachine()
         self.writer: MemoryConnection | None = None
@@ -285,13 +286,13 @@ class MemoryDaemon:
     def _answer(self, conn: MemoryConnection, event: ServerEvent) -> None:
         server = conn.server
         match event:
-            case Create(id=request_id, path=path, meta=meta):
+            case Create(id=request_id, path=path, meta=meta, origin=origin):
                 if path in self.sessions:
                     raise FlightlogError(
                         f"{path} already exists; open it to append, or choose a new path",
                         code=ErrorCode.SESSION_EXISTS,
                     )
-                session = self.sessions[path] = MemorySession(path, meta)
+                session = self.sessions[path] = MemorySession(path, meta, origin)
                 self._count(session.lines[0])
                 self._opened(conn, request_id, session)
                 self._publish(session, 0)

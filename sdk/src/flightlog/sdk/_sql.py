@@ -69,6 +69,11 @@ SQL_VIEWS: Final[dict[str, str]] = {
     "sessions": f"""
 SELECT path, session_id,
     any_value(data->'meta') FILTER (WHERE type = 'session_start') AS meta,
+    any_value(data->'origin'->>'session_id') FILTER (WHERE type = 'session_start')
+        AS origin_session_id,
+    any_value(data->'origin'->>'path') FILTER (WHERE type = 'session_start') AS origin_path,
+    any_value(TRY_CAST(data->'origin'->>'seq' AS BIGINT)) FILTER (WHERE type = 'session_start')
+        AS origin_seq,
     min(time) FILTER (WHERE type = 'session_start') AS started,
     max(time) AS last_time,
     count(*) AS records,

@@ -28,6 +28,7 @@ from flightlog.protocol import (
     Event,
     Execution,
     FlightlogError,
+    Origin,
     Pending,
     Record,
     RecordingError,
@@ -223,14 +224,17 @@ class Client(Resource):
         """Why the connection broke (every later request raises it), or None while sound."""
         return self._conn.failure
 
-    def create(self, path: str, *, meta: Mapping[str, Any] | None = None) -> Session:
+    def create(
+        self, path: str, *, meta: Mapping[str, Any] | None = None, origin: Origin | None = None
+    ) -> Session:
         """Create a session file at ``path`` and become its writer.
 
-        ``meta`` is the application's small dict for ``session_start``.  Relative paths
-        resolve under the daemon's data root.  Raises :class:`DaemonError` with code
-        ``session_exists``, ``path_refused`` or ``session_busy``.
+        ``meta`` is the application's small dict for ``session_start``; ``origin``, for
+        a fork, the session and point it is forked from (written into ``session_start``).
+        Relative paths resolve under the daemon's data root.  Raises :class:`DaemonError`
+        with code ``session_exists``, ``path_refused`` or ``session_busy``.
         """
-        opening = self._open_session(partial(self._conn.create, path, meta or {}))
+        opening = self._open_session(partial(self._conn.create, path, meta or {}, origin))
         return opening
 
     def open(self, path: str) -> Session:

@@ -15,27 +15,39 @@ A request whose ``continues`` names a call the file does not hold before it (a d
 record, a file cut at its head) is kept as broken: asking for its prompt, or for that of
 any call continuing it, raises :class:`CallNotFound` naming the missing call and the
 line that names it, never a partial prompt.
+
+A fork's ``session_start`` names its origin (docs/format.md, "Forks"): read from a
+path, a transcript first takes in the origin's lines 1 to ``origin.seq`` (the origin's
+own origin first, and so on), then the fork's, so that a fork's requests continue its
+origin's calls.  An origin that cannot be read, or is another session, raises
+:class:`OriginNotFound`.
+
+After its last top-level model call's response, the tool results recorded for the
+calls it asked for (``tool_exec_end``, genuine or written by a repair) complete the
+conversation; :attr:`Conversation.unpaired` names the tool calls still without one.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import FlightlogError, Record
+from flightlog.protocol import SESSION_START, FlightlogError, Origin, Record
 
 from ._files import read
 
 __all__ = [
     "CallNotFound",
     "Conversation",
+    "OriginNotFound",
     "Prompt",
     "Transcript",
     "conversation",
+    "origin_of",
     "prompt",
 ]
 
@@ -84,6 +96,60 @@ class CallNotFound(FlightlogError, LookupError):
         super().__init__(message, code=CALL_NOT_FOUND)
         self.call = call
         self.line = line
+
+
+#: The code of :class:`OriginNotFound`.
+ORIGIN_NOT_FOUND: Final = "origin_not_found"
+#: How many forks deep a transcript follows origins: a chain longer is a loop.
+_MAX_FORKS: Final = 64
+
+
+class OriginNotFound(FlightlogError, LookupError):
+    """A fork's origin cannot be read: its file is gone or unreadable, it is another
+    session, or it holds fewer lines than the fork names.  ``origin`` is the link."""
+
+    def __init__(self, origin: Origin, reason: str) -> None:
+        super().__init__(
+            f"the origin of this fork, {origin.path} (session {origin.session_id}, up to "
+            f"line {origin.seq}), {reason}",
+            code=ORIGIN_NOT_FOUND,
+        )
+        self.origin = origin
+
+
+class _Start(msgspec.Struct):
+    """``data`` of ``session_start``, as much as a rebuild reads."""
+
+    origin: Origin | None = None
+
+
+_decode_start: Final = msgspec.json.Decoder(_Start).decode
+
+
+def origin_of(record: Record) -> Origin | None:
+    """The :class:`Origin` a ``session_start`` record names, or None (not a fork, or
+    not a ``session_start``, or an origin that does not read as one)."""
+    if record.type != SESSION_START:
+        return None
+    try:
+        return _decode_start(record.data).origin
+    except msgspec.DecodeError:
+        return None
+
+
+class _ToolEnd(msgspec.Struct):
+    """``data`` of a ``tool_exec_end``, or of a tool call's start, as much as a
+    conversation reads."""
+
+    execution: dict[str, Any]
+    tool_call_id: str = ""
+    name: str = ""
+    content: Any = None
+    is_error: bool = False
+
+
+_decode_tool: Final = msgspec.json.Decoder(_ToolEnd).decode
+_TOOL_STARTS: Final = frozenset({"tool_queued", "tool_exec_start"})
 
 
 class _Request(msgspec.Struct, kw_only=True):
@@ -183,19 +249,46 @@ class Conversation:
     """A session's conversation: the prompt of its last top-level model call, and the
     message that call got back (its ``model_exec_end`` message; None when it has none).
 
-    ``messages`` is that prompt's messages followed by the response.  ``prompt`` is None
-    when the session has no model call.
+    ``results`` are the ``tool_result`` messages (docs/format.md, section 4.2) made of
+    the ``tool_exec_end`` records that answer that response's tool calls, in the order
+    it asked for them.  ``messages`` is the prompt's messages, the response, then the
+    results.  ``prompt`` is None when the session has no model call.
     """
 
     prompt: Prompt | None
     response: Any
+    results: list[Any] = field(default_factory=list)
+    #: Tool calls started after the response (``(tool_call_id, name)``), for those the
+    #: response does not name in flightlog's own ``tool_call`` parts.
+    started: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Any]:
         if self.prompt is None:
             return []
         tail = [self.response] if self.response is not None else []
-        return [*self.prompt.messages, *tail]
+        return [*self.prompt.messages, *tail, *self.results]
+
+    @property
+    def unpaired(self) -> list[tuple[str, str]]:
+        """``(tool_call_id, name)`` of each tool call of :attr:`messages` with no
+        ``tool_result`` after it, in order: a history a provider refuses.  Tool calls
+        are read from flightlog's own ``assistant`` messages and from the tool calls
+        started after the response; messages of other shapes are not looked into."""
+        calls: dict[str, str] = {}
+        answered: set[str] = set()
+        for message in self.messages:
+            if not isinstance(message, dict):
+                continue
+            if message.get("$type") == "tool_result":
+                answered.add(str(message.get("tool_call_id")))
+            elif message.get("$type") == "assistant" and isinstance(message.get("content"), list):
+                for part in message["content"]:
+                    if isinstance(part, dict) and part.get("$type") == "tool_call":
+                        calls.setdefault(str(part.get("id")), str(part.get("name")))
+        for call_id, name in self.started:
+            calls.setdefault(call_id, name)
+        return [(call_id, name) for call_id, name in calls.items() if call_id not in answered]
 
 
 class Transcript:
@@ -214,6 +307,9 @@ class Transcript:
         self._latest: dict[str, _Node] = {}
         #: The latest top-level request: the conversation's last call.
         self._last_top: _Node | None = None
+        #: Tool calls started and ended since it, by tool call id (its results).
+        self._started: dict[str, str] = {}
+        self._results: dict[str, Any] = {}
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> Transcript:
@@ -227,8 +323,39 @@ class Transcript:
         cls, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
     ) -> Transcript:
         """The transcript of the file at ``path`` (resolved as :func:`flightlog.sdk.read`
-        does); raises what ``read()`` raises."""
-        return cls.from_records(read(path, root=root))
+        does), its origin's lines first when it is a fork; raises what ``read()``
+        raises, and :class:`OriginNotFound`."""
+        transcript = cls()
+        transcript._read(read(path, root=root), os.fspath(path), None, 0)
+        return transcript
+
+    def _read(
+        self, records: Iterable[Record], path: str, origin: Origin | None, depth: int
+    ) -> None:
+        """Take in ``records``; up to ``origin.seq`` when they are an origin's."""
+        last = 0
+        for record in records:
+            if origin is not None:
+                if record.seq == 1 and record.session_id != origin.session_id:
+                    raise OriginNotFound(origin, f"is session {record.session_id}")
+                if record.seq > origin.seq:
+                    return
+            last = record.seq
+            link = origin_of(record)
+            if link is not None:
+                self._follow(link, path, depth)
+            self.add(record)
+        if origin is not None and last < origin.seq:
+            raise OriginNotFound(origin, f"holds only {last} lines")
+
+    def _follow(self, origin: Origin, path: str, depth: int) -> None:
+        if depth >= _MAX_FORKS:
+            raise OriginNotFound(origin, f"is more than {_MAX_FORKS} forks away (a loop?)")
+        where = os.path.join(os.path.dirname(os.path.abspath(path)), origin.path)
+        try:
+            self._read(read(where), where, origin, depth + 1)
+        except OSError as exc:
+            raise OriginNotFound(origin, f"cannot be read: {exc.strerror or exc}") from None
 
     def add(self, record: Record) -> bool:
         """Take in the next record of the file; returns whether it was a model request
@@ -238,6 +365,9 @@ class Transcript:
         """
         if record.type == "model_exec_end":
             self._response(record)
+            return False
+        if record.type == "tool_exec_end" or record.type in _TOOL_STARTS:
+            self._tool(record)
             return False
         if record.type != "model_request":
             return False
@@ -251,7 +381,34 @@ class Transcript:
         self._latest[node.call] = node
         if data.execution.get("parent_id") is None:
             self._last_top = node
+            self._started, self._results = {}, {}
         return True
+
+    def _tool(self, record: Record) -> None:
+        try:
+            data = _decode_tool(record.data)
+        except msgspec.DecodeError:
+            return
+        top = self._last_top
+        if not data.tool_call_id or top is None:
+            return  # a call no provider id names: no message answers it
+        if data.execution.get("parent_id") != top.call and data.tool_call_id not in _asked(
+            top.response
+        ):
+            return  # a sub-agent's, or an earlier call's: not this conversation's
+        if record.type != "tool_exec_end":
+            self._started.setdefault(data.tool_call_id, data.name)
+            return
+        self._results.setdefault(
+            data.tool_call_id,
+            {
+                "$type": "tool_result",
+                "tool_call_id": data.tool_call_id,
+                "name": data.name,
+                "content": data.content if data.content is not None else [],
+                "is_error": data.is_error,
+            },
+        )
 
     def latest(self) -> Prompt:
         """The prompt of the latest model request added; raises :class:`CallNotFound`
@@ -309,7 +466,17 @@ class Transcript:
         top = self._last_top
         if top is None:
             return Conversation(prompt=None, response=None)
-        return Conversation(prompt=self._resolve(top), response=top.response)
+        asked = _asked(top.response)
+        order = {call_id: index for index, call_id in enumerate(asked)}
+        results = sorted(
+            self._results.values(), key=lambda result: order.get(result["tool_call_id"], len(asked))
+        )
+        return Conversation(
+            prompt=self._resolve(top),
+            response=top.response,
+            results=results,
+            started=list(self._started.items()),
+        )
 
     def _resolve(self, node: _Node) -> Prompt:
         chain: list[_Node] = []
@@ -349,6 +516,17 @@ class Transcript:
             headers=data.headers,
             continues=data.continues,
         )
+
+
+def _asked(message: Any) -> list[str]:
+    """The tool call ids of a response in flightlog's own ``assistant`` shape."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return []
+    return [
+        str(part.get("id"))
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("$type") == "tool_call"
+    ]
 
 
 def _matches(node: _Node, call: str | None, attempt: int | None, run: str | None) -> bool:

@@ -1,0 +1,464 @@
+"""``flightlog resume``: what a program needs to continue a session, its repair, its fork.
+
+Theory of operation
+-------------------
+A session is read from its file (never through the daemon: its writer may be gone) into
+a :class:`~._inspect.SessionSummary` (the runs without ``run_close``, the calls without
+an end, the latest checkpoint) and, through the SDK's rebuild API
+(:meth:`flightlog.sdk.Transcript.read`, which follows a fork's origin), its
+conversation: the prompt of its last top-level model call, the response and the tool
+results recorded for it.  A tool call of that conversation with no result is
+*unpaired*: a provider refuses such a history ("tool_use ids without tool_result").
+
+``--repair`` writes through the daemon.  ``Session.resume(repair=True)`` answers the
+tool calls the SDK repairs (those a cut run left open) in their own run; a tool call the
+conversation still holds without a result (the model asked for it, and the agent died
+before it started, or in an earlier cut run) is answered in a run of its own, by a
+``tool_exec_end`` marked the same way (``disposition`` ``repaired``, an error, never
+the tool's result).  Nothing else is written.
+
+``--fork NEW`` creates NEW with an ``origin`` in its ``session_start`` (docs/format.md,
+"Forks"): the origin's path and session id, and its last line the fork holds.  The fork
+holds no copy of the conversation: the rebuild reads the origin up to that line, then
+the fork.  The checkpoint in force at that line is saved again in the fork's first run,
+so that ``load_checkpoint`` on the fork returns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from flightlog.protocol import (
+    CHECKPOINT,
+    Execution,
+    FileFormatError,
+    Origin,
+    Record,
+    TextPart,
+    ToolExecEnd,
+)
+from flightlog.sdk import (
+    CallNotFound,
+    Conversation,
+    OriginNotFound,
+    Session,
+    Transcript,
+    connect,
+    origin_of,
+    read,
+)
+
+from ._commands import (
+    EXIT_GAPS,
+    EXIT_OK,
+    EXIT_UNSOUND,
+    EXIT_USAGE,
+    CommandError,
+    daemon_path,
+    local_path,
+)
+from ._inspect import CallSummary, SessionSummary
+from ._render import Style, message_text, one_line, short
+from ._views import message_role
+
+__all__ = ["add_resume_arguments", "cmd_resume", "resume_epilog"]
+
+_CLIENT_NAME: Final = "flightlog resume"
+#: The text of the result a repair writes for a tool call that never started.
+REPAIR_TEXT: Final = (
+    "The tool call was interrupted (the agent stopped before it ran or returned); "
+    "no result was recorded. This result was written by flightlog resume --repair."
+)
+
+
+def resume_epilog(exit_help: str) -> str:
+    return f"""\
+examples:
+  flightlog resume demo/session.jsonl               the checkpoint, conversation, open calls
+  flightlog resume demo/session.jsonl --json        the same for a program (one object)
+  flightlog resume crashed.jsonl --repair           answer every unpaired tool call
+  flightlog resume demo/session.jsonl --fork demo/retry.jsonl --at-run 3f2a9c1e
+  flightlog resume demo/session.jsonl --fork demo/b.jsonl --at-checkpoint
+  flightlog resume demo/session.jsonl --fork demo/c.jsonl --at-seq 120
+
+Reads the file directly.  An unpaired tool call (the model asked for it, no result was
+recorded) makes a history a provider refuses: --repair writes, through the daemon, an
+error result marked "repaired" for each (never the tool's own result), so the
+conversation pairs every tool call again; the session's writer must be gone.
+--fork NEW starts a session that names this one as its origin, at the end of a run
+(--at-run), after a line (--at-seq), at a checkpoint (--at-checkpoint: the latest, or
+the one at SEQ), else at the end of the file; the conversation is rebuilt from the
+origin up to that point, and the checkpoint in force there is saved in NEW.
+Exit status 3: tool calls are left unpaired (without --repair).
+
+{exit_help}
+"""
+
+
+def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="PATH", help="the session file")
+    parser.add_argument("--json", action="store_true", help="one JSON object, for programs")
+    parser.add_argument(
+        "--repair", action="store_true", help="answer every unpaired tool call (via the daemon)"
+    )
+    parser.add_argument("--fork", metavar="NEW", help="start session NEW from a point of PATH")
+    point = parser.add_mutually_exclusive_group()
+    point.add_argument("--at-run", metavar="RUN", help="with --fork: at the end of this run")
+    point.add_argument("--at-seq", metavar="SEQ", type=int, help="with --fork: after this line")
+    point.add_argument(
+        "--at-checkpoint",
+        metavar="SEQ",
+        nargs="?",
+        type=int,
+        const=0,
+        help="with --fork: at a checkpoint (the latest, or the one at SEQ)",
+    )
+
+
+# ---------------------------------------------------------------------- the state
+
+
+@dataclass
+class _State:
+    """A session as a program that continues it sees it."""
+
+    path: str
+    summary: SessionSummary
+    origin: Origin | None
+    checkpoint: Record | None
+    conversation: Conversation | None
+    broken: str | None  # why the conversation cannot be rebuilt
+    failure: FileFormatError | None
+
+    @property
+    def open_calls(self) -> list[CallSummary]:
+        return [
+            call
+            for run in self.summary.run_list()
+            for call in run.calls.values()
+            if not call.ended and call.kind in ("model", "tool") and not call.retried
+        ]
+
+    @property
+    def unpaired(self) -> list[tuple[str, str]]:
+        return self.conversation.unpaired if self.conversation is not None else []
+
+
+def _load(path: str) -> _State:
+    local = local_path(path)
+    if not os.path.isfile(local):
+        raise CommandError(f"{path}: no such session file on this machine", EXIT_USAGE)
+    summary = SessionSummary()
+    origin: Origin | None = None
+    checkpoint: Record | None = None
+    failure: FileFormatError | None = None
+    try:
+        for record in read(local):
+            summary.add(record)
+            if record.seq == 1:
+                origin = origin_of(record)
+            elif record.type == CHECKPOINT:
+                checkpoint = record
+    except FileFormatError as exc:
+        if summary.session_id is None:
+            raise
+        failure = exc
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
+    conversation: Conversation | None = None
+    broken: str | None = None
+    try:
+        conversation = Transcript.read(local).conversation()
+    except (CallNotFound, OriginNotFound) as exc:
+        broken = exc.message
+    except FileFormatError as exc:
+        broken = f"line {exc.line}: {exc.reason}"
+    return _State(local, summary, origin, checkpoint, conversation, broken, failure)
+
+
+# ----------------------------------------------------------------------- output
+
+
+def _snapshot(record: Record | None) -> Any:
+    if record is None:
+        return None
+    return msgspec.json.decode(record.data).get("snapshot")
+
+
+def _call_json(call: CallSummary) -> dict[str, Any]:
+    return {
+        "run_id": call.run_id,
+        "kind": call.kind,
+        "id": call.id,
+        "attempt": call.attempt,
+        "seq": call.first_seq,
+        "name": call.name if call.kind == "tool" else call.model,
+        "tool_call_id": call.tool_call_id,
+        "arguments": call.arguments,
+    }
+
+
+def _origin_json(origin: Origin | None) -> dict[str, Any] | None:
+    return msgspec.to_builtins(origin) if origin is not None else None
+
+
+def _as_json(state: _State, repaired: list[tuple[str, str]]) -> dict[str, Any]:
+    summary, conversation = state.summary, state.conversation
+    prompt = conversation.prompt if conversation is not None else None
+    checkpoint = state.checkpoint
+    return {
+        "path": state.path,
+        "session_id": summary.session_id,
+        "origin": _origin_json(state.origin),
+        "last_seq": summary.last_seq,
+        "checkpoint": None
+        if checkpoint is None
+        else {
+            "seq": checkpoint.seq,
+            "run_id": checkpoint.run_id,
+            "time": checkpoint.time,
+            "snapshot": _snapshot(checkpoint),
+        },
+        "cut_runs": [run.run_id for run in summary.run_list() if run.run_id and not run.closed],
+        "open_calls": [_call_json(call) for call in state.open_calls],
+        "conversation": None
+        if conversation is None or prompt is None
+        else {
+            "call": prompt.call,
+            "attempt": prompt.attempt,
+            "run_id": prompt.run_id,
+            "system": prompt.system,
+            "tools": prompt.tools,
+            "messages": conversation.messages,
+            "answered": conversation.response is not None,
+        },
+        "conversation_error": state.broken,
+        "unpaired": [{"tool_call_id": i, "name": n} for i, n in state.unpaired],
+        "repaired": [{"tool_call_id": i, "name": n} for i, n in repaired],
+        "error": None
+        if state.failure is None
+        else f"line {state.failure.line}: {state.failure.reason}",
+    }
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(one_line(text) + "\n")
+
+
+def _print(state: _State, repaired: list[tuple[str, str]], style: Style) -> None:
+    summary = state.summary
+    _out(f"{style.bold('session')} {summary.session_id or '?'}  {state.path}")
+    if state.origin is not None:
+        origin = state.origin
+        _out(
+            f"  forked from {origin.path} at line {origin.seq} "
+            f"(session {origin.session_id[:8]}, run {(origin.run_id or '-')[:8]})"
+        )
+    checkpoint = state.checkpoint
+    if checkpoint is None:
+        _out(f"{style.bold('checkpoint')}  none")
+    else:
+        _out(
+            f"{style.bold('checkpoint')}  line {checkpoint.seq}"
+            f" · run {(checkpoint.run_id or '')[:8]} · {checkpoint.time}"
+        )
+        _out("  " + short(msgspec.json.encode(_snapshot(checkpoint)).decode(), 200))
+    cut = [run for run in summary.run_list() if run.run_id and not run.closed]
+    _out(
+        f"{style.bold('cut runs')}  "
+        + (", ".join(f"{(run.run_id or '')[:8]} (no run_close)" for run in cut) or "none")
+    )
+    calls = state.open_calls
+    _out(style.bold("open calls") + ("  none" if not calls else ""))
+    for call in calls:
+        name = call.name if call.kind == "tool" else call.model
+        extra = f" {call.tool_call_id}" if call.tool_call_id else ""
+        _out(
+            f"  {call.kind} {call.label} {name or ''}{extra}  "
+            f"(line {call.first_seq}, run {(call.run_id or '')[:8]})"
+        )
+    _print_conversation(state, style)
+    for call_id, name in repaired:
+        _out(style.green(f"repaired  tool call {call_id} ({name}): an error result, marked"))
+    if state.unpaired:
+        listed = ", ".join(f"{call_id} ({name})" for call_id, name in state.unpaired)
+        _out(style.red(f"unpaired tool calls  {listed}"))
+        _out(f"  a provider refuses this history: flightlog resume {state.path} --repair")
+    if state.failure is not None:
+        _out(style.red(f"NOT SOUND: line {state.failure.line}: {state.failure.reason}"))
+
+
+def _print_conversation(state: _State, style: Style) -> None:
+    conversation = state.conversation
+    if state.broken is not None:
+        _out(f"{style.bold('conversation')}  " + style.red(f"cannot be rebuilt: {state.broken}"))
+        return
+    prompt = conversation.prompt if conversation is not None else None
+    if conversation is None or prompt is None:
+        _out(f"{style.bold('conversation')}  none (no model call)")
+        return
+    messages = conversation.messages
+    answered = "and its response" if conversation.response is not None else "(no response)"
+    _out(
+        f"{style.bold('conversation')}  {len(messages)} messages: the prompt of model call "
+        f"{prompt.call} (run {(prompt.run_id or '')[:8]}) {answered}"
+        + (f", tool results {len(conversation.results)}" if conversation.results else "")
+    )
+    if prompt.system is not None:
+        _out(f"  {style.cyan('system')}: {short(prompt.system, 100)}")
+    for message in messages:
+        _out(f"  {message_role(message, style)}: {short(message_text(message), 100)}")
+
+
+# ----------------------------------------------------------------------- repair
+
+
+def _repair_event(call_id: str, name: str, state: _State) -> ToolExecEnd:
+    """A repair for a tool call no cut run left open: under a call of its own, nested
+    in the model call that asked for it."""
+    conversation = state.conversation
+    prompt = conversation.prompt if conversation is not None else None
+    return ToolExecEnd(
+        execution=Execution(
+            id=f"repair-{call_id}", kind="tool", parent_id=prompt.call if prompt else None
+        ),
+        tool_call_id=call_id,
+        name=name,
+        content=[TextPart(text=REPAIR_TEXT)],
+        details={"repaired": "never started, or left open by an earlier run"},
+        is_error=True,
+        disposition="repaired",
+        reason="interrupted: flightlog resume --repair wrote this result",
+    )
+
+
+def _repair(state: _State, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """Write the repairs; returns the tool calls answered (``(tool_call_id, name)``)."""
+    if state.broken is not None:
+        raise CommandError(
+            f"{state.path}: cannot repair a conversation that cannot be rebuilt: {state.broken}",
+            EXIT_UNSOUND,
+        )
+    before = state.unpaired
+    with connect(args.socket, client_name=_CLIENT_NAME) as client:
+        session = client.open(daemon_path(state.path))
+        try:
+            resumed = session.resume(repair=True)
+            done = {call.tool_call_id or "" for call in resumed.repaired}
+            after = _load(state.path)
+            left = after.unpaired
+            if left:
+                _record_repairs(session, after, left)
+        finally:
+            session.close()
+    answered = done | {call_id for call_id, _ in left}
+    return [(call_id, name) for call_id, name in before if call_id in answered]
+
+
+def _record_repairs(session: Session, state: _State, left: list[tuple[str, str]]) -> None:
+    with session.begin_run() as run:
+        run.record_many([_repair_event(call_id, name, state) for call_id, name in left])
+
+
+# ------------------------------------------------------------------------- fork
+
+
+def _fork_point(state: _State, args: argparse.Namespace) -> int:
+    summary = state.summary
+    if args.at_seq is not None:
+        if not 1 <= args.at_seq <= summary.last_seq:
+            raise CommandError(
+                f"--at-seq {args.at_seq}: {state.path} has lines 1 to {summary.last_seq}",
+                EXIT_USAGE,
+            )
+        return int(args.at_seq)
+    if args.at_run is not None:
+        runs = [r for r in summary.run_list() if r.run_id and r.run_id.startswith(args.at_run)]
+        if len(runs) != 1:
+            known = ", ".join((r.run_id or "")[:8] for r in summary.run_list() if r.run_id)
+            what = "no run" if not runs else f"{len(runs)} runs"
+            raise CommandError(
+                f"--at-run {args.at_run!r} names {what} of {state.path} (runs: {known or 'none'})",
+                EXIT_USAGE,
+            )
+        return runs[0].last_seq
+    if args.at_checkpoint is not None:
+        seqs = [c.seq for run in summary.run_list() for c in run.checkpoints]
+        if args.at_checkpoint == 0 and seqs:
+            return max(seqs)
+        if args.at_checkpoint in seqs:
+            return int(args.at_checkpoint)
+        listed = ", ".join(map(str, seqs)) or "none"
+        raise CommandError(
+            f"--at-checkpoint: no such checkpoint in {state.path} (checkpoints at lines: {listed})",
+            EXIT_USAGE,
+        )
+    return summary.last_seq
+
+
+def _fork(state: _State, args: argparse.Namespace) -> str:
+    """Create the fork; returns its path as the daemon resolved it."""
+    if state.failure is not None:
+        raise CommandError(
+            f"{state.path}: cannot fork a file that breaks the reading rules "
+            f"(line {state.failure.line}: {state.failure.reason})",
+            EXIT_UNSOUND,
+        )
+    seq = _fork_point(state, args)
+    checkpoint: Record | None = None
+    run_id: str | None = None
+    for record in read(state.path):
+        if record.seq > seq:
+            break
+        run_id = record.run_id
+        if record.type == CHECKPOINT:
+            checkpoint = record
+    origin = Origin(
+        session_id=state.summary.session_id or "",
+        path=os.path.realpath(state.path),
+        seq=seq,
+        run_id=run_id,
+    )
+    with connect(args.socket, client_name=_CLIENT_NAME) as client:
+        session = client.create(args.fork, meta=state.summary.meta, origin=origin)
+        try:
+            if checkpoint is not None:
+                with session.begin_run() as run:
+                    run.save_checkpoint(_snapshot(checkpoint))
+        finally:
+            session.close()
+        return session.path
+
+
+# ---------------------------------------------------------------------- command
+
+
+def cmd_resume(args: argparse.Namespace, style: Style) -> int:
+    pointed = args.at_run is not None or args.at_seq is not None or args.at_checkpoint is not None
+    if pointed and args.fork is None:
+        raise CommandError("--at-run, --at-seq and --at-checkpoint go with --fork NEW", EXIT_USAGE)
+    if args.fork is not None and args.repair:
+        raise CommandError(
+            "--repair and --fork go apart: repair PATH first, or resume NEW --repair",
+            EXIT_USAGE,
+        )
+    state = _load(args.path)
+    repaired: list[tuple[str, str]] = []
+    if args.repair:
+        repaired = _repair(state, args)
+        state = _load(args.path)
+    elif args.fork is not None:
+        state = _load(_fork(state, args))
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(_as_json(state, repaired)).decode() + "\n")
+    else:
+        _print(state, repaired, style)
+    if state.failure is not None:
+        return EXIT_UNSOUND
+    return EXIT_GAPS if state.unpaired else EXIT_OK

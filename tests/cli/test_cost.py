@@ -1,0 +1,167 @@
+"""Cost everywhere: each model call, turn, run and session priced with genai-prices
+(itself the oracle here, on its real data), cache reads and writes included, in
+``show``, ``inspect``, ``sessions`` and the export's span attributes; an unknown model
+says so instead of costing $0."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import genai_prices
+import pytest
+
+from flightlog.cli._spans import Span, SpanBuilder
+from flightlog.protocol import events
+from flightlog.sdk import Price, Total, connect, read
+from support import DaemonProcess
+
+CACHED = {
+    "input_tokens": 20_000,
+    "output_tokens": 900,
+    "cache_read_tokens": 12_000,
+    "cache_write_tokens": 3_000,
+}
+PLAIN = {"input_tokens": 500, "output_tokens": 50}
+VERSION = genai_prices.__version__
+
+
+def expected(model: str, provider: str, usage: dict[str, int]) -> Decimal:
+    found = genai_prices.calc_price(
+        genai_prices.Usage(**usage), model_ref=model, provider_id=provider
+    )
+    return Decimal(found.total_price)
+
+
+def figure(amount: Decimal) -> str:
+    return Total.of([Price(amount, "")]).text()
+
+
+def model_call(
+    run: Any, id: str, turn: int, model: str, provider: str | None, usage: dict[str, int]
+) -> None:
+    execution = events.Execution(id=id, kind="model", turn_index=turn)
+    run.record(events.ModelExecStart(execution=execution, model=model, provider=provider))
+    run.record(events.ModelExecEnd(execution=execution, usage=events.Usage(**usage)))
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[DaemonProcess, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    daemon = DaemonProcess(base).start()
+    try:
+        with connect(daemon.socket) as client:
+            session = client.create("priced.jsonl", meta={"name": "priced"})
+            with session.begin_run() as run:
+                for turn, (id, model, provider, usage) in enumerate(
+                    [
+                        ("m1", "claude-sonnet-4-5", "anthropic", CACHED),
+                        ("m2", "gpt-4o", "openai", PLAIN),
+                    ]
+                ):
+                    run.record(events.TurnStart(turn_index=turn))
+                    model_call(run, id, turn, model, provider, usage)
+            with session.begin_run() as run:
+                model_call(run, "m3", 0, "house-model-7", None, PLAIN)
+            session.close()
+        yield daemon, daemon.root / "priced.jsonl"
+    finally:
+        daemon.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def cli(daemon: DaemonProcess, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "flightlog.cli", *args],
+        env={**os.environ, "FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_ROOT": str(daemon.root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode in (0, 3), done.stderr
+    return done.stdout
+
+
+M1 = expected("claude-sonnet-4-5", "anthropic", CACHED)
+M2 = expected("gpt-4o", "openai", PLAIN)
+M1_SOURCE = f"genai-prices {VERSION}: anthropic/claude-sonnet-4-5"
+M2_SOURCE = f"genai-prices {VERSION}: openai/gpt-4o"
+UNKNOWN = "unknown model 'house-model-7'"
+
+
+def test_cache_tokens_count() -> None:
+    uncached = {k: v for k, v in CACHED.items() if not k.startswith("cache")}
+    without_cache = expected("claude-sonnet-4-5", "anthropic", uncached)
+    assert figure(without_cache) != figure(M1)  # the figures shown tell them apart
+
+
+def test_show_prices_each_call_turn_run_and_the_session(
+    recorded: tuple[DaemonProcess, Path],
+) -> None:
+    daemon, path = recorded
+    text = cli(daemon, "show", str(path))
+    lines = text.splitlines()
+    m1 = next(line for line in lines if "model m1" in line)
+    m3 = next(line for line in lines if "model m3" in line)
+    assert figure(M1) in m1
+    assert "cost unknown" in m3 and "$0" not in m3
+    assert any("turn 0" in line and f"cost {figure(M1)}" in line for line in lines)
+    assert any("turn 1" in line and f"cost {figure(M2)}" in line for line in lines)
+    runs = [line for line in lines if line.startswith("run ")]
+    assert f"cost {figure(M1 + M2)}" in runs[0]
+    assert "cost unknown" in runs[1]
+    assert f"cost ≥ {figure(M1 + M2)} (2 model calls priced, 1 not)" in text
+    assert f"prices: {M1_SOURCE} (1 call) · {M2_SOURCE} (1 call) · {UNKNOWN} (1 call)" in text
+
+
+def test_inspect_prices_each_run_and_the_session(recorded: tuple[DaemonProcess, Path]) -> None:
+    daemon, path = recorded
+    text = cli(daemon, "inspect", str(path))
+    runs = [line for line in text.splitlines() if line.startswith("run ")]
+    assert f"cost {figure(M1 + M2)}" in runs[0] and "cost unknown" in runs[1]
+    assert f"cost ≥ {figure(M1 + M2)}" in text and M1_SOURCE in text and UNKNOWN in text
+
+
+def test_sessions_shows_where_its_prices_come_from(recorded: tuple[DaemonProcess, Path]) -> None:
+    daemon, path = recorded
+    row = json.loads(cli(daemon, "sessions", "--json", str(path)))
+    assert row["cost"] == {
+        "amount": float(M1 + M2),
+        "currency": "USD",
+        "priced_calls": 2,
+        "unknown_calls": 1,
+        "sources": {M1_SOURCE: 1, M2_SOURCE: 1, UNKNOWN: 1},
+    }
+    text = cli(daemon, "sessions", str(path))
+    assert f"≥ {figure(M1 + M2)}" in text and f"prices: {M1_SOURCE} (1 call)" in text
+
+
+def test_the_export_carries_each_price_and_its_source(
+    recorded: tuple[DaemonProcess, Path],
+) -> None:
+    _, path = recorded
+    builder = SpanBuilder()
+    spans: list[Span] = [span for record in read(path) for span in builder.add(record)]
+    calls = {
+        span.attributes["flightlog.execution.id"]: span for span in spans if "chat" in span.name
+    }
+    assert calls["m1"].attributes["flightlog.cost.amount"] == float(M1)
+    assert calls["m1"].attributes["flightlog.cost.source"] == M1_SOURCE
+    assert calls["m1"].attributes["flightlog.cost.currency"] == "USD"
+    assert calls["m3"].attributes["flightlog.cost.unknown"] is True
+    assert calls["m3"].attributes["flightlog.cost.source"] == UNKNOWN
+    assert "flightlog.cost.amount" not in calls["m3"].attributes
+    runs = [span for span in spans if span.name.startswith("invoke_agent")]
+    assert runs[0].attributes["flightlog.cost.amount"] == float(M1 + M2)
+    assert runs[0].attributes["flightlog.cost.priced_calls"] == 2
+    assert runs[1].attributes["flightlog.cost.unknown_calls"] == 1
+    assert "flightlog.cost.amount" not in runs[1].attributes

@@ -11,6 +11,7 @@ instead of being appended to.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -166,6 +167,7 @@ class SessionFile:
         fd = roots.open_file(resolved)
         try:
             _lock(fd, resolved.path)
+            _still_named(fd, resolved.path)
             session = cls._scan(roots, resolved, fd)
             session.fd = fd
             session.ident = _ident(fd)
@@ -392,6 +394,19 @@ def _lock(fd: int, path: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SessionBusy(path) from None
+
+
+def _still_named(fd: int, path: str) -> None:
+    """Raises :class:`FileNotFoundError` unless ``path`` still names the file open on
+    ``fd``: a vacuum takes the lock, then removes or archives the file, so a file
+    opened before and locked after that is no session file any more."""
+    st = os.fstat(fd)
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        named = None
+    if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+        raise FileNotFoundError(errno.ENOENT, "removed while it was being opened", path)
 
 
 def _ident(fd: int) -> tuple[int, int]:

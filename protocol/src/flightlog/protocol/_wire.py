@@ -49,6 +49,7 @@ __all__ = [
     "TailBatch",
     "TailEnd",
     "UidLimits",
+    "UidStorage",
     "Unsubscribe",
     "Welcome",
 ]
@@ -316,6 +317,31 @@ class UidLimits(msgspec.Struct, kw_only=True, frozen=True):
     max_bytes_per_second: int | None = None
 
 
+class UidStorage(msgspec.Struct, kw_only=True, frozen=True):
+    """One uid's session files under the data root, as the daemon last surveyed them,
+    and the retention limits it applies to them (None: no such limit)."""
+
+    uid: int
+    files: int = 0
+    bytes: int = 0
+    #: The last activity of its least recently active file (RFC 3339), if any.
+    oldest: str | None = None
+    #: Files (and their bytes) the daemon's limits removed since it started.
+    removed_files: int = 0
+    removed_bytes: int = 0
+    max_use: int | None = None
+    #: Seconds.
+    max_age: float | None = None
+    #: The operator's global limit: bytes kept available on the data root's filesystem.
+    keep_free: int | None = None
+    #: Seconds: a session active within this long is never removed.
+    protect: float = 0.0
+    #: Bytes available on the data root's filesystem at the survey.
+    available: int | None = None
+    #: When the survey was made (RFC 3339); None before the first.
+    surveyed: str | None = None
+
+
 class StatusReply(Message, tag="status_reply", frozen=True):
     """Reply to Status."""
 
@@ -335,6 +361,9 @@ class StatusReply(Message, tag="status_reply", frozen=True):
     #: Asked for with ``Status.closed``: the sessions this daemon closed, the most
     #: recently closed last, at most the last 1024 of them.
     closed: list[SessionStatus] = []
+    #: The asking client's uid's session files and retention limits; every uid's for a
+    #: client that reads every session.
+    storage: list[UidStorage] = []
 
 
 class ErrorReply(Message, tag="error", frozen=True):

@@ -33,6 +33,7 @@ __all__ = [
     "LoadCheckpoint",
     "Message",
     "Open",
+    "OpenCallInfo",
     "RecordEvent",
     "RecordFailed",
     "Request",
@@ -166,9 +167,11 @@ class Sync(Request, tag="sync", frozen=True):
 
 
 class LoadCheckpoint(Request, tag="load_checkpoint", frozen=True):
-    """The latest explicit checkpoint of a session.  Reply: CheckpointLoaded."""
+    """The latest explicit checkpoint of a session.  Reply: CheckpointLoaded; with
+    ``calls``, it also lists the session's cut runs and open calls (``resume()``)."""
 
     session_id: str
+    calls: bool = False
 
 
 class Subscribe(Request, tag="subscribe", frozen=True):
@@ -271,14 +274,34 @@ class Ack(Message, tag="ack", frozen=True):
     seq: int = 0
 
 
+class OpenCallInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """A model or tool call with a start and no end, as CheckpointLoaded lists it:
+    ``execution`` as recorded, ``seq`` its first record's, and the start's
+    ``tool_call_id``, ``name`` and ``arguments`` as recorded (any JSON value)."""
+
+    run_id: str
+    execution: dict[str, Any]
+    seq: int
+    tool_call_id: Any = None
+    name: Any = None
+    arguments: Any = None
+
+
 class CheckpointLoaded(Message, tag="checkpoint_loaded", frozen=True):
-    """Reply to LoadCheckpoint; ``snapshot`` is None when the session has no checkpoint."""
+    """Reply to LoadCheckpoint; ``snapshot`` is None when the session has no checkpoint.
+
+    Asked with ``calls``: ``calls_known`` is true, ``cut_runs`` lists the runs without
+    ``run_close`` and ``open_calls`` the calls without an end, in file order (a daemon
+    that does not know the flag leaves ``calls_known`` false)."""
 
     id: int
     seq: int | None = None
     run_id: str | None = None
     time: str | None = None
     snapshot: bytes | None = None
+    calls_known: bool = False
+    cut_runs: list[str] = []
+    open_calls: list[OpenCallInfo] = []
 
 
 class Subscribed(Message, tag="subscribed", frozen=True):

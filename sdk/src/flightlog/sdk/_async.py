@@ -663,10 +663,16 @@ class AsyncSession(_AsyncResource):
         recorded, and the run closed; so a history rebuilt from the file pairs every
         tool call.  Calling it again repairs nothing new.  Open calls of earlier cut
         runs, and model calls, are listed, not repaired.
+
+        The daemon gathers the cut runs and open calls while it checks the file at
+        open, and catches up with what was written since: nothing is read twice.
         """
-        checkpoint = await self.load_checkpoint()
-        records = [record async for record in self.client.tail(self.path)]
-        cut_runs, calls = open_calls(records)
+        await self.client._ready()
+        loading = self.client._conn.load_resumption(self.session_id)
+        checkpoint, found = await self.client._call(loading)
+        if found is None:  # a daemon that does not gather them: read the whole file
+            found = open_calls([record async for record in self.client.tail(self.path)])
+        cut_runs, calls = found
         last = self.last_run
         tools = [c for c in calls if c.run_id == last and c.execution.kind == "tool"]
         if not repair or last is None or not tools:

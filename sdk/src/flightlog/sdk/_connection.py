@@ -149,6 +149,7 @@ from flightlog.protocol import (
 
 from ._diagnostics import RunDiagnostics, joined
 from ._exceptions import ConnectionLost, DaemonError
+from ._resume import Calls, reply_calls
 
 __all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending", "sticky_of"]
 
@@ -759,6 +760,22 @@ class ClientConnection:
 
         return self._request(
             lambda id: LoadCheckpoint(id=id, session_id=session_id),
+            loaded,
+            CheckpointLoaded,
+            session_id,
+        )
+
+    def load_resumption(self, session_id: str) -> Pending[tuple[Any, Calls | None]]:
+        """The latest checkpoint's snapshot (or None) and, from a daemon that gathers
+        them, the session's cut runs and open calls (else None: read the file)."""
+        self._check(session_id, None, SessionOp.LOAD_CHECKPOINT)
+
+        def loaded(reply: CheckpointLoaded) -> tuple[Any, Calls | None]:
+            snapshot = None if reply.snapshot is None else self.codec.decode_value(reply.snapshot)
+            return snapshot, reply_calls(reply)
+
+        return self._request(
+            lambda id: LoadCheckpoint(id=id, session_id=session_id, calls=True),
             loaded,
             CheckpointLoaded,
             session_id,

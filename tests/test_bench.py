@@ -372,3 +372,11 @@ def test_transcript_probe_prints_every_chat_ratio_and_a_linear_file() -> None:
     per_step = re.search(r"1,000 over 100 steps: ([\d.]+)", out)
     assert per_step is not None, out
     assert 0.9 < float(per_step.group(1)) < 1.1  # linear: the same bytes per step
+
+
+def test_resume_probe_prints_every_step_and_agrees_with_the_full_scan() -> None:
+    """The probe docs/benchmarks.md quotes for resuming a big session (it asserts
+    that resume() and the full scan find the same cut runs and open calls)."""
+    out = _python_m("bench.resume", "--mb", "2", "--runs", "1", timeout=300).stdout
+    for step in ("open (the daemon checks every line)", "resume() after open", "as it was"):
+        assert step in out, out

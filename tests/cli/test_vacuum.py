@@ -373,7 +373,8 @@ def test_damaged_files_go_by_age_and_the_archive_stays_outside(
 def test_a_file_written_after_the_plan_is_kept(
     daemon: DaemonProcess, template: bytes, tmp_path: Path
 ) -> None:
-    from flightlog.cli._vacuum import Limits, _remove, plan
+    from flightlog.cli._vacuum import Limits, plan
+    from flightlog.sdk._retention import remove
 
     path = aged(template, tmp_path / "s.jsonl", 5)
     [removal] = plan(
@@ -385,5 +386,5 @@ def test_a_file_written_after_the_plan_is_kept(
     )
     with path.open("ab") as fileobj:  # a writer came back between the plan and the removal
         fileobj.write(template.splitlines(keepends=True)[-1])
-    _remove(removal, None)
+    remove(removal, None)
     assert removal.error == "written since it was planned: kept" and path.exists()

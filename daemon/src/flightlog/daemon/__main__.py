@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
@@ -21,10 +22,12 @@ import anyio.abc
 import structlog
 
 from flightlog.protocol import FlightlogError
+from flightlog.sdk._retention import Limits, parse_age, parse_size
 
 from ._config import Config
 from ._fairness import PerUidLimits
 from ._logging import configure_logging
+from ._retention import RetentionSettings, archive_problem
 from ._server import SHUTDOWN_BOUND, Daemon, serve
 from ._systemd import Notifier, SystemdError, listen_fds
 
@@ -110,6 +113,22 @@ def _seconds(text: str) -> float:
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
     return value
+
+
+def _size(text: str) -> int:
+    """A size option: bytes, or K, M, G, T (powers of 1024)."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"takes {exc}") from None
+
+
+def _age(text: str) -> timedelta:
+    """An age option: s, m, h, d."""
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"takes {exc}") from None
 
 
 def _version() -> str:
@@ -285,12 +304,76 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "read, requests waiting for their session), at least four maximum frames "
         f"(default: {defaults.max_buffered}, or four maximum frames if more)",
     )
+    _add_retention_arguments(parser, defaults.retention)
     args = parser.parse_args(argv)
+    args.retention = RetentionSettings(
+        limits=Limits(
+            max_use=args.max_use,
+            max_age=args.max_age,
+            keep_free=args.keep_free,
+            protect=args.protect,
+        ),
+        interval=args.vacuum_interval,
+        archive=os.path.abspath(args.archive) if args.archive else None,
+    )
+    if args.archive is not None:
+        problem = archive_problem(args.archive, args.root, args.retention.limits)
+        if problem is not None:
+            parser.error(problem)
     if args.max_buffered is None:
         args.max_buffered = max(defaults.max_buffered, 4 * args.max_frame_size)
     elif args.max_buffered < 4 * args.max_frame_size:
         parser.error("--max-buffered must be at least 4 times --max-frame-size")
     return args
+
+
+def _add_retention_arguments(parser: argparse.ArgumentParser, defaults: RetentionSettings) -> None:
+    group = parser.add_argument_group(
+        "retention",
+        "Limits on the session files of the data root, applied at start and then "
+        "every sweep, oldest first, by the rules of flightlog vacuum.  None is set by "
+        "default: the daemon removes nothing unless told to.  The size and age limits "
+        "apply to each uid's files alone; the free space one to the whole disk.",
+    )
+    group.add_argument(
+        "--max-use",
+        type=_size,
+        metavar="SIZE",
+        help="at most SIZE in each uid's session files, e.g. 10G (default: no limit)",
+    )
+    group.add_argument(
+        "--max-age",
+        type=_age,
+        metavar="AGE",
+        help="remove sessions inactive for longer than AGE, e.g. 90d (default: no limit)",
+    )
+    group.add_argument(
+        "--keep-free",
+        type=_size,
+        metavar="SIZE",
+        help="remove the oldest sessions, whoever owns them, while the data root's "
+        "filesystem has less than SIZE available (default: no limit)",
+    )
+    group.add_argument(
+        "--protect",
+        type=_age,
+        default=defaults.limits.protect,
+        metavar="AGE",
+        help="never remove a session active within AGE (default: 1d)",
+    )
+    group.add_argument(
+        "--vacuum-interval",
+        type=_seconds,
+        default=defaults.interval,
+        metavar="SECONDS",
+        help="seconds between sweeps (default: %(default)s)",
+    )
+    group.add_argument(
+        "--archive",
+        metavar="DIR",
+        help="move removed sessions into DIR, same relative path, instead of deleting "
+        "(default: none, they are deleted)",
+    )
 
 
 async def _run(config: Config) -> None:
@@ -378,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         send_timeout=args.send_timeout,
         hello_timeout=args.hello_timeout,
         max_buffered=args.max_buffered,
+        retention=args.retention,
     )
     try:
         anyio.run(_run, config, backend="asyncio", backend_options={"use_uvloop": True})

@@ -380,6 +380,7 @@ class SessionActor:
         self.busy = True
         try:
             record = await self._disk.run(self.file.read_checkpoint)
+            calls = await self._disk.run(self.file.resume_calls) if message.calls else None
         except StorageError as exc:
             self._fail(exc)
             raise
@@ -387,7 +388,7 @@ class SessionActor:
             self.busy = False
         if record is not None:
             batch.reply_bytes += len(record.data)
-        return ready(checkpoint_reply(message.id, record))
+        return ready(checkpoint_reply(message.id, record, calls))
 
     def _close_session(self, batch: Batch, message: CloseSession) -> Reply:
         # Closing from now on: an open that comes while this batch is written and

@@ -4,6 +4,7 @@ their write (and sync), and the payload bytes to hand back to each connection.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -15,9 +16,11 @@ from flightlog.protocol import (
     FlightlogError,
     LocalProtocolError,
     Message,
+    OpenCallInfo,
     Record,
     append_line,
 )
+from flightlog.sdk._resume import OpenCall
 
 from ._peers import Peer
 
@@ -115,9 +118,31 @@ def error_reply(request_id: int, error: FlightlogError, session_id: str) -> Erro
     return ErrorReply(id=request_id, code=error.code, message=error.message, session_id=session_id)
 
 
-def checkpoint_reply(request_id: int, record: Record | None) -> CheckpointLoaded:
+def checkpoint_reply(
+    request_id: int,
+    record: Record | None,
+    calls: tuple[list[str], list[OpenCall]] | None = None,
+) -> CheckpointLoaded:
+    found: dict[str, Any] = {}
+    if calls is not None:
+        cut_runs, open_calls = calls
+        found = {
+            "calls_known": True,
+            "cut_runs": cut_runs,
+            "open_calls": [
+                OpenCallInfo(
+                    run_id=call.run_id,
+                    execution=msgspec.to_builtins(call.execution),
+                    seq=call.seq,
+                    tool_call_id=call.tool_call_id,
+                    name=call.name,
+                    arguments=call.arguments,
+                )
+                for call in open_calls
+            ],
+        }
     if record is None:
-        return CheckpointLoaded(id=request_id)
+        return CheckpointLoaded(id=request_id, **found)
     data = msgspec.json.decode(record.data, type=CheckpointData)
     return CheckpointLoaded(
         id=request_id,
@@ -125,4 +150,5 @@ def checkpoint_reply(request_id: int, record: Record | None) -> CheckpointLoaded
         run_id=record.run_id,
         time=record.time,
         snapshot=bytes(data.snapshot),
+        **found,
     )

@@ -15,6 +15,7 @@ from flightlog.protocol import (
 )
 
 from ._fairness import PerUidLimits
+from ._retention import RetentionSettings
 
 __all__ = ["LINE_ENVELOPE", "MAX_NAME", "Config"]
 
@@ -75,6 +76,9 @@ class Config:
     #: What one uid other than the daemon's may take: connections, sessions written,
     #: bytes per second (``_fairness``).
     per_uid: PerUidLimits = field(default_factory=PerUidLimits)
+    #: Size and age limits on the data root's session files (``_retention``); none
+    #: by default: the daemon removes nothing unless told to.
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @property
     def max_line(self) -> int:

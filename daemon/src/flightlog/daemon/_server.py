@@ -45,6 +45,7 @@ from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
 from ._refusals import WINDOW, log_dropped_after_window, log_refusal
+from ._retention import Retention
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
 from ._tail import Tails
@@ -107,6 +108,7 @@ class Daemon:
         tails: Tails,
         fairness: Fairness,
         socket_paths: list[str],
+        retention: Retention | None = None,
     ) -> None:
         self.pid = os.getpid()
         self.version = _daemon_version()
@@ -117,6 +119,7 @@ class Daemon:
         self.sessions = sessions
         self.tails = tails
         self.fairness = fairness
+        self.retention = retention
         self.socket_paths = socket_paths
         self.connections: set[Connection] = set()
         #: What every connection together makes the daemon hold.
@@ -162,6 +165,11 @@ class Daemon:
             sessions=visible,
             uid_limits=share.status(),
             closed=sessions.closed(viewer) if closed else [],
+            storage=self.retention.status(
+                None if sessions.access.reads_all(viewer) else [viewer.uid], viewer.uid
+            )
+            if self.retention is not None
+            else [],
         )
 
     def status_line(self) -> str:
@@ -318,6 +326,13 @@ async def serve(
                 access = Access(roots, daemon_uid=os.geteuid(), readers_gid=config.readers_group)
                 tails = Tails(config, roots, disks, actors_tg, access)
                 sessions = Sessions(config, roots, disks, actors_tg, tails, access)
+                retention = Retention(
+                    config.retention,
+                    roots.root,
+                    holds=sessions.holds,
+                    owner=access.owner_uid,
+                    held=sessions.held,
+                )
                 daemon = Daemon(
                     config,
                     roots,
@@ -326,11 +341,13 @@ async def serve(
                     tails=tails,
                     fairness=Fairness(config.per_uid, daemon_uid=os.geteuid()),
                     socket_paths=socket_paths,
+                    retention=retention,
                 )
                 async with anyio.create_task_group() as conns_tg:
                     for listener in anyio_listeners:
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
                     actors_tg.start_soon(daemon._report_refusals)
+                    actors_tg.start_soon(retention.run)
                     if notifier is not None:
                         actors_tg.start_soon(watchdog_loop, notifier)
                         actors_tg.start_soon(daemon._report_status, notifier)

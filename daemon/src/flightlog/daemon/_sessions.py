@@ -124,6 +124,14 @@ class Sessions:
         actor = self.by_path.get(path)
         return None if actor is None or actor.closing else actor
 
+    def holds(self, path: str) -> bool:
+        """Whether a session at the resolved ``path`` is open or being opened."""
+        return path in self.by_path or path in self._opening
+
+    def held(self) -> set[str]:
+        """The resolved paths of the sessions open or being opened."""
+        return {*self.by_path, *self._opening}
+
     def is_open(self, session_id: str, who: Who) -> bool:
         """Whether ``session_id`` is open and ``who`` could write it: to another uid
         a session it does not own is as unknown as one that does not exist."""

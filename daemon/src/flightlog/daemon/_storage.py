@@ -11,6 +11,7 @@ instead of being appended to.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from flightlog.protocol import (
     RUN_RESUME,
     RUN_START,
     ErrorCode,
+    FileFormatError,
     FlightlogError,
     LineReader,
     Origin,
@@ -31,6 +33,7 @@ from flightlog.protocol import (
     Record,
     session_start_line,
 )
+from flightlog.sdk._resume import CallLedger, OpenCall
 
 from ._paths import ResolvedPath, Roots
 
@@ -111,6 +114,12 @@ class SessionFile:
     dirty: bool = False
     #: The ``session_start`` line, for a file this daemon created (tail_all sees it).
     created_line: bytes = b""
+    #: The cut runs and open calls of the file up to ``calls_at`` (its offset, after
+    #: the line with ``calls_seq``): gathered by the scan at open, caught up by
+    #: :meth:`resume_calls`, so ``resume()`` never reads the file whole again.
+    calls: CallLedger = field(default_factory=CallLedger)
+    calls_at: int = 0
+    calls_seq: int = 0
 
     @property
     def path(self) -> str:
@@ -136,7 +145,13 @@ class SessionFile:
         """
         line, written = session_start_line(session_id, time, meta, origin)
         session = cls(
-            roots=roots, resolved=resolved, session_id=session_id, meta=written, created_line=line
+            roots=roots,
+            resolved=resolved,
+            session_id=session_id,
+            meta=written,
+            created_line=line,
+            calls_at=len(line),
+            calls_seq=1,
         )
 
         def fill(fd: int) -> None:
@@ -168,6 +183,7 @@ class SessionFile:
         fd = roots.open_file(resolved)
         try:
             _lock(fd, resolved.path)
+            _still_named(fd, resolved.path)
             session = cls._scan(roots, resolved, fd)
             session.fd = fd
             session.ident = _ident(fd)
@@ -192,8 +208,10 @@ class SessionFile:
         checkpoint: CheckpointRef | None = None
         last_run: str | None = None
         items = 0
+        calls = CallLedger()
         reader = LineReader()
         for record in read_on(fd, reader, to_the_end=True):
+            calls.feed(record)
             if record.type == RUN_START and record.run_id:
                 open_runs[record.run_id] = None
                 runs.add(record.run_id)
@@ -222,6 +240,9 @@ class SessionFile:
             truncated_bytes=reader.position - reader.offset,
             last_run=last_run,
             last_run_items=items if last_run is not None else 0,
+            calls=calls,
+            calls_at=reader.offset,
+            calls_seq=reader.last_seq,
         )
 
     # ------------------------------------------------------------------ writing
@@ -290,6 +311,23 @@ class SessionFile:
                 self.path, "reading a checkpoint", "the file changed outside flightlogd"
             )
         return record
+
+    def resume_calls(self) -> tuple[list[str], list[OpenCall]]:
+        """The file's cut runs and open calls (blocking): what was gathered, caught up
+        with the lines written since, read from where it stopped."""
+        if self.calls_at < self.size:
+            fd = self.ensure_open()
+            self._check_in_place(fd, "reading the calls")
+            reader = LineReader.resume(self.session_id, self.calls_seq, self.calls_at)
+            try:
+                for record in read_on(fd, reader, to_the_end=False):
+                    self.calls.feed(record)
+                    if reader.offset >= self.size:
+                        break
+            except (FileFormatError, OSError) as exc:
+                raise StorageError(self.path, "reading the calls", str(exc)) from None
+            self.calls_at, self.calls_seq = reader.offset, reader.last_seq
+        return self.calls.result()
 
     def _check_size(self, fd: int, what: str) -> None:
         """Raise :class:`StorageError` unless the file holds exactly what was written
@@ -394,6 +432,19 @@ def _lock(fd: int, path: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SessionBusy(path) from None
+
+
+def _still_named(fd: int, path: str) -> None:
+    """Raises :class:`FileNotFoundError` unless ``path`` still names the file open on
+    ``fd``: a vacuum takes the lock, then removes or archives the file, so a file
+    opened before and locked after that is no session file any more."""
+    st = os.fstat(fd)
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        named = None
+    if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+        raise FileNotFoundError(errno.ENOENT, "removed while it was being opened", path)
 
 
 def _ident(fd: int) -> tuple[int, int]:

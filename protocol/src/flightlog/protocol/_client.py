@@ -523,6 +523,22 @@ class ClientConnection:
             session_id,
         )
 
+    def load_resumption(self, session_id: str) -> Pending[tuple[Any, CheckpointLoaded]]:
+        """The latest checkpoint's snapshot (or None) and the daemon's reply, which
+        holds the session's cut runs and open calls when the daemon gathers them."""
+        self._check(session_id, None, SessionOp.LOAD_CHECKPOINT)
+
+        def loaded(reply: CheckpointLoaded) -> tuple[Any, CheckpointLoaded]:
+            snapshot = None if reply.snapshot is None else self.codec.decode_value(reply.snapshot)
+            return snapshot, reply
+
+        return self._request(
+            lambda id: LoadCheckpoint(id=id, session_id=session_id, calls=True),
+            loaded,
+            CheckpointLoaded,
+            session_id,
+        )
+
     def close_session(self, session_id: str) -> Pending[None] | None:
         """Sync and release the session; None when it is closed already.
 

@@ -35,6 +35,7 @@ __all__ = [
     "LoadCheckpoint",
     "Message",
     "Open",
+    "OpenCallInfo",
     "RecordEvent",
     "RecordFailed",
     "Request",
@@ -51,6 +52,7 @@ __all__ = [
     "TailBatch",
     "TailEnd",
     "UidLimits",
+    "UidStorage",
     "Unsubscribe",
     "Welcome",
 ]
@@ -171,9 +173,11 @@ class Sync(Request, tag="sync", frozen=True):
 
 
 class LoadCheckpoint(Request, tag="load_checkpoint", frozen=True):
-    """The latest explicit checkpoint of a session.  Reply: CheckpointLoaded."""
+    """The latest explicit checkpoint of a session.  Reply: CheckpointLoaded; with
+    ``calls``, it also lists the session's cut runs and open calls (``resume()``)."""
 
     session_id: str
+    calls: bool = False
 
 
 class Subscribe(Request, tag="subscribe", frozen=True):
@@ -276,14 +280,34 @@ class Ack(Message, tag="ack", frozen=True):
     seq: int = 0
 
 
+class OpenCallInfo(msgspec.Struct, kw_only=True, frozen=True):
+    """A model or tool call with a start and no end, as CheckpointLoaded lists it:
+    ``execution`` as recorded, ``seq`` its first record's, and the start's
+    ``tool_call_id``, ``name`` and ``arguments`` as recorded (any JSON value)."""
+
+    run_id: str
+    execution: dict[str, Any]
+    seq: int
+    tool_call_id: Any = None
+    name: Any = None
+    arguments: Any = None
+
+
 class CheckpointLoaded(Message, tag="checkpoint_loaded", frozen=True):
-    """Reply to LoadCheckpoint; ``snapshot`` is None when the session has no checkpoint."""
+    """Reply to LoadCheckpoint; ``snapshot`` is None when the session has no checkpoint.
+
+    Asked with ``calls``: ``calls_known`` is true, ``cut_runs`` lists the runs without
+    ``run_close`` and ``open_calls`` the calls without an end, in file order (a daemon
+    that does not know the flag leaves ``calls_known`` false)."""
 
     id: int
     seq: int | None = None
     run_id: str | None = None
     time: str | None = None
     snapshot: bytes | None = None
+    calls_known: bool = False
+    cut_runs: list[str] = []
+    open_calls: list[OpenCallInfo] = []
 
 
 class Subscribed(Message, tag="subscribed", frozen=True):
@@ -322,6 +346,31 @@ class UidLimits(msgspec.Struct, kw_only=True, frozen=True):
     max_bytes_per_second: int | None = None
 
 
+class UidStorage(msgspec.Struct, kw_only=True, frozen=True):
+    """One uid's session files under the data root, as the daemon last surveyed them,
+    and the retention limits it applies to them (None: no such limit)."""
+
+    uid: int
+    files: int = 0
+    bytes: int = 0
+    #: The last activity of its least recently active file (RFC 3339), if any.
+    oldest: str | None = None
+    #: Files (and their bytes) the daemon's limits removed since it started.
+    removed_files: int = 0
+    removed_bytes: int = 0
+    max_use: int | None = None
+    #: Seconds.
+    max_age: float | None = None
+    #: The operator's global limit: bytes kept available on the data root's filesystem.
+    keep_free: int | None = None
+    #: Seconds: a session active within this long is never removed.
+    protect: float = 0.0
+    #: Bytes available on the data root's filesystem at the survey.
+    available: int | None = None
+    #: When the survey was made (RFC 3339); None before the first.
+    surveyed: str | None = None
+
+
 class StatusReply(Message, tag="status_reply", frozen=True):
     """Reply to Status."""
 
@@ -341,6 +390,9 @@ class StatusReply(Message, tag="status_reply", frozen=True):
     #: Asked for with ``Status.closed``: the sessions this daemon closed, the most
     #: recently closed last, at most the last 1024 of them.
     closed: list[SessionStatus] = []
+    #: The asking client's uid's session files and retention limits; every uid's for a
+    #: client that reads every session.
+    storage: list[UidStorage] = []
 
 
 class ErrorReply(Message, tag="error", frozen=True):

@@ -597,6 +597,25 @@ def cmd_inspect(args: argparse.Namespace, style: Style) -> int:
 # -------------------------------------------------------------------------- status
 
 
+def _storage_lines(reply: StatusReply) -> Iterator[str]:
+    for mine in reply.storage:
+        limits = [
+            f"at most {format_bytes(mine.max_use)}" if mine.max_use is not None else "",
+            f"none older than {format_duration(mine.max_age)}" if mine.max_age else "",
+            f"{format_bytes(mine.keep_free)} kept free" if mine.keep_free is not None else "",
+        ]
+        said = ", ".join(limit for limit in limits if limit) or "no limits"
+        removed = (
+            f", {mine.removed_files:,} removed ({format_bytes(mine.removed_bytes)})"
+            if mine.removed_files
+            else ""
+        )
+        yield (
+            f"  uid {mine.uid} files: {mine.files:,} sessions, {format_bytes(mine.bytes)}"
+            f"{removed}; retention: {said}"
+        )
+
+
 def _status_lines(reply: StatusReply, socket: str, style: Style) -> Iterator[str]:
     yield (
         f"{style.bold('flightlogd')} {reply.version}, pid {reply.pid}, "
@@ -622,6 +641,7 @@ def _status_lines(reply: StatusReply, socket: str, style: Style) -> Iterator[str
                 f"connections, {mine.sessions:,} of {mine.max_sessions:,} sessions, "
                 f"at most {rate}/s"
             )
+    yield from _storage_lines(reply)
     if not reply.sessions:
         yield "  no open sessions"
         return

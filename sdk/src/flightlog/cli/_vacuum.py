@@ -1,63 +1,39 @@
 """``flightlog vacuum``: size and age limits on the session files, applied on demand.
 
-Theory of operation
--------------------
-**Plan.**  Every session file (``*.jsonl``) under the data root or the PATHs is listed
-with :func:`~._listing.list_sessions` (no pricing); its *last activity* is the later of
-its last record's time and its mtime.  A file is *protected*, never removed, when the
-daemon (asked once, if one answers) holds it open for a writer or says a run of it is
-open, or when its last activity is within ``--protect`` of now.  A session whose last
-run has no ``run_close`` and that no writer holds (interrupted) is not being written:
-outside the protected window it is removable like any other.  The removable files are
-taken oldest first; each is removed for the first limit it breaks, in this order:
-``max-age`` (its last activity is older than ``--max-age``), ``max-use`` (the files
-listed, protected ones included, use more than ``--max-use`` bytes), ``keep-free``
-(the filesystem of the first PATH has less than ``--keep-free`` bytes available, by
-``statvfs``).  The first file that breaks none ends the plan.  ``--dry-run`` prints the
-plan; a real run carries out the same plan, made by the same code.
-
-**Remove.**  Just before a file goes, its size and mtime are compared with the plan's:
-a file written since is kept and reported.  Deleting is one ``unlink``.  Archiving keeps
-the file's path relative to the PATH it was found under and never overwrites: within a
-filesystem, ``link`` to the archive (it fails when the name is taken), then ``unlink``;
-across filesystems, a copy to a temporary name beside the target, ``fsync``, ``link``
-to the target, ``unlink`` of the temporary, then ``unlink`` of the original.  A kill at
-any moment leaves each file whole in place, whole in the archive, or both; a later run
-that finds the same content at the target finishes the move.  A file that cannot be
-removed is reported and skipped, and the exit status says so.
+The files are surveyed, planned and removed by :mod:`flightlog.sdk._retention`, the
+code ``flightlogd`` runs for its own limits, so a dry run lists what either would
+remove.  What this command adds: the daemon answering on the socket (asked once, if one
+answers) says which sessions it holds for a writer or with a run open, and those are
+protected; the limits apply to the files of all the PATHs together (one owner).  A
+session whose last run has no ``run_close`` and that no writer holds (interrupted) is
+not being written: outside the protected window it is removable like any other.
+``--dry-run`` prints the plan; a real run carries out the same plan, made by the same
+code.  A file that cannot be removed is reported and skipped, and the exit status
+says so.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
-import filecmp
 import os
-import re
-import shutil
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
-from flightlog.protocol import default_root, format_time, parse_time
+from flightlog.protocol import default_root
+from flightlog.sdk import _retention
+from flightlog.sdk._retention import Limits, Removal, StoredFile, available, remove, survey
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
-from ._listing import _held, list_sessions
+from ._listing import _held
 from ._render import Style, say
 
 __all__ = ["Removal", "add_vacuum_arguments", "cmd_vacuum", "plan", "vacuum_epilog"]
 
-_SIZE: Final = re.compile(r"(\d+(?:\.\d+)?)([KMGT]?)(?:i?B)?", re.IGNORECASE)
-_SIZE_UNITS: Final = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_AGE: Final = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_PROTECT: Final = "1d"
-_PARTIAL: Final = ".vacuum-partial"
 
 
 def vacuum_epilog(exit_help: str) -> str:
@@ -100,201 +76,36 @@ def add_vacuum_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_size(text: str, option: str) -> int:
     """``10G``, ``512M``, ``100K``, ``2048`` (bytes): a number of bytes."""
-    found = _SIZE.fullmatch(text.strip())
-    if not found:
-        raise CommandError(
-            f"{option} takes a size (2048, 100K, 512M, 10G, 1T), not {text!r}", EXIT_USAGE
-        )
-    return int(float(found.group(1)) * _SIZE_UNITS[found.group(2).lower()])
+    try:
+        return _retention.parse_size(text)
+    except ValueError as exc:
+        raise CommandError(f"{option} takes {exc}", EXIT_USAGE) from None
 
 
 def parse_age(text: str, option: str) -> timedelta:
     """``30s``, ``15m``, ``2h``, ``90d``: a duration."""
-    found = _AGE.fullmatch(text.strip())
-    if not found:
-        raise CommandError(f"{option} takes an age (30s, 15m, 2h, 90d), not {text!r}", EXIT_USAGE)
-    return timedelta(seconds=float(found.group(1)) * _AGE_UNITS[found.group(2)])
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_use: int | None = None
-    max_age: timedelta | None = None
-    keep_free: int | None = None
-    protect: timedelta = timedelta(days=1)
-
-
-@dataclass
-class Removal:
-    """One file a vacuum removes (or would), and why."""
-
-    path: str
-    top: str  # the PATH it was found under: the archive keeps the path relative to it
-    size: int
-    mtime_ns: int
-    last_activity: datetime
-    reason: str
-    freed: int  # bytes of disk its removal gives back
-    archived_to: str | None = None
-    error: str | None = None
-
-    def as_json(self, now: datetime, *, done: bool) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "size": self.size,
-            "last_activity": format_time(self.last_activity),
-            "age_seconds": round((now - self.last_activity).total_seconds(), 3),
-            "reason": self.reason,
-            "removed": done and self.error is None,
-            "archived_to": self.archived_to,
-            "error": self.error,
-        }
-
-
-@dataclass
-class _File:
-    path: str
-    top: str
-    size: int
-    blocks: int
-    mtime_ns: int
-    last_activity: datetime
-    protected: bool
-
-
-def _files(tops: Sequence[str], socket: str, protect: timedelta, now: datetime) -> list[_File]:
-    held = _held(socket)
-    writing = [s for s in held if s.writer_pid is not None or s.run_id is not None]
-    held_ids = {s.session_id for s in writing}
-    held_paths = {os.path.realpath(s.path) for s in writing}
-    open_runs = {s.session_id: s.run_id for s in held if s.run_id is not None}
-    files: list[_File] = []
-    seen: set[str] = set()
-    for top in tops:
-        for row in list_sessions([top], open_runs=open_runs, pricing=False):
-            real = os.path.realpath(row.path)
-            if real in seen:
-                continue
-            seen.add(real)
-            try:
-                st = os.stat(row.path)
-            except OSError:
-                continue  # gone since it was listed
-            last = datetime.fromtimestamp(st.st_mtime, UTC)
-            if row.last_activity is not None:
-                with contextlib.suppress(ValueError):
-                    last = max(last, parse_time(row.last_activity))
-            protected = (
-                row.open_run is not None
-                or (row.session_id != "" and row.session_id in held_ids)
-                or real in held_paths
-                or last > now - protect
-            )
-            files.append(
-                _File(
-                    row.path, top, st.st_size, st.st_blocks * 512, st.st_mtime_ns, last, protected
-                )
-            )
-    return files
+    try:
+        return _retention.parse_age(text)
+    except ValueError as exc:
+        raise CommandError(f"{option} takes {exc}", EXIT_USAGE) from None
 
 
 def plan(
     tops: Sequence[str], limits: Limits, *, socket: str, now: datetime, free: int | None
 ) -> list[Removal]:
-    """The files a vacuum with ``limits`` removes, oldest first, each with its reason.
+    """The files a vacuum with ``limits`` removes, oldest first, each with its reason;
+    the sessions the daemon on ``socket`` holds for a writer or with a run open are
+    kept.  ``free`` is the filesystem's available bytes (needed with ``keep_free``)."""
+    held = [s for s in _held(socket) if s.writer_pid is not None or s.run_id is not None]
+    held_ids = {s.session_id for s in held}
+    held_paths = {os.path.realpath(s.path) for s in held}
 
-    ``free`` is the filesystem's available bytes (needed with ``keep_free``)."""
-    files = _files(tops, socket, limits.protect, now)
-    use = sum(f.size for f in files)
-    removals: list[Removal] = []
-    for f in sorted((f for f in files if not f.protected), key=lambda f: f.last_activity):
-        if limits.max_age is not None and f.last_activity < now - limits.max_age:
-            reason = "max-age"
-        elif limits.max_use is not None and use > limits.max_use:
-            reason = "max-use"
-        elif limits.keep_free is not None and free is not None and free < limits.keep_free:
-            reason = "keep-free"
-        else:
-            break
-        removals.append(
-            Removal(f.path, f.top, f.size, f.mtime_ns, f.last_activity, reason, f.blocks)
-        )
-        use -= f.size
-        if free is not None:
-            free += f.blocks
-    return removals
+    def protected(f: StoredFile) -> bool:
+        return (f.session_id != "" and f.session_id in held_ids) or os.path.realpath(
+            f.path
+        ) in held_paths
 
-
-# --------------------------------------------------------------------------- removing
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _same_content(a: str, b: str) -> bool:
-    return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    """Put ``source``'s content at ``target`` (never overwriting), durably."""
-    directory = os.path.dirname(target)
-    os.makedirs(directory, exist_ok=True)
-    try:
-        os.link(source, target)
-    except FileExistsError:
-        if not _same_content(source, target):
-            raise
-        return  # an earlier run linked or copied it, then was stopped
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP):
-            raise
-        prefix = f".{os.path.basename(target)}."
-        for stale in os.listdir(directory):  # a copy a killed vacuum left unfinished
-            if stale.startswith(prefix) and stale.endswith(_PARTIAL):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(directory, stale))
-        temporary = os.path.join(directory, f"{prefix}{os.getpid()}{_PARTIAL}")
-        try:
-            with open(source, "rb") as src, open(temporary, "xb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-                dst.flush()
-                os.fsync(dst.fileno())
-            try:
-                os.link(temporary, target)
-            except FileExistsError:
-                if not filecmp.cmp(source, target, shallow=False):
-                    raise
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-    _fsync_dir(directory)
-
-
-def _remove(removal: Removal, archive: str | None) -> None:
-    """Remove (or archive) one planned file; sets ``removal.error`` instead of raising."""
-    try:
-        st = os.stat(removal.path)
-        if st.st_size != removal.size or st.st_mtime_ns != removal.mtime_ns:
-            removal.error = "written since it was planned: kept"
-            return
-        if archive is not None:
-            relative = os.path.relpath(removal.path, removal.top)
-            if relative == ".":
-                relative = os.path.basename(removal.path)
-            target = os.path.join(archive, relative)
-            _link_or_copy(removal.path, target)
-            removal.archived_to = target
-        os.unlink(removal.path)
-        _fsync_dir(os.path.dirname(removal.path) or ".")
-    except FileExistsError as exc:
-        removal.error = f"{exc.filename}: already in the archive with other content: kept"
-    except OSError as exc:
-        removal.error = f"{exc.strerror or exc}: kept"
+    return _retention.plan(survey(tops), limits, now=now, free=free, protected=protected)
 
 
 # ---------------------------------------------------------------------------- command
@@ -324,11 +135,6 @@ def _limits(args: argparse.Namespace) -> Limits:
         keep_free=parse_size(args.keep_free, "--keep-free") if args.keep_free is not None else None,
         protect=parse_age(args.protect, "--protect"),
     )
-
-
-def _available(path: str) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
 
 
 def _tops(args: argparse.Namespace) -> list[str]:
@@ -369,10 +175,10 @@ def run_vacuum(
                 f"--archive {args.archive}: {exc.strerror or exc}", EXIT_USAGE
             ) from None
     now = now or datetime.now(UTC)
-    free = _available(tops[0]) if limits.keep_free is not None and tops else None
+    free = available(tops[0]) if limits.keep_free is not None and tops else None
     for removal in plan(tops, limits, socket=socket, now=now, free=free):
         if not args.dry_run:
-            _remove(removal, archive)
+            remove(removal, archive)
         yield removal, not args.dry_run
 
 

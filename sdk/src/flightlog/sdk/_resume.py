@@ -13,20 +13,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from flightlog.protocol import (
     RUN_CLOSE,
     RUN_START,
+    CheckpointLoaded,
     Execution,
     Record,
     TextPart,
     ToolExecEnd,
 )
 
-__all__ = ["OpenCall", "Resumption", "open_calls", "repair_event"]
+__all__ = [
+    "CallLedger",
+    "Calls",
+    "OpenCall",
+    "Resumption",
+    "open_calls",
+    "repair_event",
+    "reply_calls",
+]
 
 _STARTS = {
     "model_request": "model",
@@ -74,41 +83,98 @@ class Resumption:
     repaired: list[OpenCall] = field(default_factory=list)
 
 
-def open_calls(records: Iterable[Record]) -> tuple[list[str], list[OpenCall]]:
-    """The runs without ``run_close`` and the calls without an end, in file order."""
-    runs: dict[str, None] = {}
-    calls: dict[tuple[str, str, int, str], OpenCall] = {}
-    ended: set[tuple[str, str, int, str]] = set()
-    for record in records:
+class _Keyed(msgspec.Struct):
+    # What pairing needs of a start's or an end's data; the rest (messages, results)
+    # is skipped, not decoded.  A missing or invalid execution fails the decode: the
+    # record pairs nothing.
+    execution: Execution
+
+
+class _CallData(msgspec.Struct):
+    tool_call_id: Any = None
+    name: Any = None
+    arguments: Any = None
+
+
+_keyed: Final = msgspec.json.Decoder(_Keyed)
+_call_data: Final = msgspec.json.Decoder(_CallData)
+_Key = tuple[str, str, int, str]
+
+
+class CallLedger:
+    """The runs without ``run_close`` and the calls without an end, kept as records are
+    fed in file order (:meth:`feed`); :meth:`result` says them at any point.  The one
+    pairing rule: :func:`open_calls` and the daemon's open both feed one."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, None] = {}
+        # A start not ended yet: its execution, seq and data (decoded once it is
+        # asked for: most calls end).
+        self._calls: dict[_Key, tuple[Execution, int, msgspec.Raw]] = {}
+        self._ended: set[_Key] = set()
+
+    def feed(self, record: Record) -> None:
         run_id = record.run_id
         if run_id is None:
-            continue
-        if record.type == RUN_START:
-            runs[run_id] = None
-        elif record.type == RUN_CLOSE:
-            runs.pop(run_id, None)
-        kind = _STARTS.get(record.type) or _ENDS.get(record.type)
+            return
+        type = record.type
+        if type == RUN_START:
+            self._runs[run_id] = None
+        elif type == RUN_CLOSE:
+            self._runs.pop(run_id, None)
+        kind = _STARTS.get(type) or _ENDS.get(type)
         if kind is None:
-            continue
-        data = record.decode_data()
+            return
         try:
-            execution = msgspec.convert(data.get("execution"), Execution)
-        except msgspec.ValidationError:
-            continue
+            execution = _keyed.decode(record.data).execution
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
         key = (run_id, execution.id, execution.attempt, kind)
-        if record.type in _ENDS:
-            ended.add(key)
-            calls.pop(key, None)
-        elif key not in calls and key not in ended:
-            calls[key] = OpenCall(
-                run_id,
-                execution,
-                record.seq,
-                data.get("tool_call_id"),
-                data.get("name"),
-                data.get("arguments"),
+        if type in _ENDS:
+            self._ended.add(key)
+            self._calls.pop(key, None)
+        elif key not in self._calls and key not in self._ended:
+            self._calls[key] = (execution, record.seq, record.data)
+
+    def result(self) -> tuple[list[str], list[OpenCall]]:
+        """The runs without ``run_close`` and the calls without an end, in file order."""
+        calls = []
+        for (run_id, *_), (execution, seq, raw) in self._calls.items():
+            data = _call_data.decode(raw)
+            calls.append(
+                OpenCall(run_id, execution, seq, data.tool_call_id, data.name, data.arguments)
             )
-    return list(runs), list(calls.values())
+        return list(self._runs), calls
+
+
+#: The runs without ``run_close`` and the calls without an end.
+Calls = tuple[list[str], list[OpenCall]]
+
+
+def reply_calls(reply: CheckpointLoaded) -> Calls | None:
+    """The cut runs and open calls a daemon gathered, or None when it did not."""
+    if not reply.calls_known:
+        return None
+    calls = [
+        OpenCall(
+            call.run_id,
+            msgspec.convert(call.execution, Execution),
+            call.seq,
+            call.tool_call_id,
+            call.name,
+            call.arguments,
+        )
+        for call in reply.open_calls
+    ]
+    return list(reply.cut_runs), calls
+
+
+def open_calls(records: Iterable[Record]) -> tuple[list[str], list[OpenCall]]:
+    """The runs without ``run_close`` and the calls without an end, in file order."""
+    ledger = CallLedger()
+    for record in records:
+        ledger.feed(record)
+    return ledger.result()
 
 
 def repair_event(call: OpenCall) -> ToolExecEnd:

@@ -43,7 +43,7 @@ from flightlog.protocol import (
 
 from ._exceptions import ConnectionLost, DaemonError
 from ._models import CallRef
-from ._resume import Resumption, open_calls, repair_event
+from ._resume import Resumption, open_calls, repair_event, reply_calls
 from ._sync_link import Link, Resource
 from ._sync_tail import Tail
 from ._transport import SocketTransport, Transport
@@ -401,10 +401,16 @@ class Session(Resource):
         recorded, and the run closed; so a history rebuilt from the file pairs every
         tool call.  Calling it again repairs nothing new.  Open calls of earlier cut
         runs, and model calls, are listed, not repaired.
+
+        The daemon gathers the cut runs and open calls while it checks the file at
+        open, and catches up with what was written since: nothing is read twice.
         """
-        checkpoint = self.load_checkpoint()
-        records = [record for record in self.client.tail(self.path)]
-        cut_runs, calls = open_calls(records)
+        self._link.ready()
+        checkpoint, reply = self._link.call(self._conn.load_resumption(self.session_id))
+        found = reply_calls(reply)
+        if found is None:  # a daemon that does not gather them: read the whole file
+            found = open_calls([record for record in self.client.tail(self.path)])
+        cut_runs, calls = found
         last = self.last_run
         tools = [c for c in calls if c.run_id == last and c.execution.kind == "tool"]
         if not repair or last is None or not tools:

@@ -1,0 +1,222 @@
+"""The daemon's retention: size and age limits on the session files of its data root.
+
+Theory of operation
+-------------------
+Every ``interval`` (and once at start) a sweep runs in a worker thread: it surveys the
+session files under the data root (size, owner, last activity read from each file's
+end), and, when a limit is set, plans and removes with the very code ``flightlog
+vacuum`` runs (:mod:`flightlog.sdk._retention`), so ``flightlog vacuum --dry-run`` with
+the same limits lists what the daemon would remove.  Nothing is removed by default: no
+limit is set unless the operator sets one.
+
+* A session's owner is the uid its path gives (``uid/UID/``, else the daemon's own), as
+  for writing and reading (``_access``).  ``max_use`` and ``max_age`` apply to each
+  owner's files alone; ``keep_free`` is the operator's global limit and takes the oldest
+  removable files, whoever owns them.
+* A session the daemon holds (open for a writer, a run, a tail, or being opened) is
+  never removed: the planned set leaves out what the daemon held when the sweep began,
+  and just before each removal, under the file's ``flock``, the event loop is asked
+  again.  A session active within ``protect`` is never removed either.
+* Every removal, and every file kept that was planned to go, is one log line with its
+  path, size, age, reason and owner.
+
+The survey's figures (files and bytes per uid, the filesystem's available bytes) are
+what ``status`` shows each uid of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import structlog
+
+from flightlog.protocol import UidStorage, format_time
+from flightlog.sdk._retention import Limits, Removal, available, plan, remove, survey
+
+__all__ = ["Retention", "RetentionSettings", "archive_problem"]
+
+log = structlog.get_logger("flightlogd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetentionSettings:
+    """The limits and how often they are applied; no limit by default."""
+
+    limits: Limits = field(default_factory=Limits)
+    #: Seconds between sweeps.
+    interval: float = 600.0
+    #: Move removed files into this directory (same relative path) instead of deleting.
+    archive: str | None = None
+
+
+@dataclass
+class _Usage:
+    files: int = 0
+    bytes: int = 0
+    oldest: datetime | None = None
+    removed_files: int = 0
+    removed_bytes: int = 0
+
+
+class Retention:
+    """Sweeps one data root; ``holds(path)`` (called on the event loop) says whether
+    the daemon holds a session, ``owner(path)`` whose it is."""
+
+    def __init__(
+        self,
+        settings: RetentionSettings,
+        root: str,
+        *,
+        holds: Callable[[str], bool],
+        owner: Callable[[str], int],
+        held: Callable[[], set[str]],
+    ) -> None:
+        self.settings = settings
+        self.root = root
+        self._holds = holds
+        self._owner = owner
+        self._held = held
+        self._usage: dict[int, _Usage] = {}
+        self._available: int | None = None
+        self._surveyed: datetime | None = None
+        self._stop = threading.Event()
+        #: Set after each sweep (tests wait on it).
+        self.sweeps = 0
+
+    async def run(self) -> None:
+        """Sweep now and every ``interval`` until cancelled."""
+        try:
+            while True:
+                held = self._held()
+                await anyio.to_thread.run_sync(self.sweep, held, abandon_on_cancel=True)
+                await anyio.sleep(self.settings.interval)
+        finally:
+            self._stop.set()  # a sweep left running in its thread removes no more
+
+    def sweep(self, held: set[str]) -> list[Removal]:
+        """Survey the root and apply the limits (in a worker thread)."""
+        started = time.monotonic()
+        limits = self.settings.limits
+        now = datetime.now(UTC)
+        files = survey([self.root], owner=self._owner)
+        try:
+            free: int | None = available(self.root)
+        except OSError:
+            free = None
+        removals: list[Removal] = []
+        if limits.any:
+            removals = plan(files, limits, now=now, free=free, protected=lambda f: f.path in held)
+        gone: set[str] = set()
+        removed: dict[int, _Usage] = {}
+        for removal in removals:
+            if self._stop.is_set():
+                break
+            remove(removal, self.settings.archive, busy=self._busy)
+            self._log(removal, now)
+            if removal.error is None:
+                gone.add(removal.path)
+                tally = removed.setdefault(_uid(removal.owner), _Usage())
+                tally.removed_files += 1
+                tally.removed_bytes += removal.size
+                if free is not None:
+                    free += removal.freed
+        usage: dict[int, _Usage] = {}
+        for f in files:
+            if f.path in gone:
+                continue
+            mine = usage.setdefault(_uid(f.owner), _Usage())
+            mine.files += 1
+            mine.bytes += f.size
+            if mine.oldest is None or f.last_activity < mine.oldest:
+                mine.oldest = f.last_activity
+        for uid, tally in self._usage.items():
+            mine = usage.setdefault(uid, _Usage())
+            mine.removed_files, mine.removed_bytes = tally.removed_files, tally.removed_bytes
+        for uid, tally in removed.items():
+            mine = usage.setdefault(uid, _Usage())
+            mine.removed_files += tally.removed_files
+            mine.removed_bytes += tally.removed_bytes
+        self._usage, self._available, self._surveyed = usage, free, now
+        self.sweeps += 1
+        if removals:
+            log.info(
+                "retention_sweep",
+                files=len(files),
+                removed=len(gone),
+                kept=len(removals) - len(gone),
+                freed=sum(r.size for r in removals if r.path in gone),
+                seconds=round(time.monotonic() - started, 3),
+            )
+        return removals
+
+    def _busy(self, path: str) -> bool:
+        if self._stop.is_set():
+            return True
+        try:
+            return anyio.from_thread.run_sync(self._holds, path)
+        except RuntimeError:  # the event loop is gone: the daemon is stopping
+            self._stop.set()
+            return True
+
+    def _log(self, removal: Removal, now: datetime) -> None:
+        fields = {
+            "path": removal.path,
+            "size": removal.size,
+            "age_seconds": round((now - removal.last_activity).total_seconds(), 3),
+            "last_activity": format_time(removal.last_activity),
+            "reason": removal.reason,
+            "uid": _uid(removal.owner),
+        }
+        if removal.error is not None:
+            log.warning("session_kept", error=removal.error, **fields)
+        elif removal.archived_to is not None:
+            log.info("session_archived", archived_to=removal.archived_to, **fields)
+        else:
+            log.info("session_removed", **fields)
+
+    def status(self, uids: list[int] | None, own: int) -> list[UidStorage]:
+        """The storage of ``own`` (and of every uid surveyed, with ``uids`` None)."""
+        limits = self.settings.limits
+        wanted = sorted({own, *self._usage}) if uids is None else uids
+        return [
+            UidStorage(
+                uid=uid,
+                files=(usage := self._usage.get(uid, _Usage())).files,
+                bytes=usage.bytes,
+                oldest=format_time(usage.oldest) if usage.oldest else None,
+                removed_files=usage.removed_files,
+                removed_bytes=usage.removed_bytes,
+                max_use=limits.max_use,
+                max_age=limits.max_age.total_seconds() if limits.max_age else None,
+                keep_free=limits.keep_free,
+                protect=limits.protect.total_seconds(),
+                available=self._available,
+                surveyed=format_time(self._surveyed) if self._surveyed else None,
+            )
+            for uid in wanted
+        ]
+
+
+def _uid(owner: int | None) -> int:
+    return -1 if owner is None else owner
+
+
+def archive_problem(archive: str, root: str, limits: Limits) -> str | None:
+    """Why ``archive`` cannot take the root's removed files, or None."""
+    archive, root = os.path.abspath(archive), os.path.abspath(root)
+    if os.path.commonpath([archive, root]) == root:
+        return f"--archive {archive} is inside the data root {root}: choose another"
+    if limits.keep_free is not None:
+        with contextlib.suppress(OSError):
+            if os.stat(archive).st_dev == os.stat(root).st_dev:
+                return "--keep-free with an --archive on the same filesystem frees nothing"
+    return None

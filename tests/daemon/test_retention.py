@@ -1,0 +1,349 @@
+"""flightlogd's retention (``--max-use``, ``--max-age``, ``--keep-free``): a real daemon
+over a real data root holding sessions of several uids.  Nothing goes by default; with
+a limit, exactly what ``flightlog vacuum --dry-run`` lists goes, each removal logged;
+one uid's files never go for another's limit; held sessions stay; a SIGKILL in the
+middle of a sweep leaves every file whole."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from daemon_support import as_uid, check_file, log_events, needs_root
+
+from flightlog.cli._commands import _status_lines
+from flightlog.cli._render import Style
+from flightlog.protocol import Status, StatusReply, UidStorage, format_time, new_id
+from flightlog.sdk._retention import Removal, remove
+from support import DaemonProcess, RawClient, wait_for
+
+OTHER, THIRD = 64001, 64002
+_TOOL = "x" * 20_000
+
+
+def session_bytes(days: float, *, payload: str = _TOOL) -> bytes:
+    """A closed session whose records are ``days`` old."""
+    moment = format_time(datetime.now(UTC) - timedelta(days=days))
+    sid, run = new_id(), new_id()
+    records: list[dict[str, Any]] = [
+        {"type": "session_start", "run_id": None, "data": {"format_version": 1, "meta": {}}},
+        {"type": "run_start", "run_id": run, "data": {"pid": 1, "client": "t"}},
+        {"type": "agent_start", "run_id": run, "data": {"agent": "a", "note": payload}},
+        {"type": "run_close", "run_id": run, "data": {"error": None}},
+    ]
+    return b"".join(
+        msgspec.json.encode({"session_id": sid, "seq": n, "time": moment, **r}) + b"\n"
+        for n, r in enumerate(records, 1)
+    )
+
+
+def aged(path: Path, days: float, *, payload: str = _TOOL) -> Path:
+    """A session file at ``path`` whose records and mtime are ``days`` old."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(session_bytes(days, payload=payload))
+    moment = (datetime.now(UTC) - timedelta(days=days)).timestamp()
+    os.utime(path, (moment, moment))
+    return path
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    base.chmod(0o755)
+    (base / "run").mkdir()
+    (base / "run").chmod(0o755)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def daemon(base: Path, *args: str) -> DaemonProcess:
+    return DaemonProcess(
+        base, "--log-format", "json", "--socket-mode", "0666", "--vacuum-interval", "0.05", *args
+    )
+
+
+def storage(socket: str) -> list[UidStorage]:
+    with RawClient(socket) as client:
+        reply = client.request(Status(id=client.next_id()))
+    assert isinstance(reply, StatusReply), reply
+    return reply.storage
+
+
+def swept(proc: DaemonProcess, times: int = 2) -> list[UidStorage]:
+    """The storage ``status`` shows once the daemon has swept ``times`` times more."""
+    last = storage(proc.socket)
+    seen = {last[0].surveyed}
+
+    def later() -> bool:
+        last[:] = storage(proc.socket)
+        seen.add(last[0].surveyed)
+        return len(seen) > times
+
+    wait_for(later, timeout=30)
+    return last
+
+
+def removed_in_log(proc: DaemonProcess) -> list[dict[str, Any]]:
+    return [e for e in log_events(proc) if e.get("event") == "session_removed"]
+
+
+def vacuum_dry_run(root: Path, *args: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "flightlog.cli", "vacuum", str(root), *args, "--dry-run", "--json"],
+        env={**os.environ, "FLIGHTLOG_SOCKET": str(root / "no-daemon.sock")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@needs_root
+def test_without_limits_nothing_goes_and_status_shows_each_uid_its_files(base: Path) -> None:
+    root = base / "root"
+    mine = aged(root / "old" / "a.jsonl", 400)
+    theirs = [aged(root / "uid" / str(OTHER) / f"{n}.jsonl", 300 + n) for n in range(3)]
+    aged(root / "uid" / str(THIRD) / "t.jsonl", 2)
+    proc = daemon(base).start()
+    try:
+        seen = {s.uid: s for s in swept(proc)}
+        assert mine.exists() and all(p.exists() for p in theirs)
+        assert removed_in_log(proc) == []
+        # Root reads every session: it sees every uid's files.
+        assert sorted(seen) == [0, OTHER, THIRD]
+        size = len(theirs[0].read_bytes())
+        assert (seen[OTHER].files, seen[OTHER].bytes) == (3, 3 * size)
+        assert (seen[0].files, seen[0].removed_files) == (1, 0)
+        assert seen[0].max_use is None and seen[0].max_age is None and seen[0].keep_free is None
+        assert seen[0].protect == 86400 and seen[0].available
+        assert seen[OTHER].oldest is not None and seen[OTHER].oldest < seen[THIRD].oldest  # type: ignore[operator]
+
+        # Another uid sees its own files only.
+        def own() -> list[UidStorage]:
+            return storage(proc.socket)
+
+        [its] = as_uid(OTHER, own)
+        assert its.uid == OTHER and its.files == 3
+        with RawClient(proc.socket) as client:
+            reply = client.request(Status(id=client.next_id()))
+        assert isinstance(reply, StatusReply)
+        shown = "\n".join(_status_lines(reply, proc.socket, Style(enabled=False)))
+        assert f"uid {OTHER} files: 3 sessions," in shown and "retention: no limits" in shown
+    finally:
+        proc.stop()
+
+
+@needs_root
+def test_the_daemon_removes_what_vacuum_dry_run_lists_and_logs_each(base: Path) -> None:
+    root = base / "root"
+    for days in (3, 9, 1.5, 7, 0.1, 12, 30):
+        aged(root / f"d{days}" / "s.jsonl", days)
+    for days in (6, 2):
+        aged(root / "uid" / str(OTHER) / f"o{days}.jsonl", days)
+    damaged = aged(root / "damaged.jsonl", 8)
+    lines = damaged.read_bytes().splitlines(keepends=True)
+    damaged.write_bytes(b"".join(lines[:2]) + b'{"not json\n' + b'{"unfinished')
+    os.utime(damaged, (1, 1))
+    dry = vacuum_dry_run(root, "--max-age", "5d")
+    assert len(dry) == 6
+    proc = daemon(base, "--max-age", "5d").start()
+    try:
+        wait_for(lambda: len(removed_in_log(proc)) == len(dry), timeout=30)
+        logged = removed_in_log(proc)
+        assert [e["path"] for e in logged] == [r["path"] for r in dry]
+        for event, planned in zip(logged, dry, strict=True):
+            assert event["reason"] == "max-age" and event["size"] == planned["size"]
+            assert event["last_activity"] == planned["last_activity"]
+            assert abs(event["age_seconds"] - planned["age_seconds"]) < 600
+            assert event["uid"] == (OTHER if "/uid/" in event["path"] else 0)
+        assert not any(Path(r["path"]).exists() for r in dry)
+        left = sorted(str(p.relative_to(root)) for p in root.rglob("*.jsonl"))
+        assert left == ["d0.1/s.jsonl", "d1.5/s.jsonl", "d3/s.jsonl", f"uid/{OTHER}/o2.jsonl"]
+        assert all(check_file(p).sound for p in root.rglob("*.jsonl"))
+        seen = {s.uid: s for s in swept(proc)}
+        assert seen[0].removed_files == 5 and seen[OTHER].removed_files == 1
+        assert seen[0].files == 3 and seen[0].max_age == 5 * 86400
+    finally:
+        proc.stop()
+
+
+@needs_root
+def test_max_use_counts_each_uids_files_alone_and_keep_free_is_global(base: Path) -> None:
+    root = base / "root"
+    mine = [aged(root / f"m{d}.jsonl", d) for d in (10, 11, 12, 13)]
+    theirs = [aged(root / "uid" / str(OTHER) / f"o{d}.jsonl", d) for d in (20, 21)]
+    size = len(mine[0].read_bytes())
+    proc = daemon(base, "--max-use", str(3 * size)).start()
+    try:
+        wait_for(lambda: len(removed_in_log(proc)) == 1, timeout=30)
+        swept(proc)
+        [event] = removed_in_log(proc)
+        # The other uid's files are older, but within its own limit: they stay.
+        assert event["path"] == str(mine[3]) and event["reason"] == "max-use"
+        assert all(p.exists() for p in [*mine[:3], *theirs])
+    finally:
+        proc.stop()
+    # The disk's limit is the operator's: the oldest removable files go, whoever's.
+    proc = daemon(base, "--keep-free", "1000000T").start()
+    try:
+        wait_for(lambda: len(removed_in_log(proc)) == 5, timeout=30)
+        assert [Path(e["path"]).name for e in removed_in_log(proc)] == [
+            "o21.jsonl",
+            "o20.jsonl",
+            "m12.jsonl",
+            "m11.jsonl",
+            "m10.jsonl",
+        ]
+        assert {e["reason"] for e in removed_in_log(proc)} == {"keep-free"}
+    finally:
+        proc.stop()
+
+
+@needs_root
+def test_sessions_the_daemon_holds_are_never_removed(base: Path) -> None:
+    from daemon_support import begin, create, fact, synced_seq
+
+    root = base / "root"
+    old = aged(root / "old.jsonl", 40)
+    proc = daemon(base, "--max-use", "0", "--protect", "0s", "--idle-timeout", "0.05").start()
+    try:
+        with RawClient(proc.socket) as client:
+            opened = create(client, "held/live.jsonl")
+            run = begin(client, opened.session_id)
+            client.send(fact(opened.session_id, run.run_id, 1))
+            synced_seq(client, opened.session_id)
+            os.utime(root / "held" / "live.jsonl", (1, 1))
+            wait_for(lambda: not old.exists(), timeout=30)
+            swept(proc, times=3)
+            assert (root / "held" / "live.jsonl").exists()
+            client.send(fact(opened.session_id, run.run_id, 2))
+            assert synced_seq(client, opened.session_id) == 4
+        report = check_file(root / "held" / "live.jsonl")
+        assert report.sound and report.records == 4, report
+    finally:
+        proc.stop()
+
+
+def test_a_file_a_writer_has_locked_is_kept(tmp_path: Path) -> None:
+    path = aged(tmp_path / "s.jsonl", 5)
+    st = path.stat()
+    removal = Removal(
+        str(path), str(tmp_path), st.st_size, st.st_mtime_ns, datetime.now(UTC), "max-age", 0
+    )
+    with path.open("rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        remove(removal, None)
+    assert removal.error == "locked by a writer: kept" and path.exists()
+    busy = Removal(**{**removal.__dict__, "error": None})
+    remove(busy, None, busy=lambda p: p == str(path))
+    assert busy.error == "opened since it was planned: kept" and path.exists()
+    remove(removal, None)  # nothing holds it now
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-use", "ten"],
+        ["--max-age", "3 weeks"],
+        ["--keep-free=-1G"],
+        ["--protect", "x"],
+        ["--vacuum-interval", "-1"],
+    ],
+)
+def test_bad_limits_are_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "flightlog.daemon", "--root", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "flightlogd: error: argument" in result.stderr
+
+
+def test_an_archive_inside_the_root_is_refused(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flightlog.daemon",
+            "--root",
+            str(tmp_path),
+            "--max-age",
+            "1d",
+            "--archive",
+            str(tmp_path / "archive"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "is inside the data root" in result.stderr
+
+
+@needs_root
+def test_sigkill_mid_sweep_leaves_every_file_whole(base: Path) -> None:
+    from daemon_support import begin, create, fact, synced_seq
+
+    root = base / "root"
+    big = "x" * 400_000
+    names = [f"s{i:03}/s.jsonl" for i in range(120)]
+    for i, name in enumerate(names):
+        aged(root / name, 10 + i / 100, payload=big)
+    size = (root / names[0]).stat().st_size
+    archive = Path(tempfile.mkdtemp(dir="/dev/shm")) / "archive"  # another filesystem
+    proc = daemon(base, "--max-age", "1d", "--archive", str(archive))
+    live: dict[str, int] = {}
+    try:
+        killed_midway = 0
+        for attempt in range(6):
+            proc.start()
+            with RawClient(proc.socket) as client:  # a writer, busy while the sweep runs
+                opened = create(client, f"live/{attempt}.jsonl")
+                run = begin(client, opened.session_id)
+                for n in range(20):
+                    client.send(fact(opened.session_id, run.run_id, n))
+                live[f"live/{attempt}.jsonl"] = synced_seq(client, opened.session_id)
+                wait_for(
+                    lambda: any(e.get("event") == "session_archived" for e in log_events(proc)),
+                    timeout=60,
+                )
+                proc.kill()
+            moved = {str(p.relative_to(archive)) for p in archive.rglob("*.jsonl")}
+            here = {str(p.relative_to(root)) for p in root.rglob("s.jsonl")}
+            assert moved | here == set(names)  # every file is somewhere, whole
+            for path in [*(archive / n for n in moved), *(root / n for n in here)]:
+                assert check_file(path).sound and path.stat().st_size == size, path
+            for name, seq in live.items():  # what the writers had synced is there
+                report = check_file(root / name)
+                assert report.sound and report.last_seq >= seq, (name, report)
+            killed_midway += bool(here and moved)
+            if not here:
+                break
+        assert killed_midway
+        # A daemon started again finishes the sweep: every old file archived, once.
+        proc.start()
+        wait_for(lambda: not list(root.rglob("s.jsonl")), timeout=120)
+        assert sorted(str(p.relative_to(archive)) for p in archive.rglob("*.jsonl")) == names
+        assert all(check_file(p).sound for p in archive.rglob("*.jsonl"))
+        assert not [p for p in archive.rglob("*") if "partial" in p.name]
+        assert sorted(str(p.relative_to(root)) for p in root.rglob("*.jsonl")) == sorted(live)
+    finally:
+        proc.stop()
+        shutil.rmtree(archive.parent, ignore_errors=True)

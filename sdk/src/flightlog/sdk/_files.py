@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from flightlog.protocol import CheckReport, Reader, Record, default_root
 from flightlog.protocol import check as check_file
 
+from ._compression import open_session_file
+
 __all__ = ["check", "read", "resolve_path"]
 
 
@@ -41,12 +43,13 @@ def read(
 
     A piece of the file and one line are held at a time, so a file of any size reads in
     constant memory; a file still being written (or left by a crash) reads up to its
-    last complete line.  The file is opened at the first iteration.  Raises
+    last complete line.  A compressed file (``flightlog compress``) reads the same.
+    The file is opened at the first iteration.  Raises
     :class:`FileFormatError` at the first line that breaks a reading rule (bytes that
     are not UTF-8 included: no other decoding error escapes), and :class:`OSError` when
     the file cannot be opened or read.
     """
-    with open(resolve_path(path, root), "rb") as fileobj:
+    with open_session_file(resolve_path(path, root)) as fileobj:
         yield from Reader(fileobj)
 
 
@@ -59,5 +62,5 @@ def check(
     ``error_line``), never raised; an unfinished tail does not make a file unsound.
     Raises :class:`OSError` when the file cannot be opened.
     """
-    with open(resolve_path(path, root), "rb") as fileobj:
+    with open_session_file(resolve_path(path, root)) as fileobj:
         return check_file(fileobj)

@@ -31,6 +31,7 @@ from flightlog.protocol import (
 
 from ._access import Access, Who
 from ._actor import SessionActor
+from ._blobstore import BlobStore
 from ._compressor import Compressor
 from ._config import LINE_ENVELOPE, Config
 from ._paths import ResolvedPath, Roots
@@ -118,6 +119,7 @@ class Sessions:
         self.by_uid: dict[int, Figures] = {}
         #: The owner of each session written, by path (until it finishes).
         self._owners: dict[str, Figures] = {}
+        self._blob_store = BlobStore(roots)
         #: Compresses the sessions closed here, a while later (its task: ``run``).
         self.compressor = Compressor(
             roots,
@@ -255,6 +257,7 @@ class Sessions:
             registry=self,
             disk=self._disks(file.resolved.root),
             config=self.config,
+            blobs=self._blob_store,
         )
         self.by_path[file.path] = actor
         self.by_id[file.session_id] = actor

@@ -41,6 +41,7 @@ from flightlog.protocol import (
     default_socket_path,
     encode_line,
 )
+from flightlog.sdk._blobs import resolving
 from flightlog.sdk._compression import open_session_file
 from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
 from flightlog.sdk._files import check as check_file
@@ -213,7 +214,7 @@ def open_source(path: str, args: argparse.Namespace) -> Iterator[Source]:
         raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
     with stack:
         reader = Reader(fileobj)
-        yield Source(local, reader, reader)
+        yield Source(local, resolving(reader, local), reader)
 
 
 def _unfinished_tail_note(source: Source) -> str | None:

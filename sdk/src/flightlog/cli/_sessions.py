@@ -37,6 +37,7 @@ from typing import Final
 
 from flightlog.protocol import NEED_DATA, FileFormatError, LineReader, Record, is_session_id
 from flightlog.sdk import session_files
+from flightlog.sdk._blobs import resolving
 from flightlog.sdk._compression import open_session_file
 
 __all__ = [
@@ -106,7 +107,7 @@ class SessionFile:
         if self.error is not None:
             return
         try:
-            yield from self._read()
+            yield from resolving(self._read(), self.path)
         except FileFormatError as exc:
             self.error = exc
             raise

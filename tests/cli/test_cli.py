@@ -41,7 +41,7 @@ from flightlog.protocol import (
 from flightlog.sdk import connect
 from support import DaemonProcess, on_a_terminal, read_lines, wait_for
 
-COMMANDS = ("tail", "show", "check", "inspect", "status", "demo", "vacuum")
+COMMANDS = ("tail", "show", "check", "inspect", "status", "demo", "vacuum", "compress")
 
 
 @dataclass

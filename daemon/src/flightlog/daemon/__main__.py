@@ -212,6 +212,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="close a session's file after this long without writes (default: %(default)s)",
     )
     parser.add_argument(
+        "--compress-after",
+        type=_seconds,
+        default=defaults.compress_after,
+        metavar="SECONDS",
+        help="compress a session this long after it closed with no run open; 0: never "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--max-open-files",
         type=_count(1),
         default=defaults.max_open_files,
@@ -453,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ),
         max_frame_size=args.max_frame_size,
         idle_timeout=args.idle_timeout,
+        compress_after=args.compress_after,
         max_open_files=args.max_open_files,
         max_connections=args.max_connections,
         read_window=args.read_window,

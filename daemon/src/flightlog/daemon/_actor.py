@@ -53,8 +53,10 @@ from flightlog.protocol import (
     Sync,
     check_run_start,
 )
+from flightlog.protocol._blobs import BLOB_MIN, Blob, extract, extract_tails, may_hold_payload
 
 from ._batch import Batch, Reply, checkpoint_reply, error_reply, ready
+from ._blobstore import BlobStore
 from ._channel import ThreadWrite
 from ._config import MAX_NAME, Config
 from ._peers import Item, Peer, Records, Registry, Release, Shutdown, Subscriber, payload_size
@@ -90,6 +92,7 @@ class SessionActor:
         registry: Registry[SessionActor],
         disk: Disk,
         config: Config,
+        blobs: BlobStore | None = None,
     ) -> None:
         self.file = file
         self.writer: Peer | None = writer
@@ -116,6 +119,10 @@ class SessionActor:
         self._mailbox: Mailbox[Item] = Mailbox(config.mailbox_size)
         self._log = log.bind(session_id=file.session_id, path=file.path)
         self._lines = LineEncoder(file.session_id)
+        #: Where payloads taken out of records go (None: they stay inline), and those
+        #: taken out of the batch being made, stored before its lines are written.
+        self._blob_store = blobs
+        self._blobs: list[Blob] = []
 
     @property
     def session_id(self) -> str:
@@ -485,13 +492,24 @@ class SessionActor:
                 if isinstance(record, RecordLines):
                     size += record.size
                     if refusal is None and record.run_id == run_id:
-                        seq += self._lines.append_tails(buf, seq, record.tails)
+                        tails = record.tails
+                        if record.size >= BLOB_MIN and self._blob_store is not None:
+                            tails, blobs = extract_tails(tails)
+                            self._blobs += blobs
+                        seq += self._lines.append_tails(buf, seq, tails)
                     else:
                         peer.refuse(record, refusal or _run_not_open(record.run_id))
                     continue
                 data = record.data
                 size += len(data)
                 if refusal is None and record.run_id == run_id:
+                    if (
+                        len(data) >= BLOB_MIN
+                        and self._blob_store is not None
+                        and may_hold_payload(data)
+                    ):
+                        data, blobs = extract(bytes(data))
+                        self._blobs += blobs
                     append(buf, seq, record.event_type, record.time, run_id, data)
                     seq += 1
                 else:
@@ -537,6 +555,16 @@ class SessionActor:
         if not count or self.error is not None:
             return
         offset = self.file.size
+        if self._blobs:
+            # The blobs the lines refer to are on disk before the lines.
+            blobs, self._blobs = self._blobs, []
+            assert self._blob_store is not None
+            try:
+                await self._disk.run(self._blob_store.save, self.file.resolved, blobs)
+            except (OSError, FlightlogError) as exc:
+                reason = exc if isinstance(exc, OSError) else exc.message
+                self._fail(StorageError(self.path, "storing a blob", reason))
+                return
         try:
             if len(buf) > _WRITE_ON_THE_LOOP:
                 # Megabytes: copied into the page cache by a disk thread, while the

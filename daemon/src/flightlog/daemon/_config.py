@@ -43,6 +43,9 @@ class Config:
     connection_buffer: int = 8 * 1024 * 1024
     #: Seconds a session with no writer and no subscriber stays open before it closes.
     idle_timeout: float = 5.0
+    #: Seconds after a session closed with every run closed (and was not opened
+    #: again) before it is compressed in place (0: never).
+    compress_after: float = 600.0
     #: Session files kept open at once; the least recently used idle one is closed.
     max_open_files: int = 512
     #: Seconds a connection that streams records, and has made no request for 40 of

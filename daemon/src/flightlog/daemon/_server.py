@@ -348,6 +348,7 @@ async def serve(
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
                     actors_tg.start_soon(daemon._report_refusals)
                     actors_tg.start_soon(retention.run)
+                    actors_tg.start_soon(sessions.compressor.run)
                     if notifier is not None:
                         actors_tg.start_soon(watchdog_loop, notifier)
                         actors_tg.start_soon(daemon._report_status, notifier)

@@ -32,6 +32,8 @@ from flightlog.protocol import (
 
 from ._access import Access, Who
 from ._actor import SessionActor
+from ._blobstore import BlobStore
+from ._compressor import Compressor
 from ._config import LINE_ENVELOPE, Config
 from ._paths import ResolvedPath, Roots
 from ._peers import Peer, Shutdown
@@ -118,6 +120,14 @@ class Sessions:
         self.by_uid: dict[int, Figures] = {}
         #: The owner of each session written, by path (until it finishes).
         self._owners: dict[str, Figures] = {}
+        self._blob_store = BlobStore(roots)
+        #: Compresses the sessions closed here, a while later (its task: ``run``).
+        self.compressor = Compressor(
+            roots,
+            config.compress_after,
+            is_live=self.by_path.__contains__,
+            claim=self._claiming,
+        )
 
     def live(self, path: str) -> SessionActor | None:
         """The actor of the session at ``path``, unless there is none or it is closing."""
@@ -263,6 +273,7 @@ class Sessions:
             registry=self,
             disk=self._disks(file.resolved.root),
             config=self.config,
+            blobs=self._blob_store,
         )
         self.by_path[file.path] = actor
         self.by_id[file.session_id] = actor
@@ -340,6 +351,10 @@ class Sessions:
         if self.by_id.get(actor.session_id) is actor:
             del self.by_id[actor.session_id]
         self._remember_closed(actor)
+        if actor.error is None:
+            self.compressor.session_closed(
+                actor.file.resolved, run_open=actor.file.last_run is not None
+            )
 
     def _remember_closed(self, actor: SessionActor) -> None:
         records, nbytes = actor.records_written, actor.bytes_written

@@ -1,5 +1,8 @@
 """Session files on disk: create, validate and open, append, sync.
 
+A compressed session file (``flightlog.sdk._compression``) is given its plain form when
+it is opened, so the next run goes on after what it held.
+
 Everything here is blocking; the actor calls the slow parts (open, sync, reading a
 checkpoint) through a worker thread so one slow disk does not stall other sessions.
 A :class:`SessionFile` is owned by exactly one actor.  Its descriptor may be closed
@@ -14,7 +17,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -33,6 +36,7 @@ from flightlog.protocol import (
     Record,
     session_start_line,
 )
+from flightlog.sdk._compression import FileBusy, decompress_at, is_compressed
 from flightlog.sdk._resume import CallLedger, OpenCall
 
 from ._paths import ResolvedPath, Roots
@@ -180,10 +184,8 @@ class SessionFile:
         :class:`FileFormatError` (the reader's error, naming the line),
         :class:`StorageError`.
         """
-        fd = roots.open_file(resolved)
+        fd = _open_plain(roots, resolved)
         try:
-            _lock(fd, resolved.path)
-            _still_named(fd, resolved.path)
             session = cls._scan(roots, resolved, fd)
             session.fd = fd
             session.ident = _ident(fd)
@@ -382,12 +384,25 @@ class SessionFile:
                     self.path, "reopening", "the file is locked by another process"
                 ) from None
             st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.ident and is_compressed(os.pread(fd, 4, 0)):
+                # Compressed while its descriptor was closed (flightlog compress): the
+                # same bytes, given their plain form again to be appended to.
+                os.close(fd)
+                fd = -1
+                try:
+                    fd = _open_plain(self.roots, self.resolved)
+                except (OSError, FlightlogError) as exc:
+                    raise StorageError(self.path, "reopening", str(exc)) from None
+                st = os.fstat(fd)
+                if st.st_size == self.size:
+                    self.ident = (st.st_dev, st.st_ino)
             if (st.st_dev, st.st_ino) != self.ident or st.st_size != self.size:
                 raise StorageError(
                     self.path, "reopening", "the file was replaced or changed outside flightlogd"
                 )
         except BaseException:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             raise
         self.fd = fd
         return fd
@@ -401,9 +416,15 @@ class SessionFile:
 
 
 def read_on(
-    fd: int, reader: LineReader, *, to_the_end: bool, limit: int | None = None
+    fd: int,
+    reader: LineReader,
+    *,
+    to_the_end: bool,
+    limit: int | None = None,
+    pread: Callable[[int, int], bytes] | None = None,
 ) -> Iterator[Record]:
-    """Feed ``reader`` the file at ``fd`` from its ``position`` on and yield its records
+    """Feed ``reader`` the file at ``fd`` (or what ``pread(size, offset)`` reads: a
+    compressed file's plain bytes) from its ``position`` on and yield its records
     (blocking).  At the end of the file, with ``to_the_end`` the input is over (an
     unfinished tail is set aside); without, the reader waits there for more, to be
     read on later.  With a ``limit``, it stops once it has read that many bytes (to be
@@ -417,7 +438,8 @@ def read_on(
             continue
         if item is ReadState.END_OF_FILE or (limit is not None and read >= limit):
             return
-        data = os.pread(fd, _READ_BYTES, reader.position)
+        position = reader.position
+        data = pread(_READ_BYTES, position) if pread else os.pread(fd, _READ_BYTES, position)
         read += len(data)
         if data:
             reader.feed(data)
@@ -427,6 +449,37 @@ def read_on(
             return
 
 
+def _open_plain(roots: Roots, resolved: ResolvedPath) -> int:
+    """Open the session file for appending, locked, in its plain form: a compressed
+    file is given its plain form first (a rename over it, as compressing made it).
+    Raises as :meth:`SessionFile.open` does."""
+    for _ in range(3):
+        fd = roots.open_file(resolved)
+        try:
+            _lock(fd, resolved.path)
+            st, here = os.fstat(fd), _named(resolved.path)
+            # Replaced between the open and the lock (compressed meanwhile): the file
+            # this descriptor holds is no longer the session's.
+            if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino) and not is_compressed(
+                os.pread(fd, 4, 0)
+            ):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        try:
+            with roots.parent_dir(resolved, create=False) as dir_fd:
+                decompress_at(dir_fd, resolved.parts[-1], label=resolved.path)
+        except FileBusy:
+            raise SessionBusy(resolved.path) from None
+        except FlightlogError as exc:
+            raise StorageError(
+                resolved.path, "restoring the compressed file", exc.message
+            ) from None
+    raise StorageError(resolved.path, "opening", "the file kept being replaced")
+
+
 def _lock(fd: int, path: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -434,17 +487,13 @@ def _lock(fd: int, path: str) -> None:
         raise SessionBusy(path) from None
 
 
-def _still_named(fd: int, path: str) -> None:
-    """Raises :class:`FileNotFoundError` unless ``path`` still names the file open on
-    ``fd``: a vacuum takes the lock, then removes or archives the file, so a file
-    opened before and locked after that is no session file any more."""
-    st = os.fstat(fd)
+def _named(path: str) -> os.stat_result:
+    """What ``path`` names now; a vacuum takes the lock, then removes or archives the
+    file, so a file opened before and locked after that is no session file any more."""
     try:
-        named = os.stat(path, follow_symlinks=False)
+        return os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
-        named = None
-    if named is None or (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
-        raise FileNotFoundError(errno.ENOENT, "removed while it was being opened", path)
+        raise FileNotFoundError(errno.ENOENT, "removed while it was being opened", path) from None
 
 
 def _ident(fd: int) -> tuple[int, int]:

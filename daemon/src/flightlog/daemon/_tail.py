@@ -36,6 +36,7 @@ from flightlog.protocol import (
     TailEnd,
     Unsubscribe,
 )
+from flightlog.sdk._compression import InflatedFile, is_compressed
 
 from ._access import Access
 from ._actor import SessionActor
@@ -257,17 +258,21 @@ class Subscription:
             self._roots, self.resolved, self.offset, self.offset_seq, self.next_seq, self._max_line
         )
         disk = self._disks.reader(self.resolved.root)
-        while True:
-            # One batch read and sent at a time per connection: a client that tails many
-            # sessions and reads slowly holds one batch in the daemon, not one each.
-            async with self.shared.reading:
-                lines = await disk.run(reader.read_batch)
-                self.next_seq = reader.next_seq
-                self.offset, self.offset_seq = reader.offset, reader.offset_seq
-                if lines:
-                    await self._send([line for line in lines if self._wanted(line)], None)
-                elif reader.at_end:
-                    break
+        try:
+            while True:
+                # One batch read and sent at a time per connection: a client that tails
+                # many sessions and reads slowly holds one batch in the daemon, not one
+                # each.
+                async with self.shared.reading:
+                    lines = await disk.run(reader.read_batch)
+                    self.next_seq = reader.next_seq
+                    self.offset, self.offset_seq = reader.offset, reader.offset_seq
+                    if lines:
+                        await self._send([line for line in lines if self._wanted(line)], None)
+                    elif reader.at_end:
+                        break
+        finally:
+            reader.close()
 
     async def _send_live(self) -> None:
         while self.live and not self.behind:
@@ -336,6 +341,10 @@ class _FileTail:
         self.max_line = max_line
         self._reader: LineReader | None = None
         self._ident: tuple[int, int] | None = None
+        self._compressed = False
+        #: A compressed file's plain bytes, read on from batch to batch (closed by
+        #: :meth:`close`, or when the file changes form).
+        self._inflated: InflatedFile | None = None
         #: The last :meth:`read_batch` reached the end of the file.
         self.at_end = False
 
@@ -348,15 +357,29 @@ class _FileTail:
             ) from None
         st = os.fstat(fd)
         ident = (st.st_dev, st.st_ino)
+        compressed = is_compressed(os.pread(fd, 4, 0))
         if self._ident is None:
-            self._ident = ident
+            self._ident, self._compressed = ident, compressed
         if ident != self._ident:
-            os.close(fd)
-            raise LocalProtocolError(
-                f"{self.resolved.path} was replaced while it was read",
-                code=ErrorCode.SESSION_CORRUPT,
-            )
+            if not (compressed or self._compressed):
+                os.close(fd)
+                raise LocalProtocolError(
+                    f"{self.resolved.path} was replaced while it was read",
+                    code=ErrorCode.SESSION_CORRUPT,
+                )
+            # Compressed, or given its plain form again to be written: the same bytes
+            # (and more), at the same offsets; the reader checks every seq it reads on.
+            self.close()
+            self._ident, self._compressed = ident, compressed
+        if compressed and self._inflated is None:
+            self._inflated = InflatedFile(os.dup(fd))
         return fd
+
+    def close(self) -> None:
+        """Let go of a compressed file's reader.  Never raises."""
+        inflated, self._inflated = self._inflated, None
+        if inflated is not None:
+            inflated.close()
 
     def read_batch(self) -> list[bytes]:
         """The next lines wanted, about ``_BATCH_BYTES`` of them; ``[]`` at the end of
@@ -368,7 +391,8 @@ class _FileTail:
         try:
             reader = self._reader or self._start(fd)
             start = reader.position
-            for record in read_on(fd, reader, to_the_end=False, limit=_STEP_BYTES):
+            pread = self._inflated.pread if self._inflated else None
+            for record in read_on(fd, reader, to_the_end=False, limit=_STEP_BYTES, pread=pread):
                 self.offset, self.offset_seq = reader.offset, record.seq + 1
                 if record.seq >= self.next_seq:
                     self.next_seq = record.seq + 1
@@ -399,7 +423,8 @@ class _FileTail:
         else:
             # Read on where the subscriber is, with the session id of line 1.
             header = LineReader(max_line_bytes=self.max_line)
-            next(read_on(fd, header, to_the_end=True))
+            pread = self._inflated.pread if self._inflated else None
+            next(read_on(fd, header, to_the_end=True, pread=pread))
             assert header.session_id is not None
             reader = LineReader.resume(
                 header.session_id, self.offset_seq - 1, self.offset, max_line_bytes=self.max_line

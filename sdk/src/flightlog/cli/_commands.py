@@ -41,6 +41,8 @@ from flightlog.protocol import (
     default_socket_path,
     encode_line,
 )
+from flightlog.sdk._blobs import resolving
+from flightlog.sdk._compression import open_session_file
 from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
 from flightlog.sdk._files import check as check_file
 from flightlog.sdk._sync import connect
@@ -191,8 +193,9 @@ class Source:
 def open_source(path: str, args: argparse.Namespace) -> Iterator[Source]:
     """Open PATH for reading: the file if this process may read it, else the daemon."""
     local = local_path(path)
+    stack = contextlib.ExitStack()
     try:
-        fileobj = open(local, "rb")  # noqa: SIM115 - closed by the with below
+        fileobj = stack.enter_context(open_session_file(local))
     except IsADirectoryError:
         raise CommandError(f"{path}: is a directory, not a session file", EXIT_USAGE) from None
     except (FileNotFoundError, PermissionError) as exc:
@@ -209,9 +212,9 @@ def open_source(path: str, args: argparse.Namespace) -> Iterator[Source]:
         return
     except OSError as exc:
         raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
-    with fileobj:
+    with stack:
         reader = Reader(fileobj)
-        yield Source(local, reader, reader)
+        yield Source(local, resolving(reader, local), reader)
 
 
 def _unfinished_tail_note(source: Source) -> str | None:

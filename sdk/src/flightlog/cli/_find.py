@@ -59,6 +59,7 @@ from flightlog.protocol import (
     parse_line,
     parse_time,
 )
+from flightlog.sdk._compression import open_session_file
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
 from ._render import Style, failed, one_line, record_data, say, tail_line
@@ -466,14 +467,21 @@ def search(query: Query, paths: Sequence[str], *, on_error: Any = None) -> Itera
 
 
 def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Record]:
-    with open(path, "rb") as fileobj:
+    with open_session_file(path) as fileobj:
         reader = Reader(fileobj)
         header = reader.read_header()
         if not query.matches_meta(reader.meta):
             return
         if query.matches(header):
             yield header
-        fileobj.seek(reader.offset)
+        offset = reader.offset
+        if fileobj.seekable():
+            fileobj.seek(offset)
+            yield from _scan(query, prefilter, fileobj, header.session_id)
+            return
+    # A compressed file reads forward only: from its start again, to the same offset.
+    with open_session_file(path) as fileobj:
+        fileobj.seek(offset)
         yield from _scan(query, prefilter, fileobj, header.session_id)
 
 
@@ -497,7 +505,10 @@ def _scan(query: Query, prefilter: _Prefilter, fileobj: Any, session_id: str) ->
 
 
 def _line_number(fileobj: Any, position: int) -> int:
-    """The number of the line that starts at byte ``position`` of the file."""
+    """The number of the line that starts at byte ``position`` of the file (0 where
+    the file reads forward only: a compressed one)."""
+    if not fileobj.seekable():
+        return 0
     fileobj.seek(0)
     lines = 1
     while position > 0 and (chunk := fileobj.read(min(_BLOCK, position))):

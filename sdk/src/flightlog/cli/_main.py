@@ -38,6 +38,7 @@ from ._commands import (
     cmd_tail,
     installed_version,
 )
+from ._compress import add_compress_arguments, cmd_compress, compress_epilog
 from ._demo import cmd_demo
 from ._diff import add_diff_arguments, cmd_diff, diff_epilog
 from ._export import add_export_arguments, cmd_export, export_epilog
@@ -352,6 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
         "vacuum", cmd_vacuum, "Remove old sessions, within limits.", vacuum_epilog(_EXIT_HELP)
     )
     add_vacuum_arguments(vacuum)
+    compress = command(
+        "compress",
+        cmd_compress,
+        "Compress sessions nobody writes (zstd).",
+        compress_epilog(_EXIT_HELP),
+    )
+    add_compress_arguments(compress)
     return parser
 
 

@@ -37,6 +37,8 @@ from typing import Final
 
 from flightlog.protocol import NEED_DATA, FileFormatError, LineReader, Record, is_session_id
 from flightlog.sdk import session_files
+from flightlog.sdk._blobs import resolving
+from flightlog.sdk._compression import open_session_file
 
 __all__ = [
     "AllSessions",
@@ -105,15 +107,17 @@ class SessionFile:
         if self.error is not None:
             return
         try:
-            yield from self._read()
+            yield from resolving(self._read(), self.path)
         except FileFormatError as exc:
             self.error = exc
             raise
 
     def _read(self) -> Iterator[Record]:
-        with open(self.path, "rb") as fileobj:
-            size = os.fstat(fileobj.fileno()).st_size
+        with open_session_file(self.path) as fileobj:
             lines = self._lines
+            # A compressed file (at rest) reads forward only, and its size is not that
+            # of the plain bytes: only a plain file's writer can shorten it.
+            size = os.fstat(fileobj.fileno()).st_size if fileobj.seekable() else lines.position
             if size < lines.position:
                 if size < lines.offset or lines.session_id is None:
                     raise FileFormatError(

@@ -5,8 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from flightlog.protocol import CheckReport, Reader, Record, default_root
+import msgspec
+
+from flightlog.protocol import BinaryReadable, CheckReport, Reader, Record, default_root
 from flightlog.protocol import check as check_file
+from flightlog.protocol._blobs import BLOB_MARK, has_references
+
+from ._blobs import blob_problems, resolving
+from ._compression import open_session_file
 
 __all__ = ["check", "read", "resolve_path"]
 
@@ -41,13 +47,15 @@ def read(
 
     A piece of the file and one line are held at a time, so a file of any size reads in
     constant memory; a file still being written (or left by a crash) reads up to its
-    last complete line.  The file is opened at the first iteration.  Raises
+    last complete line.  A compressed file (``flightlog compress``) reads the same.
+    The file is opened at the first iteration.  Raises
     :class:`FileFormatError` at the first line that breaks a reading rule (bytes that
     are not UTF-8 included: no other decoding error escapes), and :class:`OSError` when
     the file cannot be opened or read.
     """
-    with open(resolve_path(path, root), "rb") as fileobj:
-        yield from Reader(fileobj)
+    local = resolve_path(path, root)
+    with open_session_file(local) as fileobj:
+        yield from resolving(Reader(fileobj), local)
 
 
 def check(
@@ -57,7 +65,45 @@ def check(
 
     ``path`` resolves as in :func:`read`.  A broken line is reported (``error``,
     ``error_line``), never raised; an unfinished tail does not make a file unsound.
+    The blobs the file refers to are verified: one missing, of another size, or whose
+    bytes do not have its SHA-256 makes the file unsound (each one is in ``warnings``;
+    no blob store at all is a warning only: the lines read without it).
     Raises :class:`OSError` when the file cannot be opened.
     """
-    with open(resolve_path(path, root), "rb") as fileobj:
-        return check_file(fileobj)
+    local = resolve_path(path, root)
+    with open_session_file(local) as fileobj:
+        marked = _Marked(fileobj)
+        report = check_file(marked)
+    if not marked.seen:
+        return report
+    with open_session_file(local) as fileobj:
+        problems, _ = blob_problems(Reader(fileobj), local)
+    if not problems:
+        return report
+    if problems[0].startswith("line "):
+        line = int(problems[0].split()[1].rstrip(":"))
+        error = report.error or problems[0]
+        return msgspec.structs.replace(
+            report,
+            sound=False,
+            error=error,
+            error_line=report.error_line or line,
+            warnings=[*report.warnings, *problems],
+        )
+    return msgspec.structs.replace(report, warnings=[*report.warnings, *problems])
+
+
+class _Marked:
+    """A file object that notes whether a blob reference went through it."""
+
+    def __init__(self, fileobj: BinaryReadable) -> None:
+        self._file = fileobj
+        self._last = b""
+        self.seen = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._file.read(size)
+        if not self.seen and data:
+            self.seen = has_references(self._last + data[: len(BLOB_MARK)]) or has_references(data)
+            self._last = data[-len(BLOB_MARK) :]
+        return data

@@ -1,0 +1,108 @@
+"""The blob store: payloads taken out of records (``flightlog.protocol._blobs``), stored
+once by SHA-256 beside the session files.
+
+Where: ``.flightlog-blobs/sha256/<2 hex>/<64 hex>`` in the directory of the session's
+owner: ``uid/UID/`` of the data root for a uid's sessions, else the root the session
+lies under.  The directories are made and walked as the sessions' are (mode 0700, never
+through a symlink, the users' directories the daemon's own), the files are 0600, so a
+uid's blobs are as private as its sessions and nobody learns whether another uid
+stored the same bytes.  A reader finds the store by walking up from a session file's
+directory (``flightlog.sdk._blobs``).
+
+A blob is written under a hidden temporary name, synced, renamed to its digest, and the
+directory synced, before the line that refers to it is written: a crash never leaves a
+reference whose blob is missing or partial (a temporary it leaves is removed by the next
+store of that blob, once it is ten minutes old).  A blob already there, of the right
+size, is not written again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+import time
+
+from flightlog.protocol._blobs import BLOB_DIR, Blob
+
+from ._paths import USERS_DIR, ResolvedPath, Roots
+
+__all__ = ["BlobStore", "store_parts"]
+
+_TEMP_SUFFIX = ".blob-tmp"
+#: Seconds after which a temporary blob is taken for one a killed store left.
+_STALE = 600.0
+
+
+def store_parts(resolved: ResolvedPath) -> tuple[str, ...]:
+    """The store's directory for the session at ``resolved``, below its root."""
+    parts = resolved.parts
+    owner = parts[:2] if parts[0] == USERS_DIR and len(parts) > 2 else ()
+    return (*owner, BLOB_DIR, "sha256")
+
+
+class BlobStore:
+    """Stores blobs for the sessions under ``roots`` (blocking: call from a disk thread)."""
+
+    def __init__(self, roots: Roots) -> None:
+        self.roots = roots
+
+    def save(self, resolved: ResolvedPath, blobs: list[Blob]) -> int:
+        """Store ``blobs`` (of the session at ``resolved``) durably; how many were new.
+        Raises :class:`OSError` and :class:`PathRefused`."""
+        written = 0
+        done: set[str] = set()
+        for blob in blobs:
+            if blob.sha256 in done:
+                continue
+            done.add(blob.sha256)
+            where = ResolvedPath(
+                resolved.root, (*store_parts(resolved), blob.sha256[:2], blob.sha256)
+            )
+            with self.roots.parent_dir(where, create=True) as dir_fd:
+                if _present(dir_fd, blob):
+                    continue
+                _write(dir_fd, blob)
+                written += 1
+        return written
+
+
+def _present(dir_fd: int, blob: Blob) -> bool:
+    try:
+        st = os.stat(blob.sha256, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == len(blob.data)
+
+
+def _write(dir_fd: int, blob: Blob) -> None:
+    now = time.time()
+    for entry in os.scandir(dir_fd):
+        if entry.name.startswith(f".{blob.sha256}.") and entry.name.endswith(_TEMP_SUFFIX):
+            # Left by a store that was killed (nothing refers to it), unless another
+            # session's actor is writing the same blob right now.
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > _STALE:
+                    os.unlink(entry.name, dir_fd=dir_fd)
+    temp = f".{blob.sha256}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+    fd = os.open(
+        temp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dir_fd,
+    )
+    try:
+        try:
+            view = memoryview(blob.data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, blob.sha256, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)

@@ -34,6 +34,7 @@ from ._exceptions import (
     UntrustedDaemon,
 )
 from ._files import check, read
+from ._find import Found, find
 from ._memory import MemoryDaemon
 from ._models import CallRef
 from ._resume import OpenCall, Resumption
@@ -56,6 +57,7 @@ __all__ = [
     "ErrorCode",
     "FileFormatError",
     "FlightlogError",
+    "Found",
     "LocalProtocolError",
     "MemoryDaemon",
     "MissingExtra",
@@ -80,6 +82,7 @@ __all__ = [
     "check",
     "connect",
     "conversation",
+    "find",
     "price",
     "prompt",
     "read",

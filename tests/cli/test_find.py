@@ -17,9 +17,10 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from flightlog.cli._find import Query, _between
 from flightlog.protocol import format_time, parse_time
 from flightlog.sdk import read
+from flightlog.sdk._find import Query
+from flightlog.sdk._match import between as _between
 
 ROOT = Path(__file__).resolve().parents[2]
 # The corpus generator is the benchmark's: a top-level package of the repository.

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 
 from flightlog.cli import run as cli_run
-from flightlog.cli._find import Query, search
-from flightlog.cli._text import byte_test, snippet, texts
 from flightlog.sdk import read
+from flightlog.sdk._find import Query, search
+from flightlog.sdk._text import byte_test, snippet, texts
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:

@@ -250,7 +250,7 @@ def list_sessions(
 
 
 def _matches(
-    row: SessionRow, args: argparse.Namespace, since: Any, until: Any, meta: dict[str, str]
+    row: SessionRow, args: argparse.Namespace, since: Any, until: Any, meta: dict[str, str | None]
 ) -> bool:
     if args.agent is not None and args.agent not in row.agents:
         return False

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
 from flightlog.protocol import Record, parse_time
+from flightlog.sdk._match import failed, record_data
 
 __all__ = [
     "Style",
@@ -161,15 +162,6 @@ class TerminalText:
 
 
 # ------------------------------------------------------------------------ small pieces
-
-
-def record_data(record: Record) -> dict[str, Any]:
-    """A record's ``data`` as plain JSON values; ``{}`` when it is not an object."""
-    try:
-        data = record.decode_data()
-    except Exception:  # a reader already vouched for the JSON; be lenient anyway
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def short(text: str, width: int = 80) -> str:
@@ -459,28 +451,12 @@ def summarize(type: str, data: Mapping[str, Any], width: int = 72) -> str:
     return short(_json(dict(data)), width)
 
 
-_FAILED_TYPES: Final = frozenset({"error"})
 _END_TYPES: Final = frozenset(
     {"model_exec_end", "tool_exec_end", "tool_invoke_end", "agent_end", "run_close"}
 )
 _START_TYPES: Final = frozenset(
     {"session_start", "run_start", "agent_start", "turn_start", "model_exec_start"}
 )
-
-
-def failed(type: str, data: Mapping[str, Any]) -> bool:
-    """Whether a record reports a failure (an error, a failed call or run)."""
-    if type in _FAILED_TYPES or type == "retry":
-        return True
-    if type == "model_exec_end" or type == "context_prepare_end":
-        return bool(data.get("error"))
-    if type in ("tool_exec_end", "tool_invoke_end"):
-        return bool(data.get("is_error")) or data.get("disposition", "ran") not in (None, "ran")
-    if type == "agent_end":
-        return not data.get("ok", True)
-    if type == "run_close":
-        return bool(data.get("error"))
-    return False
 
 
 def tail_line(record: Record, style: Style, width: int = 72) -> str:

@@ -34,6 +34,7 @@ from ._exceptions import (
     UntrustedDaemon,
 )
 from ._files import check, read
+from ._find import Found, find
 from ._memory import MemoryDaemon
 from ._models import CallRef
 from ._resume import OpenCall, Resumption
@@ -65,6 +66,7 @@ __all__ = [
     "ErrorCode",
     "FileFormatError",
     "FlightlogError",
+    "Found",
     "LocalProtocolError",
     "MemoryDaemon",
     "MissingExtra",
@@ -90,6 +92,7 @@ __all__ = [
     "check",
     "connect",
     "conversation",
+    "find",
     "origin_of",
     "price",
     "prompt",

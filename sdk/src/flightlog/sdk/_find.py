@@ -1,0 +1,639 @@
+"""``find``: the records that answer a question, across every session (the SDK's
+:func:`find` and ``flightlog find`` are this one search).
+
+Theory of operation
+-------------------
+A question is a :class:`Query`: record types, a tool name, a model, failed or not, a
+time range, session meta and record data ``path=value`` pairs, a run, an agent, a call
+and what is nested under it, and a tree of sessions (sub-agents and forks).  Each file
+is read in large blocks, and most lines are never decoded:
+
+1. Line 1 is read with the protocol's :class:`~flightlog.protocol.Reader`: a file that
+   is not a session is refused, and a meta filter that does not match skips the whole
+   file.
+2. **Prefilter, on bytes** (:class:`_Prefilter`).  Each filter says what bytes a
+   matching line must hold: the quoted JSON string of a tool, a model, a run prefix or
+   a single type (``"get_weather"``); a ``"type"`` member naming a type the question
+   allows (``--tool`` allows ``tool_*``, ``--model`` the types that name one, several
+   ``--type`` those); for a time range, a ``"time"`` member whose
+   value starts with a second inside the range, or is not in the writer's form
+   (``2026-11-29T20:00:00.123456Z``); for ``--error``, a member that can report a
+   failure with a value other than the one that says "none" (``"is_error"`` not
+   followed by ``:false``).  The first of them drives the scan through the block
+   (``bytes.find`` or a regular expression with a literal prefix, both in C), so most
+   lines are never looked at one by one; the others are tested on each line it finds.
+3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.parse_line`, which
+   also checks the file's session id): its type, run and time, and of its ``data``
+   only the members a filter reads (:class:`_Data`, a typed decode that skips the
+   rest; a member of another shape sends the record to a plain decode).
+
+The prefilter may let through a line that does not match, never drop one that does:
+a JSON string is spelled the way the writer spells it (msgspec: raw UTF-8, ``\\"``,
+``\\\\`` and the five short escapes) unless it holds a ``\\u`` or ``\\/`` escape, so
+a line holding one of these skips the byte tests and goes to step 3; keys are
+looked for without the colon or with a look-ahead that lets anything unusual through
+(whitespace, a duplicate member, a value in another form).  Only complete lines are read
+(an unfinished tail is ignored, as every reader does); lines that the prefilter skips
+are not checked: ``flightlog check`` verifies whole files.
+
+Filters that need what came before a record in its run (``agent``, ``under``:
+:class:`~flightlog.sdk._match.Lineage`) see every line that can change it: with
+``agent``, every line naming ``agent_start`` or ``agent_end`` is decoded whatever the
+tests say; with ``under``, every line is.  Session trees (``tree``, ``fork_of``) read
+line 1 of every file first, then search the files of the tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+from flightlog.protocol import (
+    FileFormatError,
+    Reader,
+    Record,
+    default_root,
+    format_time,
+    parse_line,
+    parse_time,
+)
+
+from ._compression import open_session_file
+from ._files import resolve_path
+from ._match import (
+    FAILURE_PATTERNS,
+    NAMES_MODEL,
+    Lineage,
+    between,
+    failed,
+    instant_text,
+    meta_matches,
+    models,
+    moment,
+    record_data,
+    value_text,
+)
+from ._sql import session_files
+from ._text import JOINED_PARTS, byte_test, first_match
+from ._transcript import origin_of
+
+__all__ = ["Found", "Query", "find", "search"]
+
+_BLOCK: Final = 8 * 1024 * 1024
+#: A line that names ``agent_start`` or ``agent_end``: decoded for ``agent`` whatever
+#: the tests say, so that :class:`Lineage` sees every agent begin and end.
+_AGENT_BOUNDS: Final = re.compile(rb'"agent_(?:start|end)"')
+#: A ``\u`` or ``\/`` escape: a line that holds one may spell a string otherwise than
+#: the writer does, so it skips the byte tests.
+_ESCAPE: Final = re.compile(rb"\\[u/]")
+#: A time in the writer's form, as the rest of a ``"time"`` member.  Its digits are
+#: not checked (quicker): a time with other characters there is no time at all.
+_WRITER_TIME: Final = rb':".{10}T.{8}(?:\.\d{1,9})?Z"'
+#: The same, as a string: its seconds and its fraction.
+_WRITER_TIME_TEXT: Final = re.compile(
+    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z", re.ASCII
+)
+#: No line holds it: the test of a question no record can answer.
+_NOTHING: Final = re.compile(rb"(?!)")
+#: The meta members that place a session in a tree: the session that started it as a
+#: sub-agent, and the one it was forked from (docs/format.md, section 3).
+PARENT_SESSION: Final = "parent_session"
+FORKED_FROM: Final = "forked_from"
+
+
+class _HasModel(msgspec.Struct):
+    model: Any = None
+
+
+class _Execution(msgspec.Struct):
+    id: Any = None
+    parent_id: Any = None
+    agent: Any = None
+
+
+class _Data(msgspec.Struct):
+    """The members of a record's ``data`` that the filters read, each with the value
+    ``dict.get`` gives when it is missing (or the one that means the same): decoding
+    only these skips the rest of ``data`` without building it."""
+
+    name: Any = None
+    model: Any = None
+    config: _HasModel | None = None
+    message: _HasModel | None = None
+    error: Any = None
+    is_error: Any = None
+    disposition: Any = "ran"
+    ok: Any = True
+    execution: _Execution | None = None
+    agent: Any = None
+    parent_id: Any = None
+
+    def plain(self) -> dict[str, Any]:
+        """As the plain JSON values :meth:`Query.matches` reads."""
+        config, message, execution = self.config, self.message, self.execution
+        return {
+            "name": self.name,
+            "model": self.model,
+            "config": None if config is None else {"model": config.model},
+            "message": None if message is None else {"model": message.model},
+            "error": self.error,
+            "is_error": self.is_error,
+            "disposition": self.disposition,
+            "ok": self.ok,
+            "execution": None
+            if execution is None
+            else {"id": execution.id, "parent_id": execution.parent_id, "agent": execution.agent},
+            "agent": self.agent,
+            "parent_id": self.parent_id,
+        }
+
+
+_data_decoder: Final = msgspec.json.Decoder(_Data)
+
+
+@dataclass
+class Query:
+    """What ``find`` looks for; every filter that is set must match.
+
+    ``meta`` and ``data`` map a member's path (``key`` or ``key.sub.0``) to the text its
+    value must have (a string as it is, another value as its JSON); ``agent`` is the
+    author of a record, ``under`` a call's execution id (the call and all nested in it,
+    in each run); ``tree`` a session id (that session and the sessions below it: its
+    sub-agents' by ``parent_session`` in their meta, its forks by the ``origin`` of
+    their ``session_start`` or ``forked_from`` in their meta), ``fork_of`` one whose
+    forks (and theirs) are wanted.
+    """
+
+    types: frozenset[str] | None = None
+    tool: str | None = None
+    model: str | None = None
+    error: bool | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    meta: dict[str, str | None] = field(default_factory=dict)
+    run: str | None = None
+    text: re.Pattern[str] | None = None
+    agent: str | None = None
+    under: str | None = None
+    data: dict[str, str | None] = field(default_factory=dict)
+    tree: str | None = None
+    fork_of: str | None = None
+
+    def __post_init__(self) -> None:
+        self._since = None if self.since is None else instant_text(format_time(self.since))
+        self._until = None if self.until is None else instant_text(format_time(self.until))
+        self._second = ""  # the seconds of the last record time known to be valid
+        self._lineage: Lineage | None = None
+        self._follows = self.agent is not None or self.under is not None
+
+    def tests(self) -> list[bytes | re.Pattern[bytes]]:
+        """What every matching line holds, unless it has a ``\\u`` or ``\\/`` escape: a
+        string (its bytes), or a match of a pattern; the most selective first."""
+        if self.under is not None:
+            return []  # every line can put a call under it (theory of operation)
+        tests: list[bytes | re.Pattern[bytes]] = []
+        if self.text is not None and (literal := byte_test(self.text)) is not None:
+            tests.append(literal)
+        for value in (self.tool, self.model):
+            if value is not None:
+                tests.append(msgspec.json.encode(value))
+        if self.run is not None:
+            tests.append(msgspec.json.encode(self.run)[:-1])  # without the closing quote
+        if self.types is not None and len(self.types) == 1:
+            # The type itself: quicker to look for, and rarely anywhere else.
+            tests.append(msgspec.json.encode(next(iter(self.types))))
+        elif (types := self._type_pattern()) is not None:
+            tests.append(types)
+        if self.since is not None or self.until is not None:
+            tests.append(self._time_pattern())
+        if self.error:
+            tests.append(self._failure_pattern())
+        for path, value in self.data.items():
+            key = path.rpartition(".")[2]
+            if value is not None and not key.isdigit():
+                # The end of the member's key as written (of a nested key, or of a key
+                # that holds the dots), without its opening quote.
+                tests.append(msgspec.json.encode(key)[1:])
+        return tests
+
+    def always(self) -> tuple[re.Pattern[bytes], ...]:
+        """Lines decoded whatever :meth:`tests` says (theory of operation)."""
+        always = [_ESCAPE]
+        if self.text is not None:
+            always.append(JOINED_PARTS)
+        if self.agent is not None:
+            always.append(_AGENT_BOUNDS)
+        return tuple(always)
+
+    def _type_pattern(self) -> re.Pattern[bytes] | None:
+        """A ``"type"`` member whose value is a type that can match, or is spelled so
+        that another pattern would not tell (whitespace); None when every type can."""
+        if self.types is not None:
+            allowed = sorted(type for type in self.types if self.type_can_match(type))
+        elif self.model is not None or self.error:
+            possible = NAMES_MODEL if self.model is not None else FAILURE_PATTERNS.keys()
+            allowed = sorted(type for type in possible if self.type_can_match(type))
+        elif self.tool is not None:
+            return re.compile(rb'"type"(?!:"(?!tool_))')
+        else:
+            return None
+        if not allowed:
+            return _NOTHING
+        values = b"|".join(re.escape(msgspec.json.encode(type)[1:]) for type in allowed)
+        return re.compile(b'"type"(?!:"(?!(?:' + values + b")))")
+
+    def _time_pattern(self) -> re.Pattern[bytes]:
+        """A ``"time"`` member whose value is, by its second, inside [since, until], or
+        is not in the writer's form (any other, or whitespace, lets the line through)."""
+
+        def second(moment: datetime | None) -> str | None:
+            return None if moment is None else format_time(moment)[:19]
+
+        inside = between(second(self.since), second(self.until)).encode()
+        return re.compile(b'"time"(?::"(?:' + inside + b")|(?!" + _WRITER_TIME + b"))")
+
+    def _failure_pattern(self) -> re.Pattern[bytes]:
+        """What a line that reports a failure holds, for ``--error``."""
+        wanted = sorted(self.types if self.types is not None else FAILURE_PATTERNS)
+        found: list[bytes] = []
+        for type in wanted:
+            for pattern in FAILURE_PATTERNS.get(type, ()):
+                if pattern not in found:
+                    found.append(pattern)
+        return re.compile(b"|".join(found)) if found else _NOTHING
+
+    def matches_meta(self, meta: dict[str, Any]) -> bool:
+        return meta_matches(meta, self.meta)
+
+    def begin_file(self) -> None:
+        """Forget what the last file's runs said (:class:`Lineage`)."""
+        self._lineage = Lineage(self.under) if self._follows else None
+
+    def matches(self, record: Record) -> bool:
+        """The exact test, on a decoded record (fed in file order)."""
+        if not self._matches(record):
+            return False
+        return self.text is None or first_match(self.text, record_data(record)) is not None
+
+    def _matches(self, record: Record) -> bool:
+        if (
+            self.tool is None
+            and self.model is None
+            and self.error is None
+            and not self.data
+            and not self._follows
+        ):
+            return self._accepts(record.type, record.time, record.run_id, {})
+        data = record_data(record) if self.data else self._data(record)
+        if self._lineage is not None:
+            agent, under = self._lineage.follow(record.type, record.run_id, data)
+            if self.agent is not None and agent != self.agent:
+                return False
+            if self.under is not None and not under:
+                return False
+        if self.data and not meta_matches(data, self.data):
+            return False
+        return self._accepts(record.type, record.time, record.run_id, data)
+
+    @staticmethod
+    def _data(record: Record) -> dict[str, Any]:
+        try:
+            return _data_decoder.decode(record.data).plain()
+        except (msgspec.DecodeError, UnicodeDecodeError, ValueError, RecursionError):
+            return record_data(record)  # a member of another shape: as plain JSON
+
+    def _accepts(self, type: str, time: str, run_id: str | None, data: dict[str, Any]) -> bool:
+        if not self.type_can_match(type):
+            return False
+        if self.run is not None and not (run_id or "").startswith(self.run):
+            return False
+        if (self.since is not None or self.until is not None) and not self._in_time(time):
+            return False
+        if self.tool is not None and data.get("name") != self.tool:
+            return False
+        if self.model is not None and self.model not in models(data):
+            return False
+        return self.error is None or failed(type, data) == self.error
+
+    def type_can_match(self, type: str) -> bool:
+        """Whether a record of ``type`` can match, before its data is looked at."""
+        if self.types is not None and type not in self.types:
+            return False
+        if self.tool is not None and not type.startswith("tool_"):
+            return False
+        if self.model is not None and type not in NAMES_MODEL:
+            return False
+        return not self.error or type in FAILURE_PATTERNS
+
+    def _in_time(self, time: str) -> bool:
+        instant = self._instant(time)
+        if instant is None:
+            try:
+                instant = instant_text(format_time(parse_time(time)))
+            except ValueError:
+                return False
+        if self._since is not None and instant < self._since:
+            return False
+        return self._until is None or instant < self._until
+
+    def _instant(self, time: str) -> str | None:
+        """A time in the writer's form as text that sorts as the moment
+        :func:`~flightlog.protocol.parse_time` reads (its seconds, then the first six
+        digits of its fraction); None for another form, or seconds that are no date."""
+        match = _WRITER_TIME_TEXT.fullmatch(time)
+        if match is None:
+            return None
+        second, fraction = match.groups()
+        if second != self._second:
+            try:
+                datetime.fromisoformat(second)
+            except ValueError:
+                return None
+            self._second = second
+        return second + ((fraction or "") + "000000")[:6]
+
+
+@dataclass
+class Found:
+    """What :func:`search` hands out: a matching record and its session file."""
+
+    path: str
+    record: Record
+
+
+def search(
+    query: Query,
+    paths: Sequence[str],
+    *,
+    on_error: Callable[[str, Exception], None] | None = None,
+) -> Iterator[Found]:
+    """Every record under ``paths`` that ``query`` matches, file by file, in seq order.
+
+    ``on_error(path, exc)`` hears about a file that cannot be read (:class:`OSError`)
+    or breaks a reading rule (:class:`FileFormatError`); the search goes on with the
+    next file.  Without ``on_error`` the error is raised.
+    """
+    prefilter = _Prefilter(query.tests(), query.always())
+    files: Iterable[str] = session_files(paths)
+    if query.tree is not None or query.fork_of is not None:
+        files = _tree_files(query, list(files))
+    for path in files:
+        try:
+            for record in _search_file(query, prefilter, path):
+                yield Found(path, record)
+        except (OSError, FileFormatError) as exc:
+            if on_error is None:
+                raise
+            on_error(path, exc)
+
+
+def _tree_files(query: Query, files: list[str]) -> list[str]:
+    """The files of the sessions in ``query``'s tree: their line 1 read first (a file
+    that cannot be read is kept, for the search to report)."""
+    sessions: dict[str, tuple[Any, Any]] = {}  # id: (parent_session, forked_from)
+    of_file: dict[str, str | None] = {}
+    for path in files:
+        try:
+            with open_session_file(path) as fileobj:
+                reader = Reader(fileobj)
+                header = reader.read_header()
+        except (OSError, FileFormatError):
+            of_file[path] = None
+            continue
+        meta = reader.meta
+        origin = origin_of(header)
+        fork = origin.session_id if origin is not None else meta.get(FORKED_FROM)
+        sessions[header.session_id] = (meta.get(PARENT_SESSION), fork)
+        of_file[path] = header.session_id
+    wanted = set(sessions)
+    if query.tree is not None:
+        wanted &= _below(sessions, query.tree, forks_only=False)
+    if query.fork_of is not None:
+        wanted &= _below(sessions, query.fork_of, forks_only=True)
+    return [path for path, id in of_file.items() if id is None or id in wanted]
+
+
+def _below(sessions: Mapping[str, tuple[Any, Any]], root: str, *, forks_only: bool) -> set[str]:
+    """The sessions reached from ``root`` going down by ``parent_session`` and
+    ``forked_from`` (forks only: by ``forked_from``); ``root`` too unless ``forks_only``."""
+    children: dict[Any, list[str]] = {}
+    for id, (parent, fork) in sessions.items():
+        for above in (fork,) if forks_only else {parent, fork}:
+            if isinstance(above, str):
+                children.setdefault(above, []).append(id)
+    wanted: set[str] = set() if forks_only else {root}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in wanted and child != root:
+                wanted.add(child)
+                todo.append(child)
+    return wanted
+
+
+def find(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
+    *,
+    type: str | Iterable[str] | None = None,
+    tool: str | None = None,
+    model: str | None = None,
+    error: bool | None = None,
+    since: datetime | str | None = None,
+    until: datetime | str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    run: str | None = None,
+    agent: str | None = None,
+    under: str | None = None,
+    tree: str | None = None,
+    fork_of: str | None = None,
+    text: str | re.Pattern[str] | None = None,
+    limit: int | None = None,
+    on_error: Callable[[str, Exception], None] | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> Iterator[Found]:
+    """The records of the session files under ``paths`` (files or directories; relative
+    ones under the data root, or ``root``, as :func:`read` resolves them; the whole data
+    root when None) that every filter given matches, file by file in path order, each
+    in seq order: the records ``flightlog find`` prints for the same filters.
+
+    ``since`` and ``until`` take a datetime, an RFC 3339 UTC time or an age (``"2h"``);
+    ``meta`` and ``data`` map a member's path (``"app"``, ``"config.model"``,
+    ``"arguments.path"``) to its value (compared as text: a value that is not a string
+    as its JSON).  ``agent`` is a record's author (docs/cli.md, "find"); ``under`` an
+    execution id; ``tree`` and ``fork_of`` session ids.  ``text`` is a regular
+    expression over what the records say.
+
+    Files are read directly, with the caller's permissions; a file that cannot be read
+    or breaks a reading rule raises :class:`OSError` or
+    :class:`~flightlog.protocol.FileFormatError`, unless ``on_error(path, exc)`` is
+    given: then it hears of it, and the search goes on.  Raises :class:`ValueError` for
+    a time in no known form, a ``limit`` below 1 or an invalid ``text`` pattern.
+    """
+    if limit is not None and limit < 1:
+        raise ValueError("limit takes a number of records, 1 or more")
+    if paths is None:
+        paths = [root if root is not None else default_root(os.environ, os.path.expanduser("~"))]
+    elif isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    now = datetime.now(UTC)
+    types = [type] if isinstance(type, str) else list(type or ())
+    query = Query(
+        types=frozenset(types) if types else None,
+        tool=tool,
+        model=model,
+        error=error,
+        since=_time(since, "since", now),
+        until=_time(until, "until", now),
+        meta=_texts(meta),
+        data=_texts(data),
+        run=run,
+        text=re.compile(text) if isinstance(text, str) else text,
+        agent=agent,
+        under=under,
+        tree=tree,
+        fork_of=fork_of,
+    )
+    found = search(query, [resolve_path(path, root) for path in paths], on_error=on_error)
+    for count, item in enumerate(found, 1):
+        yield item
+        if limit is not None and count >= limit:
+            return
+
+
+def _time(value: datetime | str | None, name: str, now: datetime) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return moment(value, now)
+    except ValueError as exc:
+        raise ValueError(f"{name} takes {exc}") from None
+
+
+def _texts(wanted: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """Filter values as the text they are compared as (:func:`value_text`; None: the
+    member is missing or null)."""
+    return {key: value_text(value) for key, value in (wanted or {}).items()}
+
+
+def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Record]:
+    with open_session_file(path) as fileobj:
+        reader = Reader(fileobj)
+        header = reader.read_header()
+        if not query.matches_meta(reader.meta):
+            return
+        query.begin_file()
+        if query.matches(header):
+            yield header
+        offset = reader.offset
+        if fileobj.seekable():
+            fileobj.seek(offset)
+            yield from _scan(query, prefilter, fileobj, header.session_id)
+            return
+    # A compressed file reads forward only: from its start again, to the same offset.
+    with open_session_file(path) as fileobj:
+        fileobj.seek(offset)
+        yield from _scan(query, prefilter, fileobj, header.session_id)
+
+
+def _scan(query: Query, prefilter: _Prefilter, fileobj: Any, session_id: str) -> Iterator[Record]:
+    offset = fileobj.tell()  # of the current block in the file
+    rest = b""
+    while block := fileobj.read(_BLOCK):
+        block = rest + block
+        end = block.rfind(b"\n") + 1  # only complete lines; the rest waits for more
+        rest = block[end:]
+        for start, stop in prefilter.lines(block, end):
+            line = block[start:stop]
+            try:
+                record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
+            except FileFormatError as exc:
+                # Lines are not counted while scanning: only an error needs its number.
+                raise FileFormatError(_line_number(fileobj, offset + start), exc.reason) from None
+            if query.matches(record):
+                yield record
+        offset += end
+
+
+def _line_number(fileobj: Any, position: int) -> int:
+    """The number of the line that starts at byte ``position`` of the file (0 where
+    the file reads forward only: a compressed one)."""
+    if not fileobj.seekable():
+        return 0
+    fileobj.seek(0)
+    lines = 1
+    while position > 0 and (chunk := fileobj.read(min(_BLOCK, position))):
+        lines += chunk.count(b"\n")
+        position -= len(chunk)
+    return lines
+
+
+def _first(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
+    """Where ``test`` is first found in ``block[start:end]``; -1 if nowhere."""
+    if isinstance(test, bytes):
+        return block.find(test, start, end)
+    match = test.search(block, start, end)
+    return -1 if match is None else match.start()
+
+
+class _Prefilter:
+    """Step 2 of the theory of operation: the lines of a block that may match."""
+
+    def __init__(
+        self, tests: list[bytes | re.Pattern[bytes]], always: tuple[re.Pattern[bytes], ...]
+    ) -> None:
+        # The lines decoded whatever the tests say: another writer's escapes, and for
+        # text the lines that join text parts (_text's theory of operation), for agent
+        # the bounds of agents.
+        self._always = always
+        self._driver = tests[0] if tests else None
+        # Tested within one line each: as patterns, one call whatever the test.
+        self._others = [
+            re.compile(re.escape(test)) if isinstance(test, bytes) else test for test in tests[1:]
+        ]
+
+    def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        """(start, stop) of each line of ``block[:end]`` that may match, in order,
+        without its ``\\n``."""
+        if len(self._always) == 1 and block.find(b"\\", 0, end) == -1:
+            return self._tested(block, end)
+        escaped = list(self._escaped(block, end))
+        if not escaped:
+            return self._tested(block, end)
+        return iter(sorted({*escaped, *self._tested(block, end)}))
+
+    def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        driver, others = self._driver, self._others
+        if driver is None:
+            start = 0
+            while start < end:
+                stop = block.index(b"\n", start)
+                yield start, stop
+                start = stop + 1
+            return
+        at = _first(driver, block, 0, end)
+        while at != -1:
+            start = block.rfind(b"\n", 0, at) + 1
+            stop = block.index(b"\n", at)
+            for test in others:
+                if test.search(block, start, stop) is None:
+                    break
+            else:
+                yield start, stop
+            at = _first(driver, block, stop + 1, end)
+
+    def _escaped(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+        """The lines of ``block[:end]`` decoded whatever the tests say."""
+        for pattern in self._always:  # one by one: each has a literal prefix to scan for
+            match = pattern.search(block, 0, end)
+            while match is not None:
+                start = block.rfind(b"\n", 0, match.start()) + 1
+                stop = block.index(b"\n", match.start())
+                yield start, stop
+                match = pattern.search(block, stop + 1, end)

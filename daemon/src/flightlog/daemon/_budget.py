@@ -58,16 +58,18 @@ class UidMemory:
 class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
-    __slots__ = ("_trim", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
+    __slots__ = ("_trim", "_trim_below", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
 
     def __init__(self, cap: int, *, trim: Callable[[], None] | None = None) -> None:
         self.cap = cap
         self.used = 0
         self.peak = 0
         #: Gives freed memory back to the system (:func:`malloc_trim`), once use fell
-        #: from over half the cap to under an eighth of it.
+        #: from over half the cap to under an eighth of it, and again once it is
+        #: zero: the last eighth's buffers go back too.
         self._trim = trim
         self._trim_due = False
+        self._trim_below = 0
         #: Bytes of rings, within ``used``.
         self.rings = 0
         #: Connections not read until the budget has room again: how to resume each.
@@ -108,7 +110,10 @@ class MemoryBudget:
         """Use fell back after a high: what malloc kept of the freed buffers (megabytes
         of partial frames, replies, checkpoints) goes back to the system now, on the
         loop's next turn, rather than staying in the daemon's RSS for good."""
-        self._trim_due = False
+        if self._trim_below > 1:
+            self._trim_below = 1  # once more when nothing is held
+        else:
+            self._trim_due = False
         assert self._trim is not None
         try:
             asyncio.get_running_loop().call_soon(self._trim)
@@ -146,8 +151,9 @@ class ConnectionBudget:
         budget.used += count
         if budget.used > budget.peak:
             budget.peak = budget.used
-        if budget.used > budget.cap // 2:
-            budget._trim_due = budget._trim is not None
+        if budget.used > budget.cap // 2 and budget._trim is not None:
+            budget._trim_due = True
+            budget._trim_below = budget.cap // 8
 
     def discharge(self, count: int) -> None:
         self.held -= count
@@ -156,7 +162,7 @@ class ConnectionBudget:
         budget.used -= count
         if budget._waiting:
             budget._freed()
-        if budget._trim_due and budget.used < budget.cap // 8:
+        if budget._trim_due and budget.used < budget._trim_below:
             budget._trimmed()
 
     def fits(self, count: int) -> bool:

@@ -7,6 +7,7 @@ while a client of small requests goes on.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import struct
@@ -27,11 +28,16 @@ from daemon_support import (
 
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import (
+    PROTOCOL_VERSION,
     Ack,
     CheckpointLoaded,
     ErrorReply,
+    Hello,
     LoadCheckpoint,
     SaveCheckpoint,
+    Status,
+    StatusReply,
+    Subscribe,
     encode_frame,
     now,
 )
@@ -213,5 +219,67 @@ def test_partial_frames_on_many_connections_hold_the_budget_and_give_the_memory_
     assert after_kb < 32 * 1024, after_kb
     # Each connection ended with its client's hang-up, none cut off by the timeout.
     assert "memory budget is spent" not in daemon.log
+    assert_serving(daemon)
+    daemon.stop()
+
+
+def _never_reading(path: str, subscribe_to: list[str]) -> socket.socket:
+    """A connection that follows each of ``subscribe_to`` and never reads a byte."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(path)
+    hello = Hello(id=1, version=PROTOCOL_VERSION, client="never reads", pid=os.getpid())
+    subscribes = [
+        Subscribe(id=2 + n, path=session, follow=True) for n, session in enumerate(subscribe_to)
+    ]
+    sock.sendall(b"".join(encode_frame(message) for message in [hello, *subscribes]))
+    return sock
+
+
+def test_subscribers_that_never_read_hold_the_budget_and_give_the_memory_back(
+    short_tmp: Path,
+) -> None:
+    """16 connections follow 16 busy sessions 256 times each and never read (issue 27,
+    4): what their subscriptions hold (the live chunks they buffer or send, the
+    batches they read from the files, their own cost) is charged to the budget, so
+    the daemon's RSS stays within ``--max-buffered`` plus each connection's floor
+    and what malloc keeps, and goes back down once they close.  Before, they held
+    198-457 MiB more for a budget of 64 MiB."""
+    cap, holders, per, sessions = 64 << 20, 16, 256, 16
+    daemon = DaemonProcess(
+        short_tmp, *("--max-buffered", str(cap)), *("--send-timeout", "60")
+    ).start()
+    before_kb = proc_status_kb(daemon.pid, "VmRSS")
+    data = b'{"blob":"' + b"x" * (64 << 10) + b'"}'
+    with RawClient(daemon.socket, client="writer") as writer:
+        runs = []
+        for n in range(sessions):
+            opened = create(writer, f"s/{n}.jsonl")
+            runs.append((opened.session_id, begin(writer, opened.session_id).run_id))
+        paths = [f"s/{n % sessions}.jsonl" for n in range(per)]
+        holding = [_never_reading(daemon.socket, paths) for _ in range(holders)]
+        try:
+            for n in range(32):  # 32 MiB written, 2 MiB to each session
+                for session_id, run_id in runs:
+                    writer.send(fact(session_id, run_id, n, data=data))
+                assert synced_seq(writer, runs[0][0]) == n + 3
+            during_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+        finally:
+            for sock in holding:
+                sock.close()
+
+        def gone() -> bool:
+            status = writer.request(Status(id=writer.next_id()))
+            assert isinstance(status, StatusReply), status
+            return status.connections == 1 and status.subscribers == 0
+
+        wait_for(gone, timeout=60)
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: proc_status_kb(daemon.pid, "VmRSS") - before_kb < 48 * 1024, timeout=10)
+    after_kb = proc_status_kb(daemon.pid, "VmRSS") - before_kb
+    print(f"\nRSS growth: peak {during_kb >> 10} MiB, after {after_kb >> 10} MiB (cap 64 MiB)")
+    floors = (holders + 1) * FLOOR // 1024
+    assert during_kb < (cap >> 10) + floors + 32 * 1024, during_kb
+    assert after_kb < 48 * 1024, after_kb
     assert_serving(daemon)
     daemon.stop()

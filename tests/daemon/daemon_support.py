@@ -10,6 +10,7 @@ import pickle
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,7 @@ __all__ = [
     "open_when_released",
     "proc_status_kb",
     "push",
+    "send_until_stuck",
     "shared_daemon",
     "spawn_agent",
     "synced_seq",
@@ -189,6 +191,22 @@ def wait_for_log(daemon: DaemonProcess, **fields: Any) -> dict[str, Any]:
 def assert_refusal_logged(daemon: DaemonProcess, code: str) -> dict[str, Any]:
     """A refusal with ``code`` was logged with this process's pid and uid as the peer."""
     return wait_for_log(daemon, code=code, pid=os.getpid(), uid=os.getuid())
+
+
+def send_until_stuck(socks: list[socket.socket], data: bytes, patience: float = 1.0) -> list[int]:
+    """Send ``data`` on every socket at once, without blocking, until each has sent it
+    all or none took a byte for ``patience`` seconds; the bytes each sent."""
+    sent = dict.fromkeys(socks, 0)
+    for sock in socks:
+        sock.setblocking(False)
+    while busy := [sock for sock in socks if sent[sock] < len(data)]:
+        _, writable, _ = select.select([], busy, [], patience)
+        if not writable:
+            break
+        for sock in writable:
+            with contextlib.suppress(BlockingIOError):
+                sent[sock] += sock.send(data[sent[sock] : sent[sock] + 65536])
+    return [sent[sock] for sock in socks]
 
 
 def proc_status_kb(pid: int, key: str) -> int:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import pytest
 
-from flightlog.daemon._budget import ConnectionBudget, MemoryBudget
+from flightlog.daemon._budget import FLOOR, ConnectionBudget, MemoryBudget
 from flightlog.daemon._channel import Channel
 from flightlog.daemon._primitives import Poller
-from flightlog.protocol import server_decoder
+from flightlog.protocol import FrameDecoder, server_decoder
 
 pytestmark = pytest.mark.anyio
 
@@ -171,3 +173,95 @@ async def test_nothing_is_written_to_a_closed_channel(
     assert write.end()
     theirs.settimeout(10)
     assert theirs.recv(100) == b""  # the end of the stream, and nothing before it
+
+
+# ------------------------------------------------ a hang-up while the budget is spent
+
+
+@dataclass
+class Starved:
+    """A channel whose daemon's budget another connection (``hog``) holds whole: it
+    reads its floor, then waits for room (for an hour: never, in a test)."""
+
+    channel: Channel
+    theirs: socket.socket
+    account: ConnectionBudget
+    hog: ConnectionBudget
+    decoder: FrameDecoder[Any]
+
+    async def send_while_read(self, data: bytes) -> int:
+        """Send ``data`` as the channel reads it, until it is all sent or the channel
+        holds its floor (and waits for the budget); the bytes sent."""
+        self.theirs.setblocking(False)
+        sent = 0
+        while sent < len(data) and self.account.held < FLOOR:
+            try:
+                sent += self.theirs.send(data[sent : sent + 65536])
+            except BlockingIOError:
+                with anyio.fail_after(10):
+                    await self.channel.wait_readable()
+        return sent
+
+    async def read_to_the_end(self) -> None:
+        with anyio.fail_after(10):
+            while not self.channel.read_ended:
+                await self.channel.wait_readable()
+
+
+@pytest.fixture
+async def starved() -> AsyncIterator[Starved]:
+    ours, theirs = socket.socketpair()
+    budget = MemoryBudget(4 * FLOOR)
+    hog = ConnectionBudget(budget)
+    hog.charge(budget.cap)
+    account = ConnectionBudget(budget)
+    decoder = server_decoder(max_frame_size=8 << 20)
+    with Poller() as poller:
+        channel = Channel(
+            ours,
+            poller,
+            decoder,
+            read_size=65536,
+            queue_bytes=1 << 24,
+            send_timeout=3600,
+            budget=account,
+        )
+        try:
+            yield Starved(channel, theirs, account, hog, decoder)
+        finally:
+            channel.close()
+            theirs.close()
+
+
+async def test_a_client_that_hangs_up_mid_frame_while_the_budget_is_spent_ends_at_once(
+    starved: Starved,
+) -> None:
+    """Its frame can never be completed: the stream ends and the bytes held go back,
+    rather than waiting for room (before: until ``send_timeout`` cut it off)."""
+    frame = (4 << 20).to_bytes(4, "big") + bytes(4 << 20)
+    sent = await starved.send_while_read(frame)
+    assert sent < len(frame) and starved.account.held >= FLOOR
+    starved.theirs.close()
+    await starved.read_to_the_end()
+    assert starved.channel.read_error is None  # the end of the stream, as if read to it
+    starved.channel.close()
+    assert starved.account.held == 0
+
+
+async def test_a_client_that_hangs_up_after_a_whole_frame_is_read_once_there_is_room(
+    starved: Starved,
+) -> None:
+    """What it sent before it hung up holds a whole frame: it waits for room and is
+    read to its end, nothing dropped."""
+    payload = FLOOR + (64 << 10)
+    frame = payload.to_bytes(4, "big") + bytes(payload)
+    sent = await starved.send_while_read(frame)
+    starved.theirs.setblocking(True)
+    starved.theirs.sendall(frame[sent:])  # the socket takes the rest: less than a read
+    starved.theirs.close()
+    await anyio.wait_all_tasks_blocked()
+    assert not starved.channel.read_ended  # it waits for room: the rest completes a frame
+    starved.hog.discharge(starved.hog.held)  # room again: the rest is read, then the end
+    await starved.read_to_the_end()
+    assert starved.channel.read_error is None
+    assert starved.decoder.missing == 0 and starved.decoder.buffered == len(frame)

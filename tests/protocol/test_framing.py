@@ -81,6 +81,20 @@ def test_a_partial_frame_waits() -> None:
     assert decoder.next_message() == RECORD
 
 
+def test_missing_says_what_the_next_message_lacks() -> None:
+    decoder = server_decoder()
+    frame = encode_frame(RECORD)
+    assert decoder.missing == HEADER_SIZE
+    decoder.feed(frame[:2])
+    assert decoder.missing == HEADER_SIZE - 2  # the header's bytes alone, so far
+    decoder.feed(frame[2:-5])
+    assert decoder.missing == 5
+    decoder.feed(frame[-5:] + frame[:1])
+    assert decoder.missing == 0  # one is complete
+    assert decoder.next_message() == RECORD
+    assert decoder.missing == HEADER_SIZE - 1
+
+
 def test_a_frame_over_the_limit_breaks_the_stream_for_good() -> None:
     decoder = server_decoder(max_frame_size=100)
     decoder.feed((101).to_bytes(4, "big"))

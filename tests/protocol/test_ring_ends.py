@@ -104,6 +104,18 @@ def test_a_tail_that_goes_back_is_refused() -> None:
         reader.take(bytearray().extend, SIZE)
 
 
+@pytest.mark.parametrize(("tail", "published"), [(SIZE + 7, SIZE), (1, 0), (2**64 - 1, SIZE)])
+def test_published_stays_within_the_ring_whatever_the_tail(tail: int, published: int) -> None:
+    writer, reader, words = _ends()
+    assert reader.published == 0
+    writer.write(b"abcdef")
+    assert reader.published == 6
+    reader.take(bytearray().extend, 2)
+    assert reader.published == 4
+    words[16] = tail  # the client's to write: behind the head, or too far ahead
+    assert reader.published == published
+
+
 def test_a_buffer_that_is_no_ring_is_refused() -> None:
     with pytest.raises(ValueError):
         RingWriter(memoryview(bytearray(RING_HEADER + SIZE)), threading.Lock())

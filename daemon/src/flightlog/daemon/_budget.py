@@ -3,9 +3,10 @@
 Every byte a client can make the daemon hold is charged to its connection's
 :class:`ConnectionBudget` and to the daemon's :class:`MemoryBudget`: bytes read and not
 yet taken as messages (a partial frame too), messages handed to session actors and
-not yet written, replies queued and not yet sent, and the checkpoints sessions load for
+not yet written, replies queued and not yet sent, the checkpoints sessions load for
 it until their replies are sent (:meth:`ConnectionBudget.reserve`: a load waits for
-room).  Per connection these are bounded already (the decoder holds at most
+room), and what its tail subscriptions hold (:mod:`._tail`, within half the budget).
+Per connection these are bounded already (the decoder holds at most
 one frame and a read, a connection stops taking frames once ``connection_buffer`` bytes
 wait in actors); the global budget bounds their sum over every connection: while it is
 spent (``--max-buffered``), a connection that holds more than :data:`FLOOR` itself is
@@ -58,16 +59,18 @@ class UidMemory:
 class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
-    __slots__ = ("_trim", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
+    __slots__ = ("_trim", "_trim_below", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
 
     def __init__(self, cap: int, *, trim: Callable[[], None] | None = None) -> None:
         self.cap = cap
         self.used = 0
         self.peak = 0
         #: Gives freed memory back to the system (:func:`malloc_trim`), once use fell
-        #: from over half the cap to under an eighth of it.
+        #: from over a quarter of the cap to under an eighth of it, and again once it is
+        #: zero: the last eighth's buffers go back too.
         self._trim = trim
         self._trim_due = False
+        self._trim_below = 0
         #: Bytes of rings, within ``used``.
         self.rings = 0
         #: Connections not read until the budget has room again: how to resume each.
@@ -108,7 +111,10 @@ class MemoryBudget:
         """Use fell back after a high: what malloc kept of the freed buffers (megabytes
         of partial frames, replies, checkpoints) goes back to the system now, on the
         loop's next turn, rather than staying in the daemon's RSS for good."""
-        self._trim_due = False
+        if self._trim_below > 1:
+            self._trim_below = 1  # once more when nothing is held
+        else:
+            self._trim_due = False
         assert self._trim is not None
         try:
             asyncio.get_running_loop().call_soon(self._trim)
@@ -146,8 +152,9 @@ class ConnectionBudget:
         budget.used += count
         if budget.used > budget.peak:
             budget.peak = budget.used
-        if budget.used > budget.cap // 2:
-            budget._trim_due = budget._trim is not None
+        if budget.used > budget.cap // 4 and budget._trim is not None:
+            budget._trim_due = True
+            budget._trim_below = budget.cap // 8
 
     def discharge(self, count: int) -> None:
         self.held -= count
@@ -156,23 +163,25 @@ class ConnectionBudget:
         budget.used -= count
         if budget._waiting:
             budget._freed()
-        if budget._trim_due and budget.used < budget.cap // 8:
+        if budget._trim_due and budget.used < budget._trim_below:
             budget._trimmed()
 
-    def fits(self, count: int) -> bool:
+    def fits(self, count: int, *, part: int = 1) -> bool:
         """Whether ``count`` more bytes may be held now: within the floor, or within
-        the budget and the uid's share of it."""
+        the budget and the uid's share of it; with ``part``, within that part of
+        each (``1 / part``: what subscriptions may take, so that what they hold never
+        stops the daemon reading its writers)."""
         if self.held + count <= FLOOR:
             return True
         budget, uid = self._global, self._uid
-        if budget.used + count > budget.cap:
+        if budget.used + count > budget.cap // part:
             return False
-        return not uid.limited or uid.held + count <= budget.cap // UID_SHARE
+        return not uid.limited or uid.held + count <= budget.cap // UID_SHARE // part
 
-    async def reserve(self, count: int) -> None:
+    async def reserve(self, count: int, *, part: int = 1) -> None:
         """Charge ``count`` bytes once they fit (:meth:`fits`); a connection that holds
         nothing always may (a maximum frame is within every budget)."""
-        while self.held and not self.fits(count):
+        while self.held and not self.fits(count, part=part):
             room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._global.wait(room, functools.partial(_set, room))
             try:

@@ -49,9 +49,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import mmap
 import os
 import socket
+import sys
+import termios
 import threading
 from typing import Any, Final
 
@@ -97,6 +100,8 @@ class Channel:
         self._in_decoder = 0
         self._budget_timer: asyncio.TimerHandle | None = None
         self._reading = False
+        #: Watched for the client's hang-up alone (while it waits for the budget).
+        self._hangup_watched = False
         self._held = False
         #: Whether the client sent more while its socket was held (the last hold).
         self.streaming = False
@@ -146,22 +151,52 @@ class Channel:
                 self._wait_for_budget()
                 return
             self._reading = True
+            self._hangup_watched = False  # watch() replaces that
             self._poller.watch(self._fd, self._on_readable)
             if self._ring is not None:
                 self._take_ring()
 
     def _wait_for_budget(self) -> None:
         """Not read until the daemon's memory budget has room; cut off if that takes
-        longer than ``send_timeout`` (whoever holds the budget then gets on)."""
+        longer than ``send_timeout`` (whoever holds the budget then gets on).  A
+        client that hangs up meanwhile is seen at once (:meth:`_on_hangup`)."""
         self._budget.wait(self, self._budget_room)
         if self._budget_timer is None:
             self._budget_timer = self._loop.call_later(self._send_timeout, self._budget_expired)
+        if not self._hangup_watched:
+            self._hangup_watched = True
+            self._poller.watch_hangup(self._fd, self._on_hangup)
 
     def _budget_room(self) -> None:
         if self._budget_timer is not None:
             self._budget_timer.cancel()
             self._budget_timer = None
         self.resume_reading()
+
+    def _on_hangup(self) -> None:
+        """The client shut its sending side while the channel waits for the budget.
+        When what is left to read (in the socket, or the ring) cannot complete the
+        frame the decoder holds the start of, no message can come any more: the
+        stream ends now, and the partial frame's memory goes back with the
+        connection, instead of staying until the budget lets the channel read (or
+        ``send_timeout`` cuts it off), while every other such connection waits too."""
+        self._hangup_watched = False
+        self._poller.unwatch(self._fd)
+        error: OSError | None = None
+        try:
+            left = self._ring.published if self._ring is not None else _unread(self._sock)
+        except OSError as exc:
+            left, error = 0, exc
+        if left < self._decoder.missing:
+            self._budget_stopped()
+            self._end_reading(error)
+
+    def _budget_stopped(self) -> None:
+        """The channel waits for the budget no more."""
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
+            self._budget_timer = None
+        self._budget.forget(self)
 
     def _budget_expired(self) -> None:
         self._budget_timer = None
@@ -188,6 +223,9 @@ class Channel:
                 # Not asleep: the channel comes back by itself, unpoked.
                 self._ring.wake()
                 self._cancel_recheck()
+        elif self._hangup_watched:
+            self._hangup_watched = False
+            self._poller.unwatch(self._fd)
 
     def hold_reading(self, seconds: float) -> None:
         """Stop watching the socket for ``seconds``: what the client sends meanwhile
@@ -538,10 +576,8 @@ class Channel:
             self._queue.clear()
             with contextlib.suppress(OSError):
                 self._sock.close()
-        if self._budget_timer is not None:
-            self._budget_timer.cancel()
+        self._budget_stopped()
         self._close_ring()
-        self._budget.forget(self)
         # The partial frame read goes now, not whenever the connection's objects are
         # collected (they hold each other): that can take long, and it may be
         # megabytes on each of many connections.
@@ -574,6 +610,11 @@ class Channel:
         if self._room_fd >= 0:
             os.close(self._room_fd)
             self._room_fd = -1
+
+
+def _unread(sock: socket.socket) -> int:
+    """Bytes in ``sock``'s receive queue."""
+    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4)), sys.byteorder)
 
 
 class ThreadWrite:

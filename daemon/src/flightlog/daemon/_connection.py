@@ -165,9 +165,10 @@ class Connection:
             record_lines=True,
             frames_per_turn=_FRAMES_PER_TURN,
         )
-        self._memory = budget
+        self._daemon_memory = budget
         self._ring_size = 0
-        self._budget = ConnectionBudget(budget, share.memory)
+        #: What the connection makes the daemon hold (its subscriptions' too).
+        self.memory = ConnectionBudget(budget, share.memory)
         self._channel = Channel(
             sock,
             poller,
@@ -175,7 +176,7 @@ class Connection:
             read_size=_READ_SIZE,
             queue_bytes=_OUTBOX_BYTES,
             send_timeout=config.send_timeout,
-            budget=self._budget,
+            budget=self.memory,
         )
         self._inflight = 0
         #: Places in the uid's share of sessions taken for creates and opens under way.
@@ -214,19 +215,19 @@ class Connection:
 
     def release_bytes(self, count: int) -> None:
         self._inflight -= count
-        self._budget.discharge(count)
+        self.memory.discharge(count)
         if self._inflight <= self._config.connection_buffer // 2:
             self._drained.set()
 
     def fits(self, count: int) -> bool:
-        return self._channel.write_ended or self._budget.fits(count)
+        return self._channel.write_ended or self.memory.fits(count)
 
     async def reserve(self, count: int) -> None:
         if self._channel.write_ended:
             # Nothing will be sent: the bytes are handed back at once after the load.
-            self._budget.charge(count)
+            self.memory.charge(count)
         else:
-            await self._budget.reserve(count)
+            await self.memory.reserve(count)
         self._inflight += count
 
     def _make_ring(self) -> int:
@@ -235,7 +236,7 @@ class Connection:
         budget, or the system refuses."""
         size = self._config.ring_size
         memory = self._share.memory
-        if not size or not _RINGS or not self._memory.take_ring(RING_HEADER + size, memory):
+        if not size or not _RINGS or not self._daemon_memory.take_ring(RING_HEADER + size, memory):
             return 0
         fd = -1
         try:
@@ -246,7 +247,7 @@ class Connection:
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            self._memory.give_ring(RING_HEADER + size, memory)
+            self._daemon_memory.give_ring(RING_HEADER + size, memory)
             self.log.warning("ring_refused", reason=str(exc))
             return 0
         self._ring_size = RING_HEADER + size
@@ -289,7 +290,7 @@ class Connection:
                     self._claimed()
                 self._channel.close()
                 if self._ring_size:
-                    self._memory.give_ring(self._ring_size, self._share.memory)
+                    self._daemon_memory.give_ring(self._ring_size, self._share.memory)
                     self._ring_size = 0
                 log_dropped(self, self.log)
                 self.log.info("connection_closed")
@@ -427,7 +428,7 @@ class Connection:
         or refused if the session closed meanwhile."""
         if actor.offer(self, records):
             self._inflight += size
-            self._budget.charge(size)
+            self.memory.charge(size)
             return
         try:
             await self._hand_to(actor, records)
@@ -549,7 +550,7 @@ class Connection:
         # Counted until the actor has written it: what makes reading stop.
         size = payload_size(event)
         self._inflight += size
-        self._budget.charge(size)
+        self.memory.charge(size)
         try:
             await actor.put(self, event)
         except BaseException:

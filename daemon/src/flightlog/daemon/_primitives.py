@@ -298,8 +298,20 @@ class Poller:
         self._loop.add_reader(self._epoll.fileno(), self._dispatch)
 
     def watch(self, fd: int, on_readable: Callable[[], object]) -> None:
-        self._epoll.register(fd, select.EPOLLIN)
-        self._readers[fd] = on_readable
+        self._watch(fd, select.EPOLLIN, on_readable)
+
+    def watch_hangup(self, fd: int, on_hangup: Callable[[], object]) -> None:
+        """Call ``on_hangup`` (instead of what :meth:`watch` gave) once the peer of
+        the socket ``fd`` has shut its sending side, and for as long as ``fd`` stays
+        watched: nothing for bytes that arrive."""
+        self._watch(fd, select.EPOLLRDHUP, on_hangup)
+
+    def _watch(self, fd: int, events: int, call: Callable[[], object]) -> None:
+        if fd in self._readers:
+            self._epoll.modify(fd, events)
+        else:
+            self._epoll.register(fd, events)
+        self._readers[fd] = call
 
     def unwatch(self, fd: int) -> None:
         if self._readers.pop(fd, None) is not None:

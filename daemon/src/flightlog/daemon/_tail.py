@@ -7,6 +7,16 @@ what it has already written, so the file always holds everything published; a
 subscriber whose bounded live buffer overflows drops it and continues from the file
 where it was.  A slow subscriber therefore never slows the writer and never grows the
 daemon's memory beyond its buffer; it just reads from disk until it catches up.
+
+What a subscription makes the daemon hold is charged to its connection's memory
+budget (:class:`~._budget.ConnectionBudget`, and through it to its uid's share and to
+``--max-buffered``): :data:`SUBSCRIPTION_BYTES` for as long as it lives, twice the
+bytes of each live chunk it buffers (the chunk, then its lines and their frame) from
+the moment it takes the chunk until the socket (or the connection's queue, charged
+in turn) took it, and twice a batch's bytes for each batch read from the file, room
+for which it waits first.  A subscription is refused (``too_many``) when its own
+cost does not fit, and a chunk that does not fit makes it fall behind, as a full
+buffer does: the file has it all.
 """
 
 from __future__ import annotations
@@ -40,12 +50,13 @@ from flightlog.sdk._compression import InflatedFile, is_compressed
 
 from ._access import Access
 from ._actor import SessionActor
+from ._budget import ConnectionBudget
 from ._config import Config
 from ._paths import ResolvedPath, Roots
 from ._primitives import Disks
 from ._storage import read_on
 
-__all__ = ["TailPeer", "Tails"]
+__all__ = ["SUBSCRIPTION_BYTES", "TailPeer", "Tails"]
 
 log = structlog.get_logger("flightlogd.tail")
 
@@ -59,6 +70,12 @@ _STEP_BYTES = 4 * 1024 * 1024
 _LIVE_BYTES = 4 * 1024 * 1024
 #: Bytes of live records all the subscriptions of one connection buffer at most.
 _CONNECTION_LIVE_BYTES = 16 * 1024 * 1024
+#: What a subscription costs the daemon while it lives, whatever it buffers: its task,
+#: its objects, its reader of the file (docs/operations.md, ``--max-buffered``).
+SUBSCRIPTION_BYTES = 4 * 1024
+#: Subscriptions take at most ``1 / _PART`` of the memory budget (and of a uid's share)
+#: beyond each connection's floor: what they hold never stops the writers being read.
+_PART = 2
 
 
 class _Head(msgspec.Struct):
@@ -71,12 +88,14 @@ _decode_head = msgspec.json.Decoder(_Head).decode
 
 
 class TailPeer(Protocol):
-    """What the tails need of a connection: its number, its credentials, a way to send."""
+    """What the tails need of a connection: its number, its credentials, the memory
+    budget its subscriptions are charged to, a way to send."""
 
     number: int
     uid: int
     gid: int
     groups: tuple[int, ...]
+    memory: ConnectionBudget
 
     async def send(self, message: Message) -> None: ...
 
@@ -109,6 +128,7 @@ class Subscription:
         readable: Callable[[str], bool] | None = None,
     ) -> None:
         self.peer = peer
+        self._memory = peer.memory
         self.shared = shared
         self.number = number
         self.resolved = resolved
@@ -161,11 +181,15 @@ class Subscription:
         # every session has no file to read, so its buffer has room for two of the
         # longest lines beyond its own size: a record as large as a frame, the next one
         # written before the subscriber has sent the first, is not falling behind.
-        if self.live and (
-            len(self.live) >= self._buffer_items
-            or self.live_bytes + len(chunk) > self._live_limit
-            or self.shared.live_bytes + len(chunk) > self._shared_limit
-        ):
+        # Whatever it holds, a chunk must fit the connection's memory budget.
+        if (
+            self.live
+            and (
+                len(self.live) >= self._buffer_items
+                or self.live_bytes + len(chunk) > self._live_limit
+                or self.shared.live_bytes + len(chunk) > self._shared_limit
+            )
+        ) or (not self.behind and not self._memory.fits(2 * len(chunk), part=_PART)):
             # Fallen behind: forget the buffer, the file has it all.
             self._clear_live()
             self.behind = True
@@ -174,11 +198,13 @@ class Subscription:
             self.live.append((chunk, first_seq, last_seq, end_offset, path))
             self.live_bytes += len(chunk)
             self.shared.live_bytes += len(chunk)
+            self._memory.charge(2 * len(chunk))
         self.wakeup.set()
 
     def _clear_live(self) -> None:
         self.live.clear()
         self.shared.live_bytes -= self.live_bytes
+        self._memory.discharge(2 * self.live_bytes)
         self.live_bytes = 0
 
     def session_closed(self, last_seq: int) -> None:
@@ -258,20 +284,33 @@ class Subscription:
             self._roots, self.resolved, self.offset, self.offset_seq, self.next_seq, self._max_line
         )
         disk = self._disks.reader(self.resolved.root)
+        memory = self._memory
+        held = 0  # charged for what the reader holds from one batch to the next
         try:
             while True:
                 # One batch read and sent at a time per connection: a client that tails
                 # many sessions and reads slowly holds one batch in the daemon, not one
-                # each.
+                # each.  Room for it first: it is charged until it is sent.
                 async with self.shared.reading:
-                    lines = await disk.run(reader.read_batch)
-                    self.next_seq = reader.next_seq
-                    self.offset, self.offset_seq = reader.offset, reader.offset_seq
-                    if lines:
-                        await self._send([line for line in lines if self._wanted(line)], None)
-                    elif reader.at_end:
-                        break
+                    await memory.reserve(charged := 2 * _BATCH_BYTES, part=_PART)
+                    try:
+                        lines = await disk.run(reader.read_batch)
+                        if (size := 2 * sum(map(len, lines))) > charged:  # a long line
+                            memory.charge(size - charged)
+                            charged = size
+                        memory.charge(reader.held)
+                        memory.discharge(held)
+                        held = reader.held
+                        self.next_seq = reader.next_seq
+                        self.offset, self.offset_seq = reader.offset, reader.offset_seq
+                        if lines:
+                            await self._send([line for line in lines if self._wanted(line)], None)
+                        elif reader.at_end:
+                            break
+                    finally:
+                        memory.discharge(charged)
         finally:
+            memory.discharge(held)
             reader.close()
 
     async def _send_live(self) -> None:
@@ -279,16 +318,19 @@ class Subscription:
             chunk, first_seq, last_seq, end_offset, path = self.live.popleft()
             self.live_bytes -= len(chunk)
             self.shared.live_bytes -= len(chunk)
-            if self.resolved is not None:
-                if last_seq < self.next_seq:
-                    continue
-                skip = self.next_seq - first_seq if self.next_seq > first_seq else 0
-                self.next_seq = self.offset_seq = last_seq + 1
-                self.offset = end_offset
-            else:
-                skip = 0
-            lines = [line for line in chunk.split(b"\n")[skip:-1] if self._wanted(line)]
-            await self._send(lines, path or None)
+            try:  # charged until sent
+                if self.resolved is not None:
+                    if last_seq < self.next_seq:
+                        continue
+                    skip = self.next_seq - first_seq if self.next_seq > first_seq else 0
+                    self.next_seq = self.offset_seq = last_seq + 1
+                    self.offset = end_offset
+                else:
+                    skip = 0
+                lines = [line for line in chunk.split(b"\n")[skip:-1] if self._wanted(line)]
+                await self._send(lines, path or None)
+            finally:
+                self._memory.discharge(2 * len(chunk))
 
     def _wanted(self, line: bytes) -> bool:
         if self.types is None and self.run_id is None:
@@ -347,6 +389,13 @@ class _FileTail:
         self._inflated: InflatedFile | None = None
         #: The last :meth:`read_batch` reached the end of the file.
         self.at_end = False
+
+    @property
+    def held(self) -> int:
+        """Bytes the reader holds past its last line (the rest of a read, the start
+        of a long line) until the next batch, at most."""
+        reader = self._reader
+        return reader.position - reader.offset if reader is not None else 0
 
     def _open(self) -> int:
         try:
@@ -477,6 +526,12 @@ class Tails:
         if request.path is not None:
             resolved = access.resolve(peer, request.path)
             access.check_read(peer, resolved)
+        if not peer.memory.fits(SUBSCRIPTION_BYTES, part=_PART):
+            raise LocalProtocolError(
+                f"the daemon's memory budget for this connection is spent (it holds "
+                f"{peer.memory.held} bytes); end a subscription or read what is sent first",
+                code=ErrorCode.TOO_MANY,
+            )
         if shared is None:
             shared = self._by_peer[peer] = _PeerTails()
         self._numbers += 1
@@ -497,6 +552,7 @@ class Tails:
             else lambda path: access.may_read(peer, path),
         )
         shared.subscriptions[sub.number] = sub
+        peer.memory.charge(SUBSCRIPTION_BYTES)  # given back in _detach
         self._per_uid[peer.uid] = held + 1
         try:
             await peer.send(Subscribed(id=request.id, subscription=sub.number, path=sub.path))
@@ -536,6 +592,7 @@ class Tails:
         shared = self._by_peer.get(sub.peer)
         if shared is not None:
             if shared.subscriptions.pop(sub.number, None) is not None:
+                sub.peer.memory.discharge(SUBSCRIPTION_BYTES)
                 uid = sub.peer.uid
                 self._per_uid[uid] -= 1
                 if not self._per_uid[uid]:

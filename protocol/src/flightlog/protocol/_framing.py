@@ -118,6 +118,17 @@ class FrameDecoder(Generic[M]):
         """How many received bytes are not yet handed out as messages."""
         return len(self._buf) - self._pos
 
+    @property
+    def missing(self) -> int:
+        """How many more bytes the next message needs at least: 0 when one is
+        complete, else what its frame lacks (its header's bytes alone while that is
+        incomplete)."""
+        buffered = len(self._buf) - self._pos
+        if buffered < HEADER_SIZE:
+            return HEADER_SIZE - buffered
+        length: int = _unpack_length(self._buf, self._pos)[0]
+        return max(0, HEADER_SIZE + length - buffered)
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Add received bytes."""
         if self._pos and self._pos >= len(self._buf) // 2:

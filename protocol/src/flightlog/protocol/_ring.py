@@ -272,6 +272,12 @@ class RingReader:
         does that)."""
         return self._words[_TAIL] != self._head
 
+    @property
+    def published(self) -> int:
+        """Bytes the client published and the daemon did not take yet, within
+        ``0 .. size`` whatever the client wrote (:meth:`take` refuses a bad ``tail``)."""
+        return min(max(self._words[_TAIL] - self._head, 0), self.size)
+
     def take(self, feed: _Feed, limit: int) -> int:
         """Hand up to ``limit`` published bytes to ``feed`` (which copies them: a
         view into the mapping is only valid during the call), publish the new

@@ -157,6 +157,13 @@ def test_the_export_carries_each_price_and_its_source(
     assert calls["m1"].attributes["flightlog.cost.amount"] == float(M1)
     assert calls["m1"].attributes["flightlog.cost.source"] == M1_SOURCE
     assert calls["m1"].attributes["flightlog.cost.currency"] == "USD"
+    # A turn's cost: the sum over the chat spans of that turn.
+    by_turn = {
+        span.attributes["flightlog.execution.turn_index"]: span.attributes["flightlog.cost.amount"]
+        for span in calls.values()
+        if "flightlog.cost.amount" in span.attributes
+    }
+    assert by_turn == {0: float(M1), 1: float(M2)}
     assert calls["m3"].attributes["flightlog.cost.unknown"] is True
     assert calls["m3"].attributes["flightlog.cost.source"] == UNKNOWN
     assert "flightlog.cost.amount" not in calls["m3"].attributes

@@ -284,3 +284,13 @@ def test_bad_arguments_say_why(daemon: DaemonProcess, args: list[str], message: 
     code, _, err = cli(daemon, "resume", daemon.root / "cut.jsonl", *args)
     assert code == 2 and message in err, err
     assert not (daemon.root / "x.jsonl").exists()
+
+
+def test_a_fork_onto_an_existing_session_is_refused(daemon: DaemonProcess) -> None:
+    with connect(daemon.socket) as client:
+        record_cut_session(client, "cut.jsonl")
+        client.create("taken.jsonl").close()
+    before = (daemon.root / "taken.jsonl").read_bytes()
+    code, _, err = cli(daemon, "resume", daemon.root / "cut.jsonl", "--fork", "taken.jsonl")
+    assert code == 5 and "session_exists" in err, err
+    assert (daemon.root / "taken.jsonl").read_bytes() == before

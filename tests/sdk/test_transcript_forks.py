@@ -12,6 +12,7 @@ import pytest
 from flightlog.protocol import Origin, Record, encode_line, events
 from flightlog.sdk import (
     Client,
+    DaemonError,
     MemoryDaemon,
     MockTransport,
     OriginNotFound,
@@ -188,3 +189,22 @@ def test_the_memory_daemon_writes_the_origin_too(memory: MemoryDaemon) -> None:
     assert origin_of(fork.records()[0]) == origin
     assert origin_of(plain.records()[0]) is None
     assert b'"origin"' not in plain.lines[0]  # a session that is not a fork is unchanged
+
+
+@pytest.mark.parametrize(
+    ("origin", "wrong"),
+    [
+        (Origin(session_id="not-an-id", path="/x.jsonl", seq=3), "session_id"),
+        (Origin(session_id="a" * 32, path="/x.jsonl", seq=3, run_id="r1"), "run_id"),
+        (Origin(session_id="a" * 32, path="", seq=3), "path is empty"),
+        (Origin(session_id="a" * 32, path="/x.jsonl", seq=0), "seq is 0"),
+    ],
+)
+def test_an_origin_that_names_no_line_is_refused_and_nothing_is_created(
+    client: Client, daemon: DaemonProcess, origin: Origin, wrong: str
+) -> None:
+    with pytest.raises(DaemonError) as refused:
+        client.create("bad-fork.jsonl", origin=origin)
+    assert refused.value.code == "bad_message" and wrong in refused.value.message
+    assert not (daemon.root / "bad-fork.jsonl").exists()
+    client.create("after.jsonl").close()  # the connection goes on

@@ -14,7 +14,15 @@ import msgspec
 from ._errors import ErrorCode, FileFormatError, LocalProtocolError
 from ._json import MAX_NESTING, nested_deeper_than
 from ._lines import LineReader
-from ._records import SESSION_START, ForkStartData, Origin, Record, SessionStartData, encode_line
+from ._records import (
+    SESSION_START,
+    ForkStartData,
+    Origin,
+    Record,
+    SessionStartData,
+    encode_line,
+    is_session_id,
+)
 
 __all__ = ["session_start_line"]
 
@@ -28,8 +36,11 @@ def session_start_line(
     Raises :class:`LocalProtocolError` (``bad_message``) for meta that cannot be
     written as JSON, nests more than ``MAX_NESTING - 2`` levels deep, makes a line a
     reader refuses, or has keys that JSON writes alike (``1`` and ``"1"``: a duplicate
-    key in the file).
+    key in the file), and for an origin that names no session line (docs/format.md,
+    "Forks": session and run ids of 32 lowercase hex digits, a path, a seq of 1 or more).
     """
+    if origin is not None:
+        _check_origin(origin)
     try:
         data = (
             SessionStartData(meta=meta)
@@ -66,6 +77,22 @@ def session_start_line(
             code=ErrorCode.BAD_MESSAGE,
         )
     return line, written
+
+
+def _check_origin(origin: Origin) -> None:
+    wrong = None
+    if not is_session_id(origin.session_id):
+        wrong = "its session_id is not 32 lowercase hex digits"
+    elif origin.run_id is not None and not is_session_id(origin.run_id):
+        wrong = "its run_id is not 32 lowercase hex digits"
+    elif not origin.path:
+        wrong = "its path is empty"
+    elif origin.seq < 1:
+        wrong = f"its seq is {origin.seq}: lines start at 1"
+    if wrong is not None:
+        raise LocalProtocolError(
+            f"origin names no session line: {wrong}", code=ErrorCode.BAD_MESSAGE
+        )
 
 
 def _entries(value: object) -> int:

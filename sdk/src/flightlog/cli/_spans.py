@@ -425,6 +425,10 @@ class SpanBuilder:
             )
             run.calls[key] = call
             run.kinds[call.exec_id] = (exec_kind, attempt)
+            turn = execution.get("turn_index")
+            if isinstance(turn, int) and not isinstance(turn, bool):
+                # A turn is no span of its own: its calls say which, so costs add up by turn.
+                call.attributes["flightlog.execution.turn_index"] = turn
         if kind == "model_request":
             self._model_request(call, data)
         elif kind == "model_exec_start":

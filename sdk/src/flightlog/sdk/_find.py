@@ -601,9 +601,10 @@ class _Prefilter:
     def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
         """(start, stop) of each line of ``block[:end]`` that may match, in order,
         without its ``\\n``."""
-        if len(self._always) == 1 and block.find(b"\\", 0, end) == -1:
-            return self._tested(block, end)
-        escaped = list(self._escaped(block, end))
+        always = self._always  # the escapes first (Query.always)
+        if block.find(b"\\", 0, end) == -1:  # one memchr: no escape to look for
+            always = always[1:]
+        escaped = list(self._escaped(always, block, end))
         if not escaped:
             return self._tested(block, end)
         return iter(sorted({*escaped, *self._tested(block, end)}))
@@ -628,9 +629,12 @@ class _Prefilter:
                 yield start, stop
             at = _first(driver, block, stop + 1, end)
 
-    def _escaped(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+    @staticmethod
+    def _escaped(
+        always: tuple[re.Pattern[bytes], ...], block: bytes, end: int
+    ) -> Iterator[tuple[int, int]]:
         """The lines of ``block[:end]`` decoded whatever the tests say."""
-        for pattern in self._always:  # one by one: each has a literal prefix to scan for
+        for pattern in always:  # one by one: each has a literal prefix to scan for
             match = pattern.search(block, 0, end)
             while match is not None:
                 start = block.rfind(b"\n", 0, match.start()) + 1

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from flightlog.cli import run as cli_run
-from flightlog.protocol import events
+from flightlog.protocol import Origin, events
 from flightlog.sdk import Found, connect, find, read
 from support import DaemonProcess
 
@@ -69,12 +69,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     base = tmp_path_factory.mktemp("tree")
     daemon = DaemonProcess(base).start()
     ids: dict[str, str] = {}
+    paths: dict[str, str] = {}
     try:
         with connect(daemon.socket) as client:
 
-            def session(name: str, meta: dict[str, Any]) -> None:
-                created = client.create(f"tree/{name}.jsonl", meta=meta)
+            def session(name: str, meta: dict[str, Any], origin: Origin | None = None) -> None:
+                created = client.create(f"tree/{name}.jsonl", meta=meta, origin=origin)
                 ids[name] = created.session_id
+                paths[name] = created.path
                 with created.begin_run() as run:
                     _plan(run, question=name)
                 created.close()
@@ -82,7 +84,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             session("root", {"app": "tree", "owner": {"team": "red", "level": 2}})
             session("child", {"app": "tree", "parent_session": ids["root"]})
             session("fork", {"app": "tree", "forked_from": ids["root"]})
-            session("forkfork", {"app": "tree", "forked_from": ids["fork"]})
+            # A fork as flightlog resume --fork makes it: the format's origin.
+            origin = Origin(session_id=ids["fork"], path=paths["fork"], seq=1)
+            session("forkfork", {"app": "tree"}, origin)
             session("grandchild", {"app": "tree", "parent_session": ids["child"]})
             session("other", {"app": "other", "owner": {"team": "blue", "level": 2}})
     finally:

@@ -347,3 +347,31 @@ def test_sigkill_mid_sweep_leaves_every_file_whole(base: Path) -> None:
     finally:
         proc.stop()
         shutil.rmtree(archive.parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_an_open_that_loses_the_race_to_a_vacuum_refuses_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, archive: bool
+) -> None:
+    """The vacuum takes the lock and removes (or archives) the file after the daemon
+    opened it and before the daemon locked it: the daemon must not write to it."""
+    from flightlog.daemon import _storage
+    from flightlog.daemon._paths import Roots
+    from flightlog.daemon._storage import SessionFile
+
+    path = aged(tmp_path / "root" / "s.jsonl", 5)
+    roots = Roots(str(tmp_path / "root"))
+    st = path.stat()
+    removal = Removal(
+        str(path), roots.root, st.st_size, st.st_mtime_ns, datetime.now(UTC), "max-age", 0
+    )
+    lock = _storage._lock
+
+    def vacuum_first(fd: int, locked: str) -> None:
+        remove(removal, str(tmp_path / "archive") if archive else None)
+        assert removal.error is None and not path.exists()
+        lock(fd, locked)
+
+    monkeypatch.setattr(_storage, "_lock", vacuum_first)
+    with pytest.raises(FileNotFoundError, match="removed while it was being opened"):
+        SessionFile.open(roots, roots.resolve("s.jsonl"))

@@ -375,3 +375,36 @@ def test_an_open_that_loses_the_race_to_a_vacuum_refuses_the_file(
     monkeypatch.setattr(_storage, "_lock", vacuum_first)
     with pytest.raises(FileNotFoundError, match="removed while it was being opened"):
         SessionFile.open(roots, roots.resolve("s.jsonl"))
+
+
+@needs_root
+def test_an_archive_command_gets_each_session_before_it_goes(base: Path) -> None:
+    root, archive = base / "root", base / "archive"
+    archive.mkdir()
+    old = [aged(root / f"o{days}.jsonl", days) for days in (10, 11)]
+    content = old[0].read_bytes()
+    copy = f'sh -c \'cp "$1" "{archive}/"\' sh'
+    proc = daemon(base, "--max-age", "1d", "--archive-command", copy).start()
+    try:
+
+        def archived_in_log() -> list[dict[str, Any]]:
+            return [e for e in log_events(proc) if e.get("event") == "session_archived"]
+
+        wait_for(lambda: len(archived_in_log()) == 2, timeout=30)
+        archived = archived_in_log()
+        assert not any(p.exists() for p in old)
+        assert [e["path"] for e in archived] == [str(old[1]), str(old[0])]
+        assert archived[0]["archived_to"].endswith(f"sh {old[1]}")
+        assert (archive / "o10.jsonl").read_bytes() == content
+    finally:
+        proc.stop()
+    failing = aged(root / "f.jsonl", 10)
+    proc = daemon(base, "--max-age", "1d", "--archive-command", "false").start()
+    try:
+        wait_for(lambda: any(e.get("event") == "session_kept" for e in log_events(proc)))
+        [kept, *_] = [e for e in log_events(proc) if e.get("event") == "session_kept"]
+        assert kept["path"] == str(failing) and kept["reason"] == "max-age"
+        assert kept["error"] == "the archive command exited with 1: kept"
+        assert failing.exists() and check_file(failing).sound
+    finally:
+        proc.stop()

@@ -9,6 +9,7 @@ import functools
 import grp
 import os
 import resource
+import shlex
 import signal
 import sys
 import threading
@@ -129,6 +130,17 @@ def _age(text: str) -> timedelta:
         return parse_age(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"takes {exc}") from None
+
+
+def _command(text: str) -> list[str]:
+    """A command line, split as a shell would split it (no shell runs it)."""
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if not argv:
+        raise argparse.ArgumentTypeError("an empty command")
+    return argv
 
 
 def _version() -> str:
@@ -315,7 +327,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         ),
         interval=args.vacuum_interval,
         archive=os.path.abspath(args.archive) if args.archive else None,
+        archive_command=tuple(args.archive_command) if args.archive_command else None,
     )
+    if args.archive is not None and args.archive_command is not None:
+        parser.error("--archive and --archive-command: choose one")
     if args.archive is not None:
         problem = archive_problem(args.archive, args.root, args.retention.limits)
         if problem is not None:
@@ -373,6 +388,14 @@ def _add_retention_arguments(parser: argparse.ArgumentParser, defaults: Retentio
         metavar="DIR",
         help="move removed sessions into DIR, same relative path, instead of deleting "
         "(default: none, they are deleted)",
+    )
+    group.add_argument(
+        "--archive-command",
+        type=_command,
+        metavar="CMD",
+        help="hand each session to CMD (split like a shell does, no shell run; the "
+        "file's path the last argument) and remove it once CMD exits with 0 "
+        "(default: none)",
     )
 
 

@@ -56,6 +56,8 @@ class RetentionSettings:
     interval: float = 600.0
     #: Move removed files into this directory (same relative path) instead of deleting.
     archive: str | None = None
+    #: Or hand each to this command (its path the last argument) before removing it.
+    archive_command: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -120,7 +122,12 @@ class Retention:
         for removal in removals:
             if self._stop.is_set():
                 break
-            remove(removal, self.settings.archive, busy=self._busy)
+            remove(
+                removal,
+                self.settings.archive,
+                busy=self._busy,
+                command=self.settings.archive_command,
+            )
             self._log(removal, now)
             if removal.error is None:
                 gone.add(removal.path)

@@ -28,7 +28,9 @@ mtime and that ``busy`` (the daemon's table) does not hold it, then deletes it w
 name is taken), then ``unlink``; across filesystems a copy to a temporary name beside
 the target, ``fsync``, ``link``, ``unlink`` of the temporary, then ``unlink`` of the
 original.  A kill at any moment leaves each file whole in place, whole in the archive,
-or both; a later run that finds the same content at the target finishes the move.
+or both; a later run that finds the same content at the target finishes the move.  An
+archive command gets the file's path as its last argument (the lock held meanwhile);
+the file is removed only once the command exits with status 0.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ import fcntl
 import filecmp
 import os
 import re
+import shlex
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -296,12 +300,18 @@ def available(path: str) -> int:
 
 
 def remove(
-    removal: Removal, archive: str | None, *, busy: Callable[[str], bool] | None = None
+    removal: Removal,
+    archive: str | None,
+    *,
+    busy: Callable[[str], bool] | None = None,
+    command: Sequence[str] | None = None,
 ) -> None:
     """Remove (or archive) one planned file; sets ``removal.error`` instead of raising.
 
     The one place a session file goes: what must hold before it may go is checked here
-    (its lock, its identity, ``busy``), under the file's ``flock``."""
+    (its lock, its identity, ``busy``), under the file's ``flock``.  With ``command``,
+    the file is handed to it first (its path the last argument) and removed only if
+    it exits with status 0."""
     try:
         fd = os.open(removal.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -324,7 +334,13 @@ def remove(
         if busy is not None and busy(removal.path):
             removal.error = "opened since it was planned: kept"
             return
-        if archive is not None:
+        if command is not None:
+            error = _run_archive_command([*command, removal.path])
+            if error is not None:
+                removal.error = f"{error}: kept"
+                return
+            removal.archived_to = shlex.join([*command, removal.path])
+        elif archive is not None:
             relative = os.path.relpath(removal.path, removal.top)
             if relative == ".":
                 relative = os.path.basename(removal.path)
@@ -339,6 +355,32 @@ def remove(
         removal.error = f"{exc.strerror or exc}: kept"
     finally:
         os.close(fd)  # releases the lock
+
+
+#: Seconds an archive command may take for one file before it counts as failed.
+ARCHIVE_COMMAND_TIMEOUT: Final = 3600.0
+
+
+def _run_archive_command(argv: list[str]) -> str | None:
+    """Run an archive command; None when it exited with 0, else why not."""
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=ARCHIVE_COMMAND_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the archive command took longer than {ARCHIVE_COMMAND_TIMEOUT:g} s"
+    except OSError as exc:
+        return f"the archive command could not run: {exc.strerror or exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"the archive command exited with {done.returncode}" + (
+            f" ({said[-1][:200]})" if said else ""
+        )
+    return None
 
 
 def _fsync_dir(directory: str) -> None:

@@ -44,6 +44,7 @@ examples:
   flightlog vacuum --max-use 10G                  oldest first until they use at most 10 GiB
   flightlog vacuum --keep-free 20G --archive /mnt/old/flightlog
   flightlog vacuum --max-age 30d --json | jq -r .path
+  flightlog vacuum --max-age 30d --archive-command /usr/local/bin/ship-session
 
 Removes session files (*.jsonl) under the data root, or the PATHs, oldest last activity
 first, until none is older than --max-age, they use at most --max-use and the filesystem

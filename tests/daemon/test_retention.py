@@ -197,12 +197,21 @@ def test_max_use_counts_each_uids_files_alone_and_keep_free_is_global(base: Path
         assert all(p.exists() for p in [*mine[:3], *theirs])
     finally:
         proc.stop()
-    # The disk's limit is the operator's: the oldest removable files go, whoever's.
+    # The operator's total cap: the oldest removable files go, whoever's.
+    proc = daemon(base, "--max-use-total", str(4 * size)).start()
+    try:
+        wait_for(lambda: len(removed_in_log(proc)) == 1, timeout=30)
+        [seen] = [s for s in swept(proc) if s.uid == OTHER]
+        [event] = removed_in_log(proc)
+        assert event["path"] == str(theirs[1]) and event["reason"] == "max-use-total"
+        assert seen.max_use_total == 4 * size and seen.files == 1
+    finally:
+        proc.stop()
+    # The disk's limit is the operator's too.
     proc = daemon(base, "--keep-free", "1000000T").start()
     try:
-        wait_for(lambda: len(removed_in_log(proc)) == 5, timeout=30)
+        wait_for(lambda: len(removed_in_log(proc)) == 4, timeout=30)
         assert [Path(e["path"]).name for e in removed_in_log(proc)] == [
-            "o21.jsonl",
             "o20.jsonl",
             "m12.jsonl",
             "m11.jsonl",

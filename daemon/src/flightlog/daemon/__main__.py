@@ -324,6 +324,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             max_age=args.max_age,
             keep_free=args.keep_free,
             protect=args.protect,
+            max_use_total=args.max_use_total,
         ),
         interval=args.vacuum_interval,
         archive=os.path.abspath(args.archive) if args.archive else None,
@@ -348,13 +349,20 @@ def _add_retention_arguments(parser: argparse.ArgumentParser, defaults: Retentio
         "Limits on the session files of the data root, applied at start and then "
         "every sweep, oldest first, by the rules of flightlog vacuum.  None is set by "
         "default: the daemon removes nothing unless told to.  The size and age limits "
-        "apply to each uid's files alone; the free space one to the whole disk.",
+        "apply to each uid's files alone; the total and free space ones to all of them.",
     )
     group.add_argument(
         "--max-use",
         type=_size,
         metavar="SIZE",
         help="at most SIZE in each uid's session files, e.g. 10G (default: no limit)",
+    )
+    group.add_argument(
+        "--max-use-total",
+        type=_size,
+        metavar="SIZE",
+        help="at most SIZE in every uid's session files together: past it the oldest "
+        "removable sessions go, whoever owns them (default: no limit)",
     )
     group.add_argument(
         "--max-age",

@@ -11,8 +11,8 @@ limit is set unless the operator sets one.
 
 * A session's owner is the uid its path gives (``uid/UID/``, else the daemon's own), as
   for writing and reading (``_access``).  ``max_use`` and ``max_age`` apply to each
-  owner's files alone; ``keep_free`` is the operator's global limit and takes the oldest
-  removable files, whoever owns them.
+  owner's files alone; ``max_use_total`` and ``keep_free`` are the operator's global
+  limits and take the oldest removable files, whoever owns them.
 * A session the daemon holds (open for a writer, a run, a tail, or being opened) is
   never removed: the planned set leaves out what the daemon held when the sweep began,
   and just before each removal, under the file's ``flock``, the event loop is asked
@@ -208,6 +208,7 @@ class Retention:
                 protect=limits.protect.total_seconds(),
                 available=self._available,
                 surveyed=format_time(self._surveyed) if self._surveyed else None,
+                max_use_total=limits.max_use_total,
             )
             for uid in wanted
         ]

@@ -14,10 +14,11 @@ of its mtime and the time of its last complete record, is read from the file's e
 a writer or an open run holds it, or its last activity is within ``protect``), oldest
 last activity first, and removes each for the first limit it breaks, in this order:
 ``max-age`` (its last activity is older), ``max-use`` (its owner's files, protected ones
-included, use more than ``max_use`` bytes), ``keep-free`` (the filesystem has less than
+included, use more than ``max_use`` bytes), ``max-use-total`` (every owner's files
+together use more than ``max_use_total``), ``keep-free`` (the filesystem has less than
 ``keep_free`` bytes available).  ``max_age`` and ``max_use`` apply to each owner's files
 alone: one owner's files never count against, nor are removed for, another owner's
-limit.  ``keep_free`` is the operator's global limit: the disk is one, so the oldest
+limit.  ``max_use_total`` and ``keep_free`` are the operator's global limits: the oldest
 removable files go whoever owns them.
 
 **Remove.**  :func:`remove` is the one place a file goes.  It takes the file's ``flock``
@@ -108,10 +109,13 @@ class Limits:
     max_age: timedelta | None = None
     keep_free: int | None = None
     protect: timedelta = DEFAULT_PROTECT
+    #: The operator's global cap: every owner's files together.
+    max_use_total: int | None = None
 
     @property
     def any(self) -> bool:
-        return (self.max_use, self.max_age, self.keep_free) != (None, None, None)
+        limits = (self.max_use, self.max_age, self.keep_free, self.max_use_total)
+        return limits != (None, None, None, None)
 
 
 @dataclass
@@ -270,6 +274,7 @@ def plan(
     use: dict[int | None, int] = {}
     for f in files:
         use[f.owner] = use.get(f.owner, 0) + f.size
+    total = sum(use.values())
     removable = [f for f in files if f.last_activity <= now - limits.protect and not protected(f)]
     removals: list[Removal] = []
     for f in sorted(removable, key=lambda f: (f.last_activity, f.path)):
@@ -277,6 +282,8 @@ def plan(
             reason = "max-age"
         elif limits.max_use is not None and use[f.owner] > limits.max_use:
             reason = "max-use"
+        elif limits.max_use_total is not None and total > limits.max_use_total:
+            reason = "max-use-total"
         elif limits.keep_free is not None and free is not None and free < limits.keep_free:
             reason = "keep-free"
         else:
@@ -285,6 +292,7 @@ def plan(
             Removal(f.path, f.top, f.size, f.mtime_ns, f.last_activity, reason, f.blocks, f.owner)
         )
         use[f.owner] -= f.size
+        total -= f.size
         if free is not None:
             free += f.blocks
     return removals

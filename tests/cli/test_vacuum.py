@@ -388,3 +388,49 @@ def test_a_file_written_after_the_plan_is_kept(
         fileobj.write(template.splitlines(keepends=True)[-1])
     remove(removal, None)
     assert removal.error == "written since it was planned: kept" and path.exists()
+
+
+def test_archive_command_gets_each_file_and_a_failure_keeps_it(
+    daemon: DaemonProcess, template: bytes, tmp_path: Path
+) -> None:
+    root, archive = tmp_path / "root", tmp_path / "archive"
+    archive.mkdir()
+    files = [aged(template, root / f"d{days}" / "s.jsonl", days) for days in (10, 11)]
+    content = files[0].read_bytes()
+    failing = "sh -c 'echo no room left >&2; exit 3' sh"
+    kept = vacuum(
+        daemon,
+        str(root),
+        "--max-age",
+        "1d",
+        "--archive-command",
+        failing,
+        "--json",
+        check_status=False,
+    )
+    assert kept.returncode == 5
+    assert [r["error"] for r in removals(kept)] == [
+        "the archive command exited with 3 (no room left): kept"
+    ] * 2
+    assert all(f.exists() for f in files)
+    copy = f'sh -c \'cp "$1" "{archive}/$(basename "$(dirname "$1")").jsonl"\' sh'
+    done = removals(
+        vacuum(daemon, str(root), "--max-age", "1d", "--archive-command", copy, "--json")
+    )
+    assert [r["removed"] for r in done] == [True, True]
+    assert done[0]["archived_to"].endswith(f"sh {files[1]}")  # the oldest first
+    assert not any(f.exists() for f in files)
+    assert sorted(p.name for p in archive.iterdir()) == ["d10.jsonl", "d11.jsonl"]
+    assert (archive / "d10.jsonl").read_bytes() == content
+    both = vacuum(
+        daemon,
+        str(root),
+        "--max-age",
+        "1d",
+        "--archive",
+        str(archive),
+        "--archive-command",
+        "true",
+        check_status=False,
+    )
+    assert both.returncode == 2 and "choose one" in both.stderr

@@ -197,12 +197,21 @@ def test_max_use_counts_each_uids_files_alone_and_keep_free_is_global(base: Path
         assert all(p.exists() for p in [*mine[:3], *theirs])
     finally:
         proc.stop()
-    # The disk's limit is the operator's: the oldest removable files go, whoever's.
+    # The operator's total cap: the oldest removable files go, whoever's.
+    proc = daemon(base, "--max-use-total", str(4 * size)).start()
+    try:
+        wait_for(lambda: len(removed_in_log(proc)) == 1, timeout=30)
+        [seen] = [s for s in swept(proc) if s.uid == OTHER]
+        [event] = removed_in_log(proc)
+        assert event["path"] == str(theirs[1]) and event["reason"] == "max-use-total"
+        assert seen.max_use_total == 4 * size and seen.files == 1
+    finally:
+        proc.stop()
+    # The disk's limit is the operator's too.
     proc = daemon(base, "--keep-free", "1000000T").start()
     try:
-        wait_for(lambda: len(removed_in_log(proc)) == 5, timeout=30)
+        wait_for(lambda: len(removed_in_log(proc)) == 4, timeout=30)
         assert [Path(e["path"]).name for e in removed_in_log(proc)] == [
-            "o21.jsonl",
             "o20.jsonl",
             "m12.jsonl",
             "m11.jsonl",
@@ -347,3 +356,64 @@ def test_sigkill_mid_sweep_leaves_every_file_whole(base: Path) -> None:
     finally:
         proc.stop()
         shutil.rmtree(archive.parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_an_open_that_loses_the_race_to_a_vacuum_refuses_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, archive: bool
+) -> None:
+    """The vacuum takes the lock and removes (or archives) the file after the daemon
+    opened it and before the daemon locked it: the daemon must not write to it."""
+    from flightlog.daemon import _storage
+    from flightlog.daemon._paths import Roots
+    from flightlog.daemon._storage import SessionFile
+
+    path = aged(tmp_path / "root" / "s.jsonl", 5)
+    roots = Roots(str(tmp_path / "root"))
+    st = path.stat()
+    removal = Removal(
+        str(path), roots.root, st.st_size, st.st_mtime_ns, datetime.now(UTC), "max-age", 0
+    )
+    lock = _storage._lock
+
+    def vacuum_first(fd: int, locked: str) -> None:
+        remove(removal, str(tmp_path / "archive") if archive else None)
+        assert removal.error is None and not path.exists()
+        lock(fd, locked)
+
+    monkeypatch.setattr(_storage, "_lock", vacuum_first)
+    with pytest.raises(FileNotFoundError, match="removed while it was being opened"):
+        SessionFile.open(roots, roots.resolve("s.jsonl"))
+
+
+@needs_root
+def test_an_archive_command_gets_each_session_before_it_goes(base: Path) -> None:
+    root, archive = base / "root", base / "archive"
+    archive.mkdir()
+    old = [aged(root / f"o{days}.jsonl", days) for days in (10, 11)]
+    content = old[0].read_bytes()
+    copy = f'sh -c \'cp "$1" "{archive}/"\' sh'
+    proc = daemon(base, "--max-age", "1d", "--archive-command", copy).start()
+    try:
+
+        def archived_in_log() -> list[dict[str, Any]]:
+            return [e for e in log_events(proc) if e.get("event") == "session_archived"]
+
+        wait_for(lambda: len(archived_in_log()) == 2, timeout=30)
+        archived = archived_in_log()
+        assert not any(p.exists() for p in old)
+        assert [e["path"] for e in archived] == [str(old[1]), str(old[0])]
+        assert archived[0]["archived_to"].endswith(f"sh {old[1]}")
+        assert (archive / "o10.jsonl").read_bytes() == content
+    finally:
+        proc.stop()
+    failing = aged(root / "f.jsonl", 10)
+    proc = daemon(base, "--max-age", "1d", "--archive-command", "false").start()
+    try:
+        wait_for(lambda: any(e.get("event") == "session_kept" for e in log_events(proc)))
+        [kept, *_] = [e for e in log_events(proc) if e.get("event") == "session_kept"]
+        assert kept["path"] == str(failing) and kept["reason"] == "max-age"
+        assert kept["error"] == "the archive command exited with 1: kept"
+        assert failing.exists() and check_file(failing).sound
+    finally:
+        proc.stop()

@@ -109,6 +109,12 @@ def test_each_owner_is_planned_alone() -> None:
     files = [stored(1, d) for d in (10, 11, 12)] + [stored(2, d) for d in (30, 31)]
     removals = plan(files, Limits(max_use=200), now=now, free=None)
     assert [r.path for r in removals] == ["/r/1/12"]  # owner 2 is at its limit, not over
+    # The operator's total cap takes the oldest, whoever's: owner 2's first.
+    capped = plan(files, Limits(max_use=300, max_use_total=300), now=now, free=None)
+    assert [(r.path, r.reason) for r in capped] == [
+        ("/r/2/31", "max-use-total"),
+        ("/r/2/30", "max-use-total"),
+    ]
     everyone = plan(files, Limits(keep_free=1000), now=now, free=500)
     assert [r.path for r in everyone] == ["/r/2/31", "/r/2/30", "/r/1/12", "/r/1/11", "/r/1/10"]
     held = plan(

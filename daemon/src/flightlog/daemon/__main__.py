@@ -9,6 +9,7 @@ import functools
 import grp
 import os
 import resource
+import shlex
 import signal
 import sys
 import threading
@@ -129,6 +130,17 @@ def _age(text: str) -> timedelta:
         return parse_age(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"takes {exc}") from None
+
+
+def _command(text: str) -> list[str]:
+    """A command line, split as a shell would split it (no shell runs it)."""
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if not argv:
+        raise argparse.ArgumentTypeError("an empty command")
+    return argv
 
 
 def _version() -> str:
@@ -320,10 +332,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             max_age=args.max_age,
             keep_free=args.keep_free,
             protect=args.protect,
+            max_use_total=args.max_use_total,
         ),
         interval=args.vacuum_interval,
         archive=os.path.abspath(args.archive) if args.archive else None,
+        archive_command=tuple(args.archive_command) if args.archive_command else None,
     )
+    if args.archive is not None and args.archive_command is not None:
+        parser.error("--archive and --archive-command: choose one")
     if args.archive is not None:
         problem = archive_problem(args.archive, args.root, args.retention.limits)
         if problem is not None:
@@ -341,13 +357,20 @@ def _add_retention_arguments(parser: argparse.ArgumentParser, defaults: Retentio
         "Limits on the session files of the data root, applied at start and then "
         "every sweep, oldest first, by the rules of flightlog vacuum.  None is set by "
         "default: the daemon removes nothing unless told to.  The size and age limits "
-        "apply to each uid's files alone; the free space one to the whole disk.",
+        "apply to each uid's files alone; the total and free space ones to all of them.",
     )
     group.add_argument(
         "--max-use",
         type=_size,
         metavar="SIZE",
         help="at most SIZE in each uid's session files, e.g. 10G (default: no limit)",
+    )
+    group.add_argument(
+        "--max-use-total",
+        type=_size,
+        metavar="SIZE",
+        help="at most SIZE in every uid's session files together: past it the oldest "
+        "removable sessions go, whoever owns them (default: no limit)",
     )
     group.add_argument(
         "--max-age",
@@ -381,6 +404,14 @@ def _add_retention_arguments(parser: argparse.ArgumentParser, defaults: Retentio
         metavar="DIR",
         help="move removed sessions into DIR, same relative path, instead of deleting "
         "(default: none, they are deleted)",
+    )
+    group.add_argument(
+        "--archive-command",
+        type=_command,
+        metavar="CMD",
+        help="hand each session to CMD (split like a shell does, no shell run; the "
+        "file's path the last argument) and remove it once CMD exits with 0 "
+        "(default: none)",
     )
 
 

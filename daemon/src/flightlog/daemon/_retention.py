@@ -11,8 +11,8 @@ limit is set unless the operator sets one.
 
 * A session's owner is the uid its path gives (``uid/UID/``, else the daemon's own), as
   for writing and reading (``_access``).  ``max_use`` and ``max_age`` apply to each
-  owner's files alone; ``keep_free`` is the operator's global limit and takes the oldest
-  removable files, whoever owns them.
+  owner's files alone; ``max_use_total`` and ``keep_free`` are the operator's global
+  limits and take the oldest removable files, whoever owns them.
 * A session the daemon holds (open for a writer, a run, a tail, or being opened) is
   never removed: the planned set leaves out what the daemon held when the sweep began,
   and just before each removal, under the file's ``flock``, the event loop is asked
@@ -56,6 +56,8 @@ class RetentionSettings:
     interval: float = 600.0
     #: Move removed files into this directory (same relative path) instead of deleting.
     archive: str | None = None
+    #: Or hand each to this command (its path the last argument) before removing it.
+    archive_command: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -120,7 +122,12 @@ class Retention:
         for removal in removals:
             if self._stop.is_set():
                 break
-            remove(removal, self.settings.archive, busy=self._busy)
+            remove(
+                removal,
+                self.settings.archive,
+                busy=self._busy,
+                command=self.settings.archive_command,
+            )
             self._log(removal, now)
             if removal.error is None:
                 gone.add(removal.path)
@@ -201,6 +208,7 @@ class Retention:
                 protect=limits.protect.total_seconds(),
                 available=self._available,
                 surveyed=format_time(self._surveyed) if self._surveyed else None,
+                max_use_total=limits.max_use_total,
             )
             for uid in wanted
         ]

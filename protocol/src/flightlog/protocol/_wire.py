@@ -369,6 +369,8 @@ class UidStorage(msgspec.Struct, kw_only=True, frozen=True):
     available: int | None = None
     #: When the survey was made (RFC 3339); None before the first.
     surveyed: str | None = None
+    #: The operator's global limit: bytes of every uid's files together.
+    max_use_total: int | None = None
 
 
 class StatusReply(Message, tag="status_reply", frozen=True):

@@ -606,6 +606,9 @@ def _storage_lines(reply: StatusReply) -> Iterator[str]:
             f"at most {format_bytes(mine.max_use)}" if mine.max_use is not None else "",
             f"none older than {format_duration(mine.max_age)}" if mine.max_age else "",
             f"{format_bytes(mine.keep_free)} kept free" if mine.keep_free is not None else "",
+            f"at most {format_bytes(mine.max_use_total)} for all uids"
+            if mine.max_use_total is not None
+            else "",
         ]
         said = ", ".join(limit for limit in limits if limit) or "no limits"
         removed = (

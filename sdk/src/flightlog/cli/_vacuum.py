@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,7 @@ examples:
   flightlog vacuum --max-use 10G                  oldest first until they use at most 10 GiB
   flightlog vacuum --keep-free 20G --archive /mnt/old/flightlog
   flightlog vacuum --max-age 30d --json | jq -r .path
+  flightlog vacuum --max-age 30d --archive-command /usr/local/bin/ship-session
 
 Removes session files (*.jsonl) under the data root, or the PATHs, oldest last activity
 first, until none is older than --max-age, they use at most --max-use and the filesystem
@@ -69,6 +71,12 @@ def add_vacuum_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--archive", metavar="DIR", help="move the files into DIR (same relative path)"
+    )
+    parser.add_argument(
+        "--archive-command",
+        metavar="CMD",
+        help="hand each file to CMD (its path the last argument) and remove it once CMD "
+        "exits with 0",
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would go; change nothing")
     parser.add_argument("--json", action="store_true", help="one JSON object per file")
@@ -167,6 +175,12 @@ def run_vacuum(
     limits = _limits(args)
     tops = _tops(args)
     archive = None
+    try:
+        command = shlex.split(args.archive_command) if args.archive_command else None
+    except ValueError as exc:
+        raise CommandError(f"--archive-command: {exc}", EXIT_USAGE) from None
+    if command is not None and args.archive is not None:
+        raise CommandError("--archive and --archive-command: choose one", EXIT_USAGE)
     if args.archive is not None:
         try:
             archive = _check_archive(args.archive, tops, limits.keep_free)
@@ -178,7 +192,7 @@ def run_vacuum(
     free = available(tops[0]) if limits.keep_free is not None and tops else None
     for removal in plan(tops, limits, socket=socket, now=now, free=free):
         if not args.dry_run:
-            remove(removal, archive)
+            remove(removal, archive, command=command)
         yield removal, not args.dry_run
 
 

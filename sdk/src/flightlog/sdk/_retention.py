@@ -14,10 +14,11 @@ of its mtime and the time of its last complete record, is read from the file's e
 a writer or an open run holds it, or its last activity is within ``protect``), oldest
 last activity first, and removes each for the first limit it breaks, in this order:
 ``max-age`` (its last activity is older), ``max-use`` (its owner's files, protected ones
-included, use more than ``max_use`` bytes), ``keep-free`` (the filesystem has less than
+included, use more than ``max_use`` bytes), ``max-use-total`` (every owner's files
+together use more than ``max_use_total``), ``keep-free`` (the filesystem has less than
 ``keep_free`` bytes available).  ``max_age`` and ``max_use`` apply to each owner's files
 alone: one owner's files never count against, nor are removed for, another owner's
-limit.  ``keep_free`` is the operator's global limit: the disk is one, so the oldest
+limit.  ``max_use_total`` and ``keep_free`` are the operator's global limits: the oldest
 removable files go whoever owns them.
 
 **Remove.**  :func:`remove` is the one place a file goes.  It takes the file's ``flock``
@@ -28,7 +29,9 @@ mtime and that ``busy`` (the daemon's table) does not hold it, then deletes it w
 name is taken), then ``unlink``; across filesystems a copy to a temporary name beside
 the target, ``fsync``, ``link``, ``unlink`` of the temporary, then ``unlink`` of the
 original.  A kill at any moment leaves each file whole in place, whole in the archive,
-or both; a later run that finds the same content at the target finishes the move.
+or both; a later run that finds the same content at the target finishes the move.  An
+archive command gets the file's path as its last argument (the lock held meanwhile);
+the file is removed only once the command exits with status 0.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ import fcntl
 import filecmp
 import os
 import re
+import shlex
 import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -104,10 +109,13 @@ class Limits:
     max_age: timedelta | None = None
     keep_free: int | None = None
     protect: timedelta = DEFAULT_PROTECT
+    #: The operator's global cap: every owner's files together.
+    max_use_total: int | None = None
 
     @property
     def any(self) -> bool:
-        return (self.max_use, self.max_age, self.keep_free) != (None, None, None)
+        limits = (self.max_use, self.max_age, self.keep_free, self.max_use_total)
+        return limits != (None, None, None, None)
 
 
 @dataclass
@@ -266,6 +274,7 @@ def plan(
     use: dict[int | None, int] = {}
     for f in files:
         use[f.owner] = use.get(f.owner, 0) + f.size
+    total = sum(use.values())
     removable = [f for f in files if f.last_activity <= now - limits.protect and not protected(f)]
     removals: list[Removal] = []
     for f in sorted(removable, key=lambda f: (f.last_activity, f.path)):
@@ -273,6 +282,8 @@ def plan(
             reason = "max-age"
         elif limits.max_use is not None and use[f.owner] > limits.max_use:
             reason = "max-use"
+        elif limits.max_use_total is not None and total > limits.max_use_total:
+            reason = "max-use-total"
         elif limits.keep_free is not None and free is not None and free < limits.keep_free:
             reason = "keep-free"
         else:
@@ -281,6 +292,7 @@ def plan(
             Removal(f.path, f.top, f.size, f.mtime_ns, f.last_activity, reason, f.blocks, f.owner)
         )
         use[f.owner] -= f.size
+        total -= f.size
         if free is not None:
             free += f.blocks
     return removals
@@ -296,12 +308,18 @@ def available(path: str) -> int:
 
 
 def remove(
-    removal: Removal, archive: str | None, *, busy: Callable[[str], bool] | None = None
+    removal: Removal,
+    archive: str | None,
+    *,
+    busy: Callable[[str], bool] | None = None,
+    command: Sequence[str] | None = None,
 ) -> None:
     """Remove (or archive) one planned file; sets ``removal.error`` instead of raising.
 
     The one place a session file goes: what must hold before it may go is checked here
-    (its lock, its identity, ``busy``), under the file's ``flock``."""
+    (its lock, its identity, ``busy``), under the file's ``flock``.  With ``command``,
+    the file is handed to it first (its path the last argument) and removed only if
+    it exits with status 0."""
     try:
         fd = os.open(removal.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -324,7 +342,13 @@ def remove(
         if busy is not None and busy(removal.path):
             removal.error = "opened since it was planned: kept"
             return
-        if archive is not None:
+        if command is not None:
+            error = _run_archive_command([*command, removal.path])
+            if error is not None:
+                removal.error = f"{error}: kept"
+                return
+            removal.archived_to = shlex.join([*command, removal.path])
+        elif archive is not None:
             relative = os.path.relpath(removal.path, removal.top)
             if relative == ".":
                 relative = os.path.basename(removal.path)
@@ -339,6 +363,32 @@ def remove(
         removal.error = f"{exc.strerror or exc}: kept"
     finally:
         os.close(fd)  # releases the lock
+
+
+#: Seconds an archive command may take for one file before it counts as failed.
+ARCHIVE_COMMAND_TIMEOUT: Final = 3600.0
+
+
+def _run_archive_command(argv: list[str]) -> str | None:
+    """Run an archive command; None when it exited with 0, else why not."""
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=ARCHIVE_COMMAND_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the archive command took longer than {ARCHIVE_COMMAND_TIMEOUT:g} s"
+    except OSError as exc:
+        return f"the archive command could not run: {exc.strerror or exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"the archive command exited with {done.returncode}" + (
+            f" ({said[-1][:200]})" if said else ""
+        )
+    return None
 
 
 def _fsync_dir(directory: str) -> None:

@@ -82,6 +82,7 @@ def connect(
     reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
     max_unacked: int = DEFAULT_MAX_UNACKED,
     best_effort: bool = False,
+    trusted_uids: Iterable[int] = (),
 ) -> Client:
     """Connect to the daemon and say hello: ``with connect() as client``.
 
@@ -108,12 +109,24 @@ def connect(
     second: once the daemon is back, the runs go on, and what is missing from them is
     exactly what was dropped.
 
+    The socket's directory and the process that answers must belong to the caller,
+    root, a user ``$FLIGHTLOG_DAEMON_USER`` names, or one of ``trusted_uids`` (a
+    shared daemon's user), at every connect and reconnect.
+
     Raises :class:`DaemonNotRunning` when nothing listens on the socket,
+    :class:`UntrustedDaemon` when the socket is not a trusted daemon's,
     :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
     when the daemon refuses the hello (a protocol version it does not speak).
     """
     connecting = Client._connect(
-        path, client_name, codec, transport, reconnect_grace, max_unacked, best_effort
+        path,
+        client_name,
+        codec,
+        transport,
+        reconnect_grace,
+        max_unacked,
+        best_effort,
+        frozenset(trusted_uids),
     )
     return connecting
 
@@ -199,6 +212,8 @@ class Client(_Resource):
         self.dropped: dict[str, int] = {}
         #: Best effort, after a grace ran out: the monotonic() of the next attempt.
         self._retry_due = 0.0
+        #: Uids trusted as the daemon's beside the defaults (see :func:`connect`).
+        self._trusted: frozenset[int] = frozenset()
         # Tails ride through a reconnect too (only a client that reconnects makes one).
         self._conn.tails_resume = reconnect_grace > 0 and self.path is not None
 
@@ -212,10 +227,11 @@ class Client(_Resource):
         reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
         max_unacked: int = DEFAULT_MAX_UNACKED,
         best_effort: bool = False,
+        trusted: frozenset[int] = frozenset(),
     ) -> Client:
         if transport is None:
             path = path or default_socket_path(os.environ, os.getuid())
-            transport = SocketTransport.connect(path)
+            transport = SocketTransport.connect(path, trusted)
         client = cls(
             transport,
             client_name=client_name,
@@ -224,6 +240,7 @@ class Client(_Resource):
             max_unacked=max_unacked,
             best_effort=best_effort,
         )
+        client._trusted = trusted
         try:
             client._conn.ring = transport.wants_ring
             welcome = client._call(client._conn.hello())
@@ -498,7 +515,7 @@ class Client(_Resource):
         self._transport.close()
         while True:
             try:
-                transport = SocketTransport.connect(path)
+                transport = SocketTransport.connect(path, self._trusted)
             except ConnectError as exc:
                 last = exc
             else:

@@ -1,6 +1,6 @@
 """One uid's agent while another uid floods a shared daemon with work, not bytes.
 
-``sudo uv run python -m bench.fairness [--events N] [--rounds N]`` (it takes root:
+``sudo uv run python -m bench.fairness [--events N] [--rounds N] [--flood KIND]`` (root:
 the clients take throwaway uids) starts a real flightlogd shared by every uid (socket
 mode 0666), and measures an agent of uid 41002 (small records, a checkpoint every
 100, as ``tests/daemon/test_fairness.py``'s) alone and while uid 41001 floods it from
@@ -9,7 +9,9 @@ a thousand in flight, opens of missing sessions, and records at its bytes per se
 Rounds alone and flooded alternate (the flooders SIGSTOPped, then SIGCONTed), so the
 rest of the machine's load weighs alike on both.  Prints, per kind, the agent's
 events per second (best of the rounds) and its worst checkpoint round trip (the
-fsync included) and worst status round trip (the loop alone) over all rounds.
+fsync included) and worst status round trip (the loop alone) over all rounds, and
+the worst fsync the agent timed of its own after each checkpoint, on the daemon's
+file system: the part of a checkpoint's round trip that is the disk's.
 """
 
 from __future__ import annotations
@@ -110,12 +112,16 @@ def _result(pid: int) -> Any:
         path.unlink()
 
 
-def _agent(path: str, name: str, events: int) -> tuple[float, float, float]:
-    """Events per second, worst checkpoint and worst status round trip (seconds)."""
+def _agent(path: str, name: str, events: int) -> tuple[float, float, float, float]:
+    """Events per second, worst checkpoint and worst status round trip, and the worst
+    of an fsync of the agent's own after each checkpoint (seconds): what the disk
+    alone costs at the same moments, on the same file system."""
     client = _Client(path)
     sid, rid = client.session(name)
     note = b"x" * 200
-    worst_checkpoint = worst_status = 0.0
+    worst_checkpoint = worst_status = worst_fsync = 0.0
+    # Beside the daemon's root (under /tmp): the same file system.
+    probe, probe_path = tempfile.mkstemp(prefix="fl-bench-fsync-", dir="/tmp")
     start = time.perf_counter()
     for n in range(events):
         data = b'{"turn_index":%d,"note":"%s"}' % (n, note)
@@ -135,12 +141,18 @@ def _agent(path: str, name: str, events: int) -> tuple[float, float, float]:
             )
             assert isinstance(saved, Ack), saved
             worst_checkpoint = max(worst_checkpoint, time.perf_counter() - began)
+            os.write(probe, note + b"\n")
+            began = time.perf_counter()
+            os.fsync(probe)
+            worst_fsync = max(worst_fsync, time.perf_counter() - began)
             began = time.perf_counter()
             client.request(Status(id=client.next_id()))
             worst_status = max(worst_status, time.perf_counter() - began)
     rate = events / (time.perf_counter() - start)
     client.sock.close()
-    return rate, worst_checkpoint, worst_status
+    os.close(probe)
+    os.unlink(probe_path)
+    return rate, worst_checkpoint, worst_status, worst_fsync
 
 
 def _refused(path: str) -> None:
@@ -198,6 +210,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--flood",
+        action="append",
+        choices=[kind.split()[0] for kind in _FLOODS],
+        help="only this kind of flood (by its first word; repeatable)",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("acting as several uids takes root")
@@ -207,11 +225,14 @@ def main() -> None:
     daemon = Daemon(base, "--socket-mode", "0666").start()
     print(
         "| flood (uid 41001, 2 connections) | agent alone | agent flooded | ratio | "
-        "worst checkpoint alone / flooded | worst status alone / flooded |"
+        "worst checkpoint alone / flooded | worst status alone / flooded | "
+        "worst fsync of the agent's own alone / flooded |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     try:
         for kind, flood in _FLOODS.items():
+            if args.flood and kind.split()[0] not in args.flood:
+                continue
             flooders = [_as_uid(FLOODER, functools.partial(flood, daemon.socket)) for _ in range(2)]
             time.sleep(0.5)
             alone, flooded = [], []
@@ -230,7 +251,8 @@ def main() -> None:
                 f"| {kind} | {solo:,.0f} events/s | {during:,.0f} events/s | "
                 f"{during / solo:.2f}x | {_ms(max(r[1] for r in alone))} / "
                 f"{_ms(max(r[1] for r in flooded))} | {_ms(max(r[2] for r in alone))} / "
-                f"{_ms(max(r[2] for r in flooded))} |",
+                f"{_ms(max(r[2] for r in flooded))} | {_ms(max(r[3] for r in alone))} / "
+                f"{_ms(max(r[3] for r in flooded))} |",
                 flush=True,
             )
     finally:

@@ -70,11 +70,12 @@ def _victim_env(**extra: str) -> None:
     os.environ.update(extra)
 
 
-def _record_secret(**env: str) -> dict[str, Any]:
-    """As the victim: connect with the defaults and record a secret; what happened."""
+def _record_secret(trusted: tuple[int, ...] = (), **env: str) -> dict[str, Any]:
+    """As the victim: connect with the defaults (and ``trusted`` uids) and record a
+    secret; what happened."""
     _victim_env(**env)
     try:
-        with connect(client_name="victim", reconnect_grace=0) as client:
+        with connect(client_name="victim", reconnect_grace=0, trusted_uids=trusted) as client:
             session = client.session("victim.jsonl")
             with session, session.begin_run() as run:
                 run.record(events.AgentStart(agent=SECRET))
@@ -90,14 +91,16 @@ def _record_secret(**env: str) -> dict[str, Any]:
         }
 
 
-def _record_secret_async(**env: str) -> dict[str, Any]:
+def _record_secret_async(trusted: tuple[int, ...] = (), **env: str) -> dict[str, Any]:
     """:func:`_record_secret` through the async client."""
     _victim_env(**env)
 
     async def main() -> dict[str, Any]:
         try:
-            async with aconnect(client_name="victim", reconnect_grace=0) as client:
-                session = client.session("victim.jsonl")
+            async with aconnect(
+                client_name="victim", reconnect_grace=0, trusted_uids=trusted
+            ) as client:
+                session = await client.session("victim.jsonl")
                 async with session, session.begin_run() as run:
                     await run.record(events.AgentStart(agent=SECRET))
             return {"ok": True}
@@ -279,14 +282,19 @@ class ChildDaemon:
         return self.child.result()
 
 
+def _own_user_daemon(trusted_dir: Path, uid: int) -> ChildDaemon:
+    """A shared daemon running as ``uid``, its socket 0666 in a directory of its own."""
+    run = trusted_dir / "run"
+    run.mkdir()
+    os.chown(run, uid, uid)
+    return ChildDaemon(uid, trusted_dir / "d", run / "s.sock", "--socket-mode", "0666")
+
+
 def test_a_daemon_user_named_in_the_environment_is_trusted(trusted_dir: Path) -> None:
     """A shared daemon running as its own user, socket 0666 in a root-owned directory:
     refused until ``$FLIGHTLOG_DAEMON_USER`` names that user, then it records."""
     daemon_uid = SQUATTER
-    run = trusted_dir / "run"
-    run.mkdir()
-    os.chown(run, daemon_uid, daemon_uid)
-    proc = ChildDaemon(daemon_uid, trusted_dir / "d", run / "s.sock", "--socket-mode", "0666")
+    proc = _own_user_daemon(trusted_dir, daemon_uid)
     try:
         proc.wait_ready()
         refused = as_uid(VICTIM, lambda: _record_secret(FLIGHTLOG_SOCKET=proc.socket))
@@ -303,6 +311,30 @@ def test_a_daemon_user_named_in_the_environment_is_trusted(trusted_dir: Path) ->
         assert proc.stop() == 0, proc.log
     files = list((trusted_dir / "d" / "root" / "uid" / str(VICTIM)).glob("*.jsonl"))
     assert [r.type for r in read(files[0])][-2] == "agent_start"
+
+
+def test_a_daemon_uid_given_to_connect_is_trusted(trusted_dir: Path) -> None:
+    """``connect(trusted_uids=...)``, beside ``$FLIGHTLOG_DAEMON_USER``: a shared
+    daemon running as its own user serves a client that names its uid, sync and
+    async, and another uid named there does not make it trusted."""
+    daemon_uid = SQUATTER
+    proc = _own_user_daemon(trusted_dir, daemon_uid)
+    try:
+        proc.wait_ready()
+        other = as_uid(
+            VICTIM, lambda: _record_secret((daemon_uid + 2,), FLIGHTLOG_SOCKET=proc.socket)
+        )
+        assert other["code"] == "untrusted_daemon", other
+        served = as_uid(VICTIM, lambda: _record_secret((daemon_uid,), FLIGHTLOG_SOCKET=proc.socket))
+        assert served.get("ok"), served
+        served = as_uid(
+            VICTIM, lambda: _record_secret_async((daemon_uid,), FLIGHTLOG_SOCKET=proc.socket)
+        )
+        assert served.get("ok"), served
+    finally:
+        assert proc.stop() == 0, proc.log
+    files = list((trusted_dir / "d" / "root" / "uid" / str(VICTIM)).glob("*.jsonl"))
+    assert len(files) == 1 and [r.type for r in read(files[0])].count("agent_start") == 2
 
 
 def test_an_unknown_daemon_user_is_a_clear_error(daemon: DaemonProcess) -> None:

@@ -93,6 +93,11 @@ _RELEASE_BOUND = 1.0
 #: Frames taken the Python way in one turn of a connection (each tens of µs at most):
 #: then the loop runs the others before the connection takes more.
 _FRAMES_PER_TURN = 64
+#: Requests (statuses, opens, syncs, ...) routed in one turn of a connection, each far
+#: dearer than a record: then the loop runs the others.  (A bound in the loop's time
+#: would count what ran while the turn waited: a client of requests would pay for
+#: its flooders.)
+_REQUESTS_PER_TURN = 8
 #: The largest frame read before the hello (a hello is a few hundred bytes).
 _HELLO_FRAME_SIZE = 64 * 1024
 #: A ring's memfd can neither shrink (the daemon's reads of it would fault) nor grow,
@@ -182,6 +187,9 @@ class Connection:
         #: Places in the uid's share of sessions taken for creates and opens under way.
         self._claims = 0
         self._requests_seen = False  # in the frames handled since the last read
+        #: Requests routed this turn, and whether the turn ended at their bound.
+        self._turn_requests = 0
+        self._turn_over = False
         self._drained = anyio.Event()
         self._drained.set()
         self._read_scope = anyio.CancelScope()
@@ -328,9 +336,10 @@ class Connection:
         last = last_request = 0.0
         paced = 0
         while True:
-            if self._server.more:
-                # The last turn handled its bound of frames: the other connections
-                # run before this one takes the rest of what it read.
+            if self._server.more or self._turn_over:
+                # The last turn handled its bound of frames (or requests): the other
+                # connections run before this one takes the rest of what it read.
+                self._turn_over = False
                 await asyncio.sleep(0)
             else:
                 await channel.wait_readable()
@@ -342,6 +351,7 @@ class Connection:
             # answers.  A turn that waits (on a disk, for room) is charged what ran
             # meanwhile too: rare, and never less than the turn's own.
             began = time.thread_time()
+            self._turn_requests = 0
             if not await self._handle_events():
                 error = channel.read_error
                 if isinstance(error, RemoteProtocolError):
@@ -421,6 +431,11 @@ class Connection:
                 self._log_refusal(exc)
                 server.refuse(event, exc)
                 await self._flush()
+            self._turn_requests += 1
+            if self._turn_requests >= _REQUESTS_PER_TURN:
+                self._turn_over = True
+                self._channel.settle()
+                return True
 
     async def _hand_records(self, actor: SessionActor, records: Records, size: int) -> None:
         """Hand ``records`` (``size`` payload bytes) to ``actor``: at once into a mailbox

@@ -13,8 +13,10 @@ budget (:class:`~._budget.ConnectionBudget`, and through it to its uid's share a
 ``--max-buffered``): :data:`SUBSCRIPTION_BYTES` for as long as it lives, twice the
 bytes of each live chunk it buffers (the chunk, then its lines and their frame) from
 the moment it takes the chunk until the socket (or the connection's queue, charged
-in turn) took it, and twice a batch's bytes for each batch read from the file, room
-for which it waits first.  A subscription is refused (``too_many``) when its own
+in turn) took it, twice a batch's bytes for each batch read from the file, room for
+which it waits first, and what its reader of the file holds from one batch to the
+next.  All of it stays within half the budget beyond the connection's floor.  A
+subscription is refused (``too_many``) when its own
 cost does not fit, and a chunk that does not fit makes it fall behind, as a full
 buffer does: the file has it all.
 """

@@ -80,6 +80,7 @@ def aconnect(
     reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
     max_unacked: int = DEFAULT_MAX_UNACKED,
     best_effort: bool = False,
+    trusted_uids: Iterable[int] = (),
 ) -> AwaitableContext[AsyncClient]:
     """Connect to the daemon and say hello: ``async with aconnect() as client``.
 
@@ -106,12 +107,24 @@ def aconnect(
     second: once the daemon is back, the runs go on, and what is missing from them is
     exactly what was dropped.
 
+    The socket's directory and the process that answers must belong to the caller,
+    root, a user ``$FLIGHTLOG_DAEMON_USER`` names, or one of ``trusted_uids`` (a
+    shared daemon's user), at every connect and reconnect.
+
     Raises :class:`DaemonNotRunning` when nothing listens on the socket,
+    :class:`UntrustedDaemon` when the socket is not a trusted daemon's,
     :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
     when the daemon refuses the hello (a protocol version it does not speak).
     """
     connecting = AsyncClient._connect(
-        path, client_name, codec, transport, reconnect_grace, max_unacked, best_effort
+        path,
+        client_name,
+        codec,
+        transport,
+        reconnect_grace,
+        max_unacked,
+        best_effort,
+        frozenset(trusted_uids),
     )
     return AwaitableContext(connecting)
 
@@ -165,10 +178,11 @@ class AsyncClient(AsyncResource):
         reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
         max_unacked: int = DEFAULT_MAX_UNACKED,
         best_effort: bool = False,
+        trusted: frozenset[int] = frozenset(),
     ) -> AsyncClient:
         if transport is None:
             path = path or default_socket_path(os.environ, os.getuid())
-            transport = await AsyncSocketTransport.connect(path)
+            transport = await AsyncSocketTransport.connect(path, trusted)
         client = cls(
             transport,
             client_name=client_name,
@@ -177,6 +191,7 @@ class AsyncClient(AsyncResource):
             max_unacked=max_unacked,
             best_effort=best_effort,
         )
+        client._link.trusted = trusted
         try:
             await client._link.hello()
         except BaseException:

@@ -84,6 +84,9 @@ class AsyncLink:
         self._retry_due = 0.0
         # Tails ride through a reconnect too (only a link that reconnects makes one).
         conn.tails.resume = reconnect_grace > 0 and self.path is not None
+        #: Uids trusted as the daemon's beside the defaults, at every reconnect (see
+        #: :func:`~flightlog.sdk.aio.aconnect`).
+        self.trusted: frozenset[int] = frozenset()
 
     @property
     def path(self) -> str | None:
@@ -269,7 +272,7 @@ class AsyncLink:
         await self.transport.aclose()
         while True:
             try:
-                transport = await AsyncSocketTransport.connect(path)
+                transport = await AsyncSocketTransport.connect(path, self.trusted)
             except ConnectError as exc:
                 last = exc
             else:

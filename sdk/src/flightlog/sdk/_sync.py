@@ -81,6 +81,7 @@ def connect(
     reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
     max_unacked: int = DEFAULT_MAX_UNACKED,
     best_effort: bool = False,
+    trusted_uids: Iterable[int] = (),
 ) -> Client:
     """Connect to the daemon and say hello: ``with connect() as client``.
 
@@ -107,12 +108,24 @@ def connect(
     second: once the daemon is back, the runs go on, and what is missing from them is
     exactly what was dropped.
 
+    The socket's directory and the process that answers must belong to the caller,
+    root, a user ``$FLIGHTLOG_DAEMON_USER`` names, or one of ``trusted_uids`` (a
+    shared daemon's user), at every connect and reconnect.
+
     Raises :class:`DaemonNotRunning` when nothing listens on the socket,
+    :class:`UntrustedDaemon` when the socket is not a trusted daemon's,
     :class:`ConnectError` when it cannot be connected to, and :class:`DaemonError`
     when the daemon refuses the hello (a protocol version it does not speak).
     """
     connecting = Client._connect(
-        path, client_name, codec, transport, reconnect_grace, max_unacked, best_effort
+        path,
+        client_name,
+        codec,
+        transport,
+        reconnect_grace,
+        max_unacked,
+        best_effort,
+        frozenset(trusted_uids),
     )
     return connecting
 
@@ -166,10 +179,11 @@ class Client(Resource):
         reconnect_grace: float = DEFAULT_RECONNECT_GRACE,
         max_unacked: int = DEFAULT_MAX_UNACKED,
         best_effort: bool = False,
+        trusted: frozenset[int] = frozenset(),
     ) -> Client:
         if transport is None:
             path = path or default_socket_path(os.environ, os.getuid())
-            transport = SocketTransport.connect(path)
+            transport = SocketTransport.connect(path, trusted)
         client = cls(
             transport,
             client_name=client_name,
@@ -178,6 +192,7 @@ class Client(Resource):
             max_unacked=max_unacked,
             best_effort=best_effort,
         )
+        client._link.trusted = trusted
         try:
             client._link.hello()
         except BaseException:

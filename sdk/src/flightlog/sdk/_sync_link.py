@@ -85,6 +85,9 @@ class Link:
         self._retry_due = 0.0
         # Tails ride through a reconnect too (only a link that reconnects makes one).
         conn.tails.resume = reconnect_grace > 0 and self.path is not None
+        #: Uids trusted as the daemon's beside the defaults, at every reconnect (see
+        #: :func:`~flightlog.sdk.connect`).
+        self.trusted: frozenset[int] = frozenset()
 
     @property
     def path(self) -> str | None:
@@ -270,7 +273,7 @@ class Link:
         self.transport.close()
         while True:
             try:
-                transport = SocketTransport.connect(path)
+                transport = SocketTransport.connect(path, self.trusted)
             except ConnectError as exc:
                 last = exc
             else:

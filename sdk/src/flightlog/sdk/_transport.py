@@ -48,6 +48,7 @@ import socket
 import stat
 import sys
 import threading
+from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
 import anyio
@@ -342,14 +343,15 @@ class SocketTransport(_RingEnd):
         self._poller.register(sock, select.POLLIN)
 
     @classmethod
-    def connect(cls, path: str) -> SocketTransport:
-        """Connect to the daemon's socket at ``path``.
+    def connect(cls, path: str, trusted: Iterable[int] = ()) -> SocketTransport:
+        """Connect to the daemon's socket at ``path``; ``trusted``: uids trusted as the
+        daemon's beside the defaults (:func:`~._trust.trusted_uids`).
 
         Raises :class:`DaemonNotRunning` when nothing listens there,
         :class:`UntrustedDaemon` when the socket is not the daemon's, and
         :class:`ConnectError` for any other failure.
         """
-        trusted = trusted_uids()
+        trusted = trusted_uids(also=trusted)
         check_directory(path, trusted)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -438,14 +440,15 @@ class AsyncSocketTransport(_RingEnd):
         self._stream = stream
 
     @classmethod
-    async def connect(cls, path: str) -> AsyncSocketTransport:
-        """Connect to the daemon's socket at ``path``.
+    async def connect(cls, path: str, trusted: Iterable[int] = ()) -> AsyncSocketTransport:
+        """Connect to the daemon's socket at ``path``; ``trusted``: uids trusted as the
+        daemon's beside the defaults (:func:`~._trust.trusted_uids`).
 
         Raises :class:`DaemonNotRunning` when nothing listens there,
         :class:`UntrustedDaemon` when the socket is not the daemon's, and
         :class:`ConnectError` for any other failure.
         """
-        trusted = trusted_uids()
+        trusted = trusted_uids(also=trusted)
         check_directory(path, trusted)
         try:
             stream = await anyio.connect_unix(path)

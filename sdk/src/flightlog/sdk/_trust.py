@@ -21,7 +21,7 @@ import pwd
 import socket
 import stat
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from flightlog.protocol import socket_directory_problem
 
@@ -32,13 +32,16 @@ __all__ = ["check_directory", "check_peer", "trusted_uids"]
 _PEERCRED = struct.Struct("3i")
 
 
-def trusted_uids(environ: Mapping[str, str] | None = None) -> frozenset[int]:
-    """The caller's effective uid, root, and the users ``$FLIGHTLOG_DAEMON_USER`` names.
+def trusted_uids(
+    environ: Mapping[str, str] | None = None, also: Iterable[int] = ()
+) -> frozenset[int]:
+    """The caller's effective uid, root, the users ``$FLIGHTLOG_DAEMON_USER`` names,
+    and the uids ``also`` gives (``connect(trusted_uids=...)``).
 
     Raises :class:`ConnectError` (``daemon_user_unknown``) for a name no user has.
     """
     environ = os.environ if environ is None else environ
-    uids = {os.geteuid(), 0}
+    uids = {os.geteuid(), 0, *also}
     for name in environ.get("FLIGHTLOG_DAEMON_USER", "").split(","):
         name = name.strip()
         if not name:

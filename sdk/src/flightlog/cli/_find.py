@@ -59,6 +59,7 @@ from flightlog.protocol import (
     parse_line,
     parse_time,
 )
+from flightlog.sdk._blobs import resolving
 from flightlog.sdk._compression import open_session_file
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
@@ -458,7 +459,7 @@ def search(query: Query, paths: Sequence[str], *, on_error: Any = None) -> Itera
     prefilter = _Prefilter(query.tests(), always=query.text is not None)
     for path in session_files(paths):
         try:
-            for record in _search_file(query, prefilter, path):
+            for record in resolving(_search_file(query, prefilter, path), path):
                 yield Found(path, record)
         except (OSError, FileFormatError) as exc:
             if on_error is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import events
-from flightlog.sdk import Transcript, check, connect, read
+from flightlog.sdk import Transcript, check, connect, read, sql
 from flightlog.sdk._compression import ZSTD_MAGIC
 from support import DaemonProcess
 
@@ -91,12 +91,15 @@ def test_every_command_reads_a_compressed_session_as_before(
         ("find", "--type", "tool_exec_end", str(tmp_path)),
     ]
     before = [flightlog(daemon, *view) for view in views]
+    count = "SELECT count(*), sum(length(data::VARCHAR)) FROM records"
+    counted = sql(count, [tmp_path]).rows
     transcript = list(Transcript.read(path).prompts())
 
     out = flightlog(daemon, "compress", str(path))
     assert "compressed" in out and compressed(path)
     assert path.stat().st_size * 10 <= len(plain)
     assert [flightlog(daemon, *view) for view in views] == before
+    assert sql(count, [tmp_path]).rows == counted
     assert list(Transcript.read(path).prompts()) == transcript != []
     assert check(path).sound and check(path).last_seq == len(list(read(original)))
     assert [r.data for r in read(path)] == [r.data for r in read(original)]

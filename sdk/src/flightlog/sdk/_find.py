@@ -64,6 +64,7 @@ from flightlog.protocol import (
     parse_time,
 )
 
+from ._blobs import resolving
 from ._compression import open_session_file
 from ._files import resolve_path
 from ._match import (
@@ -385,7 +386,7 @@ def search(
         files = _tree_files(query, list(files))
     for path in files:
         try:
-            for record in _search_file(query, prefilter, path):
+            for record in resolving(_search_file(query, prefilter, path), path):
                 yield Found(path, record)
         except (OSError, FileFormatError) as exc:
             if on_error is None:

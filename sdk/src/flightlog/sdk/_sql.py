@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from flightlog.protocol import default_root
 
+from ._compression import is_compressed
 from ._exceptions import MissingExtra
 
 if TYPE_CHECKING:
@@ -251,14 +252,22 @@ def _unfinished_tail_seq(fileobj: Any) -> int | None:
     return None
 
 
-def _readable(paths: Iterable[str]) -> tuple[list[str], list[tuple[str, int]], dict[str, str]]:
-    """The files a query reads, the (file, seq) of their unfinished tails, the skipped."""
+def _readable(
+    paths: Iterable[str],
+) -> tuple[list[str], list[str], list[tuple[str, int]], dict[str, str]]:
+    """The plain and the compressed files a query reads, the (file, seq) of the plain
+    ones' unfinished tails, the skipped."""
     files: list[str] = []
+    compressed: list[str] = []
     tails: list[tuple[str, int]] = []
     skipped: dict[str, str] = {}
     for path in session_files(paths):
         try:
             with open(path, "rb") as fileobj:
+                if is_compressed(fileobj.read(4)):
+                    # Compressed at rest, by flightlog compress or the daemon: whole.
+                    compressed.append(path)
+                    continue
                 seq = _unfinished_tail_seq(fileobj)
         except OSError as exc:
             skipped[path] = exc.strerror or str(exc)
@@ -266,7 +275,7 @@ def _readable(paths: Iterable[str]) -> tuple[list[str], list[tuple[str, int]], d
         files.append(path)
         if seq is not None:
             tails.append((path, seq))
-    return files, tails, skipped
+    return files, compressed, tails, skipped
 
 
 def sql_connection(
@@ -288,7 +297,7 @@ def sql_connection(
     if paths is None:
         base = root if root is not None else default_root(os.environ, os.path.expanduser("~"))
         paths = [base]
-    files, tails, skipped = _readable(os.fspath(path) for path in paths)
+    files, compressed, tails, skipped = _readable(os.fspath(path) for path in paths)
     connection = duckdb.connect(":memory:")
     # Never reach for the network: the JSON reader is built in.
     connection.execute("SET autoinstall_known_extensions = false")
@@ -296,12 +305,15 @@ def sql_connection(
     connection.execute("CREATE TEMP TABLE unfinished_tails (path VARCHAR, seq BIGINT)")
     if tails:
         connection.executemany("INSERT INTO unfinished_tails VALUES (?, ?)", tails)
-    if files:
-        source = (
-            f"read_json([{', '.join(map(_literal, files))}], format = 'newline_delimited', "
-            f"columns = {_COLUMNS}, filename = true, ignore_errors = true, "
-            f"maximum_object_size = {_MAX_OBJECT})"
-        )
+    if files or compressed:
+        sources = [
+            f"SELECT * FROM read_json([{', '.join(map(_literal, group))}], "
+            f"format = 'newline_delimited', compression = '{kind}', columns = {_COLUMNS}, "
+            f"filename = true, ignore_errors = true, maximum_object_size = {_MAX_OBJECT})"
+            for group, kind in ((files, "none"), (compressed, "zstd"))
+            if group
+        ]
+        source = f"({' UNION ALL '.join(sources)})"
         connection.execute(
             f"""CREATE TEMP VIEW records AS
 SELECT filename AS path, session_id, seq, type, TRY_CAST(time AS TIMESTAMPTZ) AS time,

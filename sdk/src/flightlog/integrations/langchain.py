@@ -373,7 +373,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         sent = [m for batch in messages for m in batch]
         system, lead = _system(sent)
         continuation = root.run.continuation(agent.name, agent.parent_id is not None)
-        continues, new = continuation.split(execution.id, sent)
+        continues, with_response, new = continuation.request(execution.id, sent)
         # The leading system messages are the request's system prompt, not messages.
         new = new[max(0, lead - (len(sent) - len(new))) :]
         root.run.record(
@@ -391,6 +391,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 ),
                 system=system,
                 continues=continues,
+                with_response=with_response,
             ),
             events.ModelExecStart(
                 execution=execution, model=model, provider=str(provider) if provider else None
@@ -441,6 +442,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 usage=usage,
                 provider_state=state,
             )
+        if message is not None and error is None:
+            # Its model_exec_end records it: the next request need not write it again.
+            continuation = root.run.continuation(agent.name, agent.parent_id is not None)
+            continuation.respond(execution.id, message)
         root.run.record(end)
         agent.failed_model_id = execution.id if error is not None else None
         if converted is not None and error is None:

@@ -484,9 +484,9 @@ class RecordedRun:
             self.recorder._forget(self.path, exc)
 
 
-def _converts_to(convert: Callable[[Any], Any], message: Any, said: Any) -> bool:
+def _converts_to(convert: Callable[[Any], Any] | None, message: Any, said: Any) -> bool:
     try:
-        return bool(convert(message) == said)
+        return convert is not None and bool(convert(message) == said)
     except Exception:
         return False  # not a response: written as it is
 
@@ -594,13 +594,10 @@ class Continuation:
         *,
         answer: Callable[[Any], Any] | None = None,
     ) -> Split:
-        """How the request ``execution_id`` sending ``messages`` is written.
-
-        The response said with :meth:`respond` is left out when the message after the
-        continued ones is it (the same object, or an equal one), or when ``answer`` (the
-        integration's own conversion, for a framework that sends its responses back in
-        another shape than it hands them out) makes of that message what was said.
-        """
+        """How the request ``execution_id`` sending ``messages`` is written: the
+        response said with :meth:`respond` is left out when the next message is it (the
+        same or an equal object), or ``answer`` (for a framework that sends responses
+        back in another shape) makes it of that message."""
         sent = list(messages)
         with self._lock:
             known, by, response = self._sent, self._sent_by, self._response
@@ -618,11 +615,7 @@ class Continuation:
         rest = sent[len(known) :]
         if response is not None and response[0] == by and rest:
             said = response[1]
-            if (
-                rest[0] is said
-                or rest[0] == said
-                or (answer is not None and _converts_to(answer, rest[0], said))
-            ):
+            if rest[0] is said or rest[0] == said or _converts_to(answer, rest[0], said):
                 return Split(by, True, rest[1:])
         return Split(by, False, rest)
 
@@ -654,8 +647,7 @@ class Continuation:
             sent = self._pending.pop(execution_id, None)
             if sent is not None:
                 self._sent, self._sent_by, self._sent_mark = sent, execution_id, self._mark()
-                # A response said before its request was confirmed (both recorded in
-                # one send) is kept for its model_exec_end.
+                # A response said before its request is confirmed (one send) is kept.
                 if self._responding is not None and self._responding[0] != execution_id:
                     self._responding = None
                 self._response = None

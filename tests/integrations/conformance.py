@@ -96,6 +96,8 @@ def _flightlog_parts(content: Any) -> list[dict[str, Any]]:
             parts.append({"thinking": part["thinking"]})
         elif kind == "tool_call":
             parts.append({"call": part["id"], "name": part["name"], "args": part["arguments"]})
+        elif kind == "image":
+            parts.append({"image": part["data"], "type": part["media_type"]})
         else:
             parts.append({"other": part})
     return parts
@@ -163,13 +165,7 @@ def from_pydantic_ai(messages: Sequence[Any]) -> Sent:
                 if isinstance(content, str):
                     out.append({"user": _text(content)})
                 else:
-                    out.append(
-                        {
-                            "user": [
-                                _text(p)[0] if isinstance(p, str) else {"other": p} for p in content
-                            ]
-                        }
-                    )
+                    out.append({"user": [_pydantic_ai_user_part(p) for p in content]})
             elif kind == "tool-return":
                 out.append(
                     {
@@ -197,6 +193,16 @@ def from_pydantic_ai(messages: Sequence[Any]) -> Sent:
         (m.instructions for m in reversed(messages) if not isinstance(m, ModelResponse)), None
     )
     return _sent(_joined([*system, instructions or ""]), out)
+
+
+def _pydantic_ai_user_part(part: Any) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"text": part}
+    if part.kind == "image-url":
+        return {"image": part.url, "type": part.media_type}
+    if part.kind == "binary" and part.is_image:
+        return {"image": part.base64, "type": part.media_type}
+    return {"other": part}
 
 
 # --- LangChain: the messages a chat model is handed ----------------------------------

@@ -18,6 +18,7 @@ from agents import (
     Agent,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     RunConfig,
     Runner,
     function_tool,
@@ -95,14 +96,60 @@ def _stream(message: dict[str, Any]) -> bytes:
     return ("".join(lines) + "data: [DONE]\n\n").encode()
 
 
-class Models:
-    """Chat-completions models answered from one script, keeping in one list and in call
-    order what the runner hands each call (its system instructions and input)."""
+def _response(message: dict[str, Any], n: int) -> dict[str, Any]:
+    """A chat-completions message as a Responses API response."""
+    output: list[dict[str, Any]] = []
+    if message["content"]:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{n}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": message["content"], "annotations": []}],
+            }
+        )
+    for tool_call in message.get("tool_calls") or []:
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{tool_call['id']}",
+                "call_id": tool_call["id"],
+                "name": tool_call["function"]["name"],
+                "arguments": tool_call["function"]["arguments"],
+                "status": "completed",
+            }
+        )
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-test",
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 100,
+            "output_tokens": 7,
+            "total_tokens": 107,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
 
-    def __init__(self, script: Script) -> None:
+
+class Models:
+    """Chat-completions models (or Responses API ones: ``responses``) answered from one
+    script, keeping in one list and in call order what the runner hands each call (its
+    system instructions and input)."""
+
+    def __init__(self, script: Script, *, responses: bool = False) -> None:
         self.sent: list[Sent] = []
         self.script = script
         self.replies = 0
+        self.responses = responses
 
     def _handler(self, request: httpx.Request) -> httpx.Response:
         self.replies += 1
@@ -110,6 +157,11 @@ class Models:
         if isinstance(reply, int):
             return httpx.Response(reply, json={"error": {"message": "slow down"}})
         message = _message(reply, self.replies)
+        if self.responses:
+            # The Responses API echoes the request's instructions in its response.
+            instructions = json.loads(request.content).get("instructions")
+            answer = {**_response(message, self.replies), "instructions": instructions}
+            return httpx.Response(200, json=answer)
         if json.loads(request.content).get("stream"):
             return httpx.Response(
                 200, content=_stream(message), headers={"content-type": "text/event-stream"}
@@ -124,8 +176,9 @@ class Models:
             max_retries=0,
         )
         sent = self.sent
+        kind = OpenAIResponsesModel if self.responses else OpenAIChatCompletionsModel
 
-        class Keeping(OpenAIChatCompletionsModel):
+        class Keeping(kind):  # type: ignore[valid-type,misc]
             async def get_response(
                 self, system_instructions: Any, input: Any, *a: Any, **k: Any
             ) -> Any:
@@ -299,8 +352,19 @@ async def cancellation(recorder: Recorder, path: str) -> list[Sent]:
     return models.sent
 
 
-async def conversation(recorder: Recorder, path: str) -> list[Sent]:
-    models = Models(_tool_then_text)
+async def responses_api(recorder: Recorder, path: str) -> list[Sent]:
+    # The SDK's default model, on the Responses API: parallel tools, then a conversation.
+    return await conversation(recorder, path, Models(_parallel_then_text, responses=True))
+
+
+def _parallel_then_text(n: int) -> Reply:
+    if n % 2:
+        return ("Looking up.", [("lookup", {"city": "Lisbon"}), ("lookup", {"city": "Porto"})])
+    return text(f"sunny, after {n} calls")
+
+
+async def conversation(recorder: Recorder, path: str, models: Models | None = None) -> list[Sent]:
+    models = models or Models(_tool_then_text)
     agent = _agent(models)
     items: list[Any] = []
     with recording(recorder, path):
@@ -323,4 +387,5 @@ SCENARIOS: dict[str, Scenario] = {
     "agents_as_tools": agents_as_tools,
     "cancellation": cancellation,
     "conversation": conversation,
+    "responses_api": responses_api,
 }

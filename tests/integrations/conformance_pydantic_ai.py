@@ -279,6 +279,28 @@ async def conversation(recorder: Recorder, path: str) -> list[Sent]:
     return models.sent
 
 
+async def multimodal(recorder: Recorder, path: str) -> list[Sent]:
+    # Images in the prompt (by URL, and as bytes), and a response that thinks first.
+    from pydantic_ai import BinaryContent, ImageUrl
+    from pydantic_ai.messages import ThinkingPart
+
+    models = Models()
+
+    def answer(messages: list[ModelMessage], calls: int) -> ModelResponse:
+        thought = ThinkingPart("Two pictures of the sky.", signature="sig")
+        if calls == 1:
+            return ModelResponse(parts=[thought, ToolCallPart("lookup", {"city": "Lisbon"}, "c1")])
+        return ModelResponse(parts=[thought, TextPart("Sunny in both.")])
+
+    prompt = [
+        "What is the weather in these?",
+        ImageUrl("https://example.com/sky.png"),
+        BinaryContent(data=b"\x89PNG\r\n", media_type="image/png"),
+    ]
+    await _agent(models.model(answer), recorder, path).run(prompt)
+    return models.sent
+
+
 SCENARIOS: dict[str, Scenario] = {
     "parallel_tools": parallel_tools,
     "retries": retries,
@@ -289,4 +311,5 @@ SCENARIOS: dict[str, Scenario] = {
     "agents_as_tools": agents_as_tools,
     "cancellation": cancellation,
     "conversation": conversation,
+    "multimodal": multimodal,
 }

@@ -163,3 +163,46 @@ def test_a_response_is_left_out_only_once_its_end_is_recorded(
     follow = events.UserMessage(content="q2")
     assert continuation.request("m3", [question, answer, follow]) == ("m1", True, [follow])
     run.close()
+
+
+def test_a_response_recorded_with_its_request_is_left_out_when_sent_back_converted(
+    daemon: DaemonProcess, recorder: Recorder
+) -> None:
+    # As the OpenAI Agents integration records a call: its request and its end in one
+    # send, the response said before either is confirmed; the next request sends the
+    # response back in another shape, which ``answer`` converts.
+    run = recorder.begin("converted.jsonl")
+    continuation = run.continuation("agent")
+    said = events.AssistantMessage(content=[events.TextPart(text="hello")], model="m")
+    history: list[Any] = [{"role": "user", "content": "hi"}]
+
+    def answer(item: Any) -> Any:
+        return [events.TextPart(text=item["content"])] if item["role"] == "assistant" else None
+
+    def call(sent: list[Any]) -> tuple[bool, list[Any]]:
+        execution = events.Execution(id=events.new_execution_id(), kind="model")
+        continues, with_response, new = continuation.request(execution.id, sent, answer=answer)
+        continuation.respond(execution.id, said.content)
+        run.record(
+            events.ModelRequest(
+                execution=execution,
+                messages=[events.UserMessage(content=m["content"]) for m in new],
+                config=events.CallConfig(model="m"),
+                continues=continues,
+                with_response=with_response,
+            ),
+            events.ModelExecEnd(execution=execution, message=said),
+        )
+        return with_response, new
+
+    assert call(history) == (False, history)
+    history += [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}]
+    assert call(history) == (True, [history[-1]])
+    # A message that is not the response (another text) is written.
+    history += [{"role": "assistant", "content": "other"}, {"role": "user", "content": "x"}]
+    assert call(history) == (False, history[-2:])
+    run.close()
+    recorder.close()
+    prompts = list(Transcript.read(daemon.root / "converted.jsonl").prompts())
+    assert [m["$type"] for m in prompts[1].messages] == ["user", "assistant", "user"]
+    assert prompts[1].messages[1]["content"] == [{"$type": "text", "text": "hello"}]

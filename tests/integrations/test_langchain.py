@@ -106,11 +106,13 @@ def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder: Reco
     assert start["data"]["messages"] == [{"$type": "user", "content": "1+2?"}]
     models = list(calls(recs, "model").values())
     assert [m[2]["data"]["usage"]["input_tokens"] for m in models] == [10, 20]
-    # The second request continues the first: it holds only the messages after those.
+    # The second request continues the first: it holds only the messages after those,
+    # and not the first call's response, which its model_exec_end holds.
     first, second = (m[0]["data"] for m in models)
     assert first["continues"] is None
     assert second["continues"] == first["execution"]["id"]
-    assert [m["$type"] for m in second["messages"]] == ["assistant", "tool_result", "tool_result"]
+    assert second["with_response"] is True
+    assert [m["$type"] for m in second["messages"]] == ["tool_result", "tool_result"]
     assert [m["$type"] for m in sent(recs)[1]] == [
         "user",
         "assistant",

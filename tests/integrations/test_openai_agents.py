@@ -168,10 +168,12 @@ async def test_parallel_tools_and_a_failing_tool(daemon: DaemonProcess, recorder
     assert [m[2]["data"]["usage"]["input_tokens"] for m in models] == [100, 100]
     request = models[0][0]["data"]
     assert request["messages"] == [{"$type": "user", "content": "compute"}]
-    # The second request continues the first: it holds only the messages after those.
+    # The second request continues the first: it holds only the messages after those,
+    # and not the first call's response, which its model_exec_end holds.
     second = models[1][0]["data"]
     assert second["continues"] == request["execution"]["id"]
-    assert [m["$type"] for m in second["messages"]] == ["assistant", "tool_result", "tool_result"]
+    assert second["with_response"] is True
+    assert [m["$type"] for m in second["messages"]] == ["tool_result", "tool_result"]
     assert [m["$type"] for m in sent(recs)[1]] == [
         "user",
         "assistant",

@@ -106,6 +106,9 @@ def test_langchain_prompts_rebuild_across_the_runs_of_a_thread(
     # Runs after the first continue the previous run's last request.
     requests = of_type(records(path), "model_request")
     assert sum(r["data"]["continues"] is None for r in requests) == 1
+    # Each leaves out the response of the call it continues: that call's model_exec_end
+    # holds it (the graph sends back the very message the model returned).
+    assert [r["data"]["with_response"] for r in requests] == [False] + [True] * 7
 
 
 # --------------------------------------------------------------------- OpenAI Agents
@@ -232,3 +235,6 @@ async def test_openai_agents_a_plain_conversation_continues_across_runs(
     assert [said(p.messages, p.system) for p in prompts] == [said(b["messages"]) for b in bodies]
     requests = of_type(records(path), "model_request")
     assert [r["data"]["continues"] is None for r in requests] == [True, False, False, False]
+    # The answer each run got is sent back with the same content: left out, it rebuilds
+    # from that call's model_exec_end.
+    assert [r["data"]["with_response"] for r in requests] == [False, True, True, True]

@@ -1,4 +1,4 @@
-"""LangChain's usage, tools and LangGraph interrupts as flightlog's values."""
+"""LangChain's usage, tools, system prompts and LangGraph interrupts as flightlog's values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from typing import Any
 
 from flightlog.protocol import events
 
-__all__ = ["added", "declaration", "interrupts", "is_interrupt", "provider_state", "to_usage"]
+__all__ = [
+    "added",
+    "declaration",
+    "interrupts",
+    "is_interrupt",
+    "provider_state",
+    "system_prompt",
+    "to_usage",
+]
 
 
 def to_usage(usage: Any) -> events.Usage | None:
@@ -63,3 +71,22 @@ def interrupts(error: BaseException) -> dict[str, Any]:
         str(getattr(one, "id", index)): getattr(one, "value", one)
         for index, one in enumerate(asked)
     }
+
+
+def system_prompt(messages: Sequence[Any]) -> tuple[str | None, int]:
+    """The system prompt of a chat model's ``messages`` (its leading system messages'
+    texts, joined by a blank line), and how many messages it takes."""
+    texts: list[str] = []
+    for message in messages:
+        if getattr(message, "type", None) != "system":
+            break
+        content = getattr(message, "content", "")
+        if not isinstance(content, str):
+            content = "".join(
+                str(block.get("text") or "") if isinstance(block, Mapping) else str(block)
+                for block in content or []
+                if isinstance(block, str)
+                or (isinstance(block, Mapping) and block.get("type") == "text")
+            )
+        texts.append(content)
+    return ("\n\n".join(texts) if texts else None), len(texts)

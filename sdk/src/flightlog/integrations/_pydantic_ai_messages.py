@@ -62,7 +62,16 @@ def declaration(tool: ToolDefinition) -> events.ToolDeclaration:
 
 
 def user_part(part: Any) -> Any:
-    return events.TextPart(text=part) if isinstance(part, str) else part
+    """A part of a user prompt: text, an image (by URL, or its bytes in base64), or
+    another file as it is (written with its class)."""
+    if isinstance(part, str):
+        return events.TextPart(text=part)
+    kind = getattr(part, "kind", None)
+    if kind == "image-url":
+        return events.ImagePart(media_type=part.media_type, data=part.url)
+    if kind == "binary" and getattr(part, "is_image", False):
+        return events.ImagePart(media_type=part.media_type, data=part.base64)
+    return part
 
 
 def system_prompt(messages: Sequence[Any]) -> str | None:

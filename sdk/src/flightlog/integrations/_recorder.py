@@ -484,6 +484,13 @@ class RecordedRun:
             self.recorder._forget(self.path, exc)
 
 
+def _converts_to(convert: Callable[[Any], Any] | None, message: Any, said: Any) -> bool:
+    try:
+        return convert is not None and bool(convert(message) == said)
+    except Exception:
+        return False  # not a response: written as it is
+
+
 _default: Recorder | None = None
 _default_lock = threading.Lock()
 
@@ -580,8 +587,17 @@ class Continuation:
         self._responding: tuple[str, Any] | None = None
         self._pending: OrderedDict[str, list[Any]] = OrderedDict()
 
-    def request(self, execution_id: str, messages: Sequence[Any]) -> Split:
-        """How the request ``execution_id`` sending ``messages`` is written."""
+    def request(
+        self,
+        execution_id: str,
+        messages: Sequence[Any],
+        *,
+        answer: Callable[[Any], Any] | None = None,
+    ) -> Split:
+        """How the request ``execution_id`` sending ``messages`` is written: the
+        response said with :meth:`respond` is left out when the next message is it (the
+        same or an equal object), or ``answer`` (for a framework that sends responses
+        back in another shape) makes it of that message."""
         sent = list(messages)
         with self._lock:
             known, by, response = self._sent, self._sent_by, self._response
@@ -598,8 +614,8 @@ class Continuation:
             return Split(None, False, sent)
         rest = sent[len(known) :]
         if response is not None and response[0] == by and rest:
-            answer = response[1]
-            if rest[0] is answer or rest[0] == answer:
+            said = response[1]
+            if rest[0] is said or rest[0] == said or _converts_to(answer, rest[0], said):
                 return Split(by, True, rest[1:])
         return Split(by, False, rest)
 
@@ -631,7 +647,10 @@ class Continuation:
             sent = self._pending.pop(execution_id, None)
             if sent is not None:
                 self._sent, self._sent_by, self._sent_mark = sent, execution_id, self._mark()
-                self._response = self._responding = None
+                # A response said before its request is confirmed (one send) is kept.
+                if self._responding is not None and self._responding[0] != execution_id:
+                    self._responding = None
+                self._response = None
 
     def forget(self) -> None:
         """A record failed: the next request is written in full."""

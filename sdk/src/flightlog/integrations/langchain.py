@@ -44,6 +44,7 @@ from ._langchain_values import (
     interrupts,
     is_interrupt,
     provider_state,
+    system_prompt,
     to_usage,
 )
 from ._recorder import (
@@ -371,9 +372,9 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         }
         stop = params.pop("stop", None) or []
         sent = [m for batch in messages for m in batch]
-        system, lead = _system(sent)
+        system, lead = system_prompt(sent)
         continuation = root.run.continuation(agent.name, agent.parent_id is not None)
-        continues, new = continuation.split(execution.id, sent)
+        continues, with_response, new = continuation.request(execution.id, sent)
         # The leading system messages are the request's system prompt, not messages.
         new = new[max(0, lead - (len(sent) - len(new))) :]
         root.run.record(
@@ -391,6 +392,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 ),
                 system=system,
                 continues=continues,
+                with_response=with_response,
             ),
             events.ModelExecStart(
                 execution=execution, model=model, provider=str(provider) if provider else None
@@ -441,6 +443,10 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 usage=usage,
                 provider_state=state,
             )
+        if message is not None and error is None:
+            # Its model_exec_end records it: the next request need not write it again.
+            continuation = root.run.continuation(agent.name, agent.parent_id is not None)
+            continuation.respond(execution.id, message)
         root.run.record(end)
         agent.failed_model_id = execution.id if error is not None else None
         if converted is not None and error is None:
@@ -609,22 +615,6 @@ def _message(message: Any) -> Any:
             is_error=getattr(message, "status", None) == "error",
         )
     return message
-
-
-def _system(messages: Sequence[Any]) -> tuple[str | None, int]:
-    """The system prompt of a chat model's ``messages`` (its leading system messages'
-    texts, joined by a blank line), and how many messages it takes."""
-    texts: list[str] = []
-    for message in messages:
-        if getattr(message, "type", None) != "system":
-            break
-        content = getattr(message, "content", "")
-        texts.append(
-            content
-            if isinstance(content, str)
-            else "".join(p.text for p in _parts(content) if isinstance(p, events.TextPart))
-        )
-    return ("\n\n".join(texts) if texts else None), len(texts)
 
 
 def _input_messages(inputs: Any) -> list[Any]:

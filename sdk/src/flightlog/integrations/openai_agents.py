@@ -399,19 +399,32 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         model, messages, message, usage, provider_state = model_facts(data)
         error = CANCELLED if cancelled else _span_error(span) if span.error is not None else None
         config = dict(getattr(data, "model_config", None) or {})
-        continues = None
+        continues, with_response = None, False
+        names = agent.names if agent is not None else {}
         if agent is not None:
             run = self._task_of(state, span.parent_id).run
             continuation = run.continuation(agent.name, agent.parent_id is not None)
-            continues, messages = continuation.split(execution.id, messages)
+            continues, with_response, messages = continuation.request(
+                execution.id, messages, answer=lambda item: _replied(request([item], {}))
+            )
+            if message is not None and error is None:
+                # Its model_exec_end records it: the next request need not write it
+                # again when it sends it back as it came (the model's name aside).
+                continuation.respond(execution.id, _replied([message]))
+                # The results of its tool calls are named after them, also when the
+                # request that sends them leaves the response out.
+                names.update(
+                    (p.id, p.name) for p in message.content if isinstance(p, events.ToolCallPart)
+                )
         facts: list[events.Event] = [
             events.ModelRequest(
                 execution=execution,
-                messages=request(messages, agent.names if agent is not None else {}),
+                messages=request(messages, names),
                 tools=[events.ToolDeclaration(name=n) for n in _tools(agent)],
                 config=events.CallConfig(model=model or "?", extra=config),
                 system=system_of(data),
                 continues=continues,
+                with_response=with_response,
                 time=_at(span.started_at),
             ),
             events.ModelExecStart(execution=execution, model=model, time=_at(span.started_at)),
@@ -519,6 +532,15 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 time=_at(span.ended_at),
             )
         )
+
+
+def _replied(messages: list[Any]) -> Any:
+    """A response as a request sends it back: an assistant message's content (a
+    response's message also names its model and response id, which are not sent)."""
+    (message,) = messages
+    if not isinstance(message, events.AssistantMessage):
+        return None
+    return message.content
 
 
 def _enclosing(state: _Trace, span_id: str | None) -> _Task | None:

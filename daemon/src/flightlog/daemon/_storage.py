@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import msgspec
+from msgspec import UNSET
 
 from flightlog.protocol import (
     CHECKPOINT,
@@ -28,6 +29,7 @@ from flightlog.protocol import (
     LineReader,
     ReadState,
     Record,
+    event_id_key,
     session_start_line,
 )
 
@@ -110,6 +112,9 @@ class SessionFile:
     dirty: bool = False
     #: The ``session_start`` line, for a file this daemon created (tail_all sees it).
     created_line: bytes = b""
+    #: The event ids of the records it holds (``event_id_key``: 16 bytes each), so that
+    #: a record with one of them is not written again.
+    event_ids: set[bytes] = field(default_factory=set)
 
     @property
     def path(self) -> str:
@@ -190,8 +195,11 @@ class SessionFile:
         checkpoint: CheckpointRef | None = None
         last_run: str | None = None
         items = 0
+        event_ids: set[bytes] = set()
         reader = LineReader()
         for record in read_on(fd, reader, to_the_end=True):
+            if record.event_id is not UNSET:
+                event_ids.add(event_id_key(record.event_id))
             if record.type == RUN_START and record.run_id:
                 open_runs[record.run_id] = None
                 runs.add(record.run_id)
@@ -220,6 +228,7 @@ class SessionFile:
             truncated_bytes=reader.position - reader.offset,
             last_run=last_run,
             last_run_items=items if last_run is not None else 0,
+            event_ids=event_ids,
         )
 
     # ------------------------------------------------------------------ writing

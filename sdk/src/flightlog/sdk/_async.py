@@ -732,7 +732,9 @@ class AsyncRun(_AsyncResource):
         or as the stub of an event too large to send; ``run_close`` names them."""
         return self._conn.diagnosed(self.run_id)
 
-    async def record(self, event: Event, *, time: datetime | str | None = None) -> None:
+    async def record(
+        self, event: Event, *, time: datetime | str | None = None, event_id: str | None = None
+    ) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 
         The event is encoded here.  A value the codec cannot encode is written as a
@@ -744,6 +746,10 @@ class AsyncRun(_AsyncResource):
         event is missing; best effort drops the event instead, and goes on); events
         that are never written (token deltas, stream chunks, progress) are skipped.
         ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
+        ``event_id`` (a string of 1 to 256 bytes, the caller's) makes the record
+        idempotent: the session holds it once however often it is recorded, also by a
+        later process or after a daemon restart (a repeat is dropped and counted in
+        ``run_close``); an invalid one raises :class:`LocalProtocolError` here.
         Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run.
 
@@ -757,12 +763,12 @@ class AsyncRun(_AsyncResource):
             client._poll()
         try:
             try:
-                data = self._conn.record(self.session_id, self.run_id, event, time)
+                data = self._conn.record(self.session_id, self.run_id, event, time, event_id)
             except ConnectionLost:
                 if not client._reconnecting():
                     raise
                 await client._ready()
-                data = self._conn.record(self.session_id, self.run_id, event, time)
+                data = self._conn.record(self.session_id, self.run_id, event, time, event_id)
         except FlightlogError as exc:
             if client.best_effort:
                 self._drop(exc, 1)

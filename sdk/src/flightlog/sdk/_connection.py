@@ -149,6 +149,7 @@ from flightlog.protocol import (
 
 from ._diagnostics import RunDiagnostics, joined
 from ._exceptions import ConnectionLost, DaemonError
+from ._identified import identified
 
 __all__ = ["DEFAULT_MAX_UNACKED", "ClientConnection", "Pending", "sticky_of"]
 
@@ -628,7 +629,12 @@ class ClientConnection:
         return self._begin(session_id, started, run_id=run_id)
 
     def record(
-        self, session_id: str, run_id: str, event: Event, time: datetime | str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event,
+        time: datetime | str | None = None,
+        event_id: str | None = None,
     ) -> bytes | None:
         """The frame recording ``event`` in the run, or None when it is never written.
 
@@ -636,7 +642,8 @@ class ClientConnection:
         than the daemon accepts as its stub (``Codec.oversized``); either is named in
         the run's ``run_close``.  Raises the run's sticky :class:`RecordingError`, the
         codec's error for something that is not an event or a field of the wrong type,
-        and :class:`LocalProtocolError` for a closed run or a bad ``time``.
+        and :class:`LocalProtocolError` for a closed run, a bad ``time`` or ``event_id``.
+        With ``event_id`` the frame carries it (:func:`._identified.identified`).
         """
         # The hot path of every agent: the common case (the run open, no sticky error
         # anywhere, the connection sound) is told apart with plain attribute tests;
@@ -654,19 +661,18 @@ class ClientConnection:
         if encoded is None:
             return None
         when = encoded.time if time is None else _event_time(encoded, time)
+        encode: Callable[[str, str, str, str, bytes], bytes] = self._encoder.encode_record
+        if event_id is not None:
+            encode = identified(self._encoder, event_id)
         try:
-            frame = self._encoder.encode_record(
-                session_id, run_id, encoded.type, when, encoded.data
-            )
+            frame = encode(session_id, run_id, encoded.type, when, encoded.data)
         except LocalProtocolError as exc:
             if exc.code != ErrorCode.FRAME_TOO_LARGE:
                 raise
             # Too large to send: its stub is written instead, and run_close names it.
             encoded = self.codec.oversized(encoded, limit=self._encoder.max_frame_size)
             try:
-                frame = self._encoder.encode_record(
-                    session_id, run_id, encoded.type, when, encoded.data
-                )
+                frame = encode(session_id, run_id, encoded.type, when, encoded.data)
             except LocalProtocolError:
                 raise exc from None
         if encoded.markers:

@@ -722,7 +722,9 @@ class Run(_Resource):
         or as the stub of an event too large to send; ``run_close`` names them."""
         return self._conn.diagnosed(self.run_id)
 
-    def record(self, event: Event, *, time: datetime | str | None = None) -> None:
+    def record(
+        self, event: Event, *, time: datetime | str | None = None, event_id: str | None = None
+    ) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 
         The event is encoded here.  A value the codec cannot encode is written as a
@@ -734,6 +736,10 @@ class Run(_Resource):
         event is missing; best effort drops the event instead, and goes on); events
         that are never written (token deltas, stream chunks, progress) are skipped.
         ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
+        ``event_id`` (a string of 1 to 256 bytes, the caller's) makes the record
+        idempotent: the session holds it once however often it is recorded, also by a
+        later process or after a daemon restart (a repeat is dropped and counted in
+        ``run_close``); an invalid one raises :class:`LocalProtocolError` here.
         Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run.
 
@@ -747,12 +753,12 @@ class Run(_Resource):
             client._poll()
         try:
             try:
-                data = self._conn.record(self.session_id, self.run_id, event, time)
+                data = self._conn.record(self.session_id, self.run_id, event, time, event_id)
             except ConnectionLost:
                 if not client._reconnecting():
                     raise
                 client._ready()
-                data = self._conn.record(self.session_id, self.run_id, event, time)
+                data = self._conn.record(self.session_id, self.run_id, event, time, event_id)
         except FlightlogError as exc:
             if client.best_effort:
                 self._drop(exc, 1)

@@ -42,6 +42,7 @@ from flightlog.protocol import (
 )
 
 from ._connection import DEFAULT_MAX_UNACKED, ClientConnection, Pending, sticky_of
+from ._cursor import CursorTail
 from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._models import CallRef
 from ._resume import Resumption, open_calls, repair_event
@@ -340,16 +341,34 @@ class Client(_Resource):
     def tail_all(
         self,
         *,
-        after: int = 0,
+        after: int | Mapping[str, int] | str = 0,
         follow: bool = False,
         types: list[str] | None = None,
         run_id: str | None = None,
-    ) -> Tail[tuple[str, Record]]:
-        """Like :meth:`tail`, for every session written from now on: ``(path, record)``.
+    ) -> Tail[tuple[str, Record]] | CursorTail:
+        """Every session's records: ``(path, record)``.
 
-        After a reconnect, what was written while the client was away is read from
-        the files, each session after the last record delivered (docs/protocol.md).
+        With a cursor as ``after`` (``"SESSION_ID:SEQ,..."`` as ``flightlog tail --all``
+        prints it, or a dict; ``""`` or ``{}``: every session from its start), or
+        without ``follow``: an :class:`CursorTail`, which replays every session
+        file under the data root the caller may read from the cursor, then with
+        ``follow`` goes on live; without, it ends at the present.  Its ``cursor`` says
+        where it got to.  With ``follow`` and no cursor (``after`` 0): the sessions'
+        records written from now on; after a reconnect, what was written while the
+        client was away is read from the files, each session after the last record
+        delivered (docs/protocol.md).  Raises :class:`ValueError` for a cursor that is
+        not one, or another number as ``after``.
         """
+        if not isinstance(after, int) or not follow:
+            if isinstance(after, int) and after != 0:
+                raise ValueError("tail_all() takes a cursor as after, or 0")
+            live = self.tail_all(follow=True) if follow else None
+            return CursorTail(
+                live,
+                {} if isinstance(after, int) else after,
+                types=types,
+                run_id=run_id,
+            )
         return Tail(
             self,
             lambda: self._conn.subscribe(

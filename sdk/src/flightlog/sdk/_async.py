@@ -288,18 +288,26 @@ class AsyncClient(_AsyncResource):
         return AwaitableContext(opening)
 
     def session(
-        self, path: str, *, meta: Mapping[str, Any] | None = None
+        self, path: str, *, meta: Mapping[str, Any] | None = None, repair: bool = False
     ) -> AwaitableContext[AsyncSession]:
         """Open the session file at ``path``, or create it when there is none.
 
         ``meta`` goes into ``session_start`` when the file is created; an existing file
         keeps its own (``session.meta``).  Two clients racing to create the same path
-        both end up opening it, one after the other.  Raises :class:`DaemonError` with
-        code ``session_busy`` (another writer holds it), ``session_corrupt`` or
+        both end up opening it, one after the other.  With ``repair``, an opened file is
+        repaired at once (:meth:`AsyncSession.resume` with ``repair=True``; what it
+        found is ``session.resumption``).  Raises :class:`DaemonError` with code
+        ``session_busy`` (another writer holds it), ``session_corrupt`` or
         ``path_refused``.
         """
-        opening = self._create_or_open(path, meta or {})
+        make = self._open_repaired if repair else self._create_or_open
+        opening = make(path, meta or {})
         return AwaitableContext(opening)
+
+    async def _open_repaired(self, path: str, meta: Mapping[str, Any]) -> AsyncSession:
+        session = await self._create_or_open(path, meta)
+        session.resumption = await session.resume(repair=True)
+        return session
 
     async def _create_or_open(self, path: str, meta: Mapping[str, Any]) -> AsyncSession:
         try:
@@ -646,6 +654,8 @@ class AsyncSession(_AsyncResource):
         #: The file's last run when it was opened, if it has no run_close.
         self.last_run = opened.last_run
         self.truncated_bytes = opened.truncated_bytes
+        #: What the repair of ``client.session(..., repair=True)`` found and did.
+        self.resumption: Resumption | None = None
 
     def begin_run(self) -> AwaitableContext[AsyncRun]:
         """Start a run with a fresh ``run_id``: ``async with session.begin_run() as run``.

@@ -124,6 +124,17 @@ def test_ring_probe_prints_both_sides_of_both_hand_overs() -> None:
     ], out
 
 
+def test_event_ids_probe_prints_every_way_for_both_sides() -> None:
+    """The probe docs/benchmarks.md quotes for what an event id costs record()."""
+    out = _python_m("bench.event_ids", "--events", "500", "--rounds", "2", timeout=120).stdout
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ")]
+    rows = [row for row in rows if row[0].strip() != "---"]
+    assert [row[0].strip() for row in rows] == ["side", "agent (record())", "daemon"], out
+    # The daemon's CPU is read in clock ticks: a short round may show none.
+    assert all(float(cell) > 0 for cell in rows[1][1:4]), out
+    assert all(float(cell) >= 0 for cell in rows[2][1:4]), out
+
+
 def test_saturated_probe_prints_the_daemon_cpu_per_record_of_both_sizes() -> None:
     """The probe docs/benchmarks.md quotes for the daemon's steps per record."""
     out = _python_m("bench.saturated", "--quick", timeout=180).stdout

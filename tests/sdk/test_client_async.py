@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -686,12 +687,18 @@ async def test_tail_passes_its_filters(transport: AsyncMockTransport) -> None:
 
 
 @pytest.mark.anyio
-async def test_tail_all_yields_paths_and_records(transport: AsyncMockTransport) -> None:
+async def test_tail_all_without_follow_replays_the_files_not_the_daemon(
+    transport: AsyncMockTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It ends at the present: the files of the data root (here none: the daemon's
+    sessions are in its memory), without a subscription (tests/sdk/test_tail_cursor.py
+    has it with files and a real daemon)."""
+    monkeypatch.setenv("FLIGHTLOG_ROOT", str(tmp_path))
     client, _ = await start(transport)
     await client.create("other.jsonl")
     tailed = [(path, record.type) async for path, record in client.tail_all()]
-    assert tailed == [("demo/chat.jsonl", "session_start"), ("other.jsonl", "session_start")]
-    assert next(m for m in transport.sent if isinstance(m, Subscribe)).path is None
+    assert tailed == []
+    assert not any(isinstance(m, Subscribe) for m in transport.sent)
     await client.aclose()
 
 

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -648,12 +649,18 @@ def test_tail_passes_its_filters(transport: MockTransport) -> None:
     client.close()
 
 
-def test_tail_all_yields_paths_and_records(transport: MockTransport) -> None:
+def test_tail_all_without_follow_replays_the_files_not_the_daemon(
+    transport: MockTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It ends at the present: the files of the data root (here none: the daemon's
+    sessions are in its memory), without a subscription (tests/sdk/test_tail_cursor.py
+    has it with files and a real daemon)."""
+    monkeypatch.setenv("FLIGHTLOG_ROOT", str(tmp_path))
     client, _ = start(transport)
     client.create("other.jsonl")
     tailed = [(path, record.type) for path, record in client.tail_all()]
-    assert tailed == [("demo/chat.jsonl", "session_start"), ("other.jsonl", "session_start")]
-    assert next(m for m in transport.sent if isinstance(m, Subscribe)).path is None
+    assert tailed == []
+    assert not any(isinstance(m, Subscribe) for m in transport.sent)
     client.close()
 
 

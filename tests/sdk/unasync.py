@@ -47,6 +47,7 @@ SUBS = [
     (r"\bAsyncSession\b", "Session"),
     (r"\bAsyncRun\b", "Run"),
     (r"\bAsyncTail\b", "Tail"),
+    (r"\bAsyncCursorTail\b", "CursorTail"),
     (r"\bAsyncTransport\b", "Transport"),
     (r"\bAsyncSocketTransport\b", "SocketTransport"),
     (r"\bAsyncMockTransport\b", "MockTransport"),

@@ -52,6 +52,7 @@ from flightlog.protocol import (
     StartRun,
     Sync,
     check_run_start,
+    event_id_key,
 )
 from flightlog.protocol._blobs import BLOB_MIN, Blob, extract, extract_tails, may_hold_payload
 
@@ -101,7 +102,11 @@ class SessionActor:
         #: The run whose run_start was written last, without its run_close yet.
         self.run_id: str | None = None
         #: Agent facts and checkpoints of the open run: what a resumed run starts from.
+        #: A record dropped for its event id counts too: its writer numbered it.
         self.run_items = 0
+        #: Records dropped because the session held their event id: since the file was
+        #: opened (status), and in the open run (its run_close).
+        self.duplicates = self.run_duplicates = 0
         #: The write or sync failure of the file (sticky).
         self.error: FlightlogError | None = None
         # A file this daemon created holds the session_start line it wrote.
@@ -225,11 +230,12 @@ class SessionActor:
             if isinstance(message, list):
                 # Records come in stretches: take the whole stretch in one go.
                 assert peer is not None
+                dropped = self.run_duplicates
                 index, lines, size = self._records(
                     items, index, batch.buf, batch.first_seq + batch.count
                 )
                 batch.count += lines
-                self.run_items += lines
+                self.run_items += lines + self.run_duplicates - dropped
                 batch.release(peer, size)
                 continue
             index += 1
@@ -314,7 +320,7 @@ class SessionActor:
             return self._resume_run(batch, request, run_id)
         self.file.runs.add(run_id)
         self.run_id = run_id
-        self.run_items = 0
+        self.run_items = self.run_duplicates = 0
         self.file.last_run = None
         # Who the kernel says the writer is, next to what the agent says it is.
         writer = self.writer
@@ -336,6 +342,7 @@ class SessionActor:
         file = self.file
         self.run_id = run_id
         self.run_items = items = file.last_run_items
+        self.run_duplicates = 0
         file.last_run = None
         if run_id in file.interrupted_runs:
             file.interrupted_runs.remove(run_id)
@@ -355,7 +362,10 @@ class SessionActor:
 
     def _close_run(self, batch: Batch, message: CloseRun) -> Reply:
         self._check_writable()
-        data = _encode_json(RunCloseData(error=message.error))
+        closing = RunCloseData(error=message.error)
+        if self.run_duplicates:
+            closing = RunCloseData(error=message.error, duplicates=self.run_duplicates)
+        data = _encode_json(closing)
         seq = batch.add(self.session_id, RUN_CLOSE, message.time, data, message.run_id)
         self.run_id = None
         self.file.last_run = None
@@ -503,6 +513,8 @@ class SessionActor:
                 data = record.data
                 size += len(data)
                 if refusal is None and record.run_id == run_id:
+                    if record.event_id is not None and not self._first_time(record.event_id):
+                        continue
                     if (
                         len(data) >= BLOB_MIN
                         and self._blob_store is not None
@@ -510,13 +522,30 @@ class SessionActor:
                     ):
                         data, blobs = extract(bytes(data))
                         self._blobs += blobs
-                    append(buf, seq, record.event_type, record.time, run_id, data)
+                    if record.event_id is not None:
+                        append(
+                            buf, seq, record.event_type, record.time, run_id, data, record.event_id
+                        )
+                    else:
+                        append(buf, seq, record.event_type, record.time, run_id, data)
                     seq += 1
                 else:
                     # Not the writer, a failed file, or sent behind a begin_run this
                     # session refused.
                     peer.refuse(record, refusal or _run_not_open(record.run_id))
         return index, seq - first, size
+
+    def _first_time(self, event_id: str) -> bool:
+        """Whether the session holds no record with ``event_id`` yet (it does from now
+        on); a repeat is counted, and written nowhere."""
+        key = event_id_key(event_id)
+        ids = self.file.event_ids
+        if key in ids:
+            self.duplicates += 1
+            self.run_duplicates += 1
+            return False
+        ids.add(key)
+        return True
 
     def _check_writable(self) -> None:
         # What was queued behind a failure is refused with it.

@@ -371,6 +371,7 @@ class Sessions:
             bytes=nbytes,
             file_open=False,
             error=actor.error.message if actor.error else None,
+            duplicates=actor.duplicates,
         )
         while len(self._closed) > CLOSED_KEPT:
             self._closed.popitem(last=False)
@@ -415,6 +416,7 @@ class Sessions:
                 subscribers=actor.subscribers,
                 file_open=actor.file.fd is not None,
                 error=actor.error.message if actor.error else None,
+                duplicates=actor.duplicates,
             )
             for actor in self.by_path.values()
             if everything or self.access.may_read(viewer, actor.path)

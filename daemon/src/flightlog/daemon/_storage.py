@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
+from msgspec import UNSET
 
 from flightlog.protocol import (
     CHECKPOINT,
@@ -34,6 +35,7 @@ from flightlog.protocol import (
     Origin,
     ReadState,
     Record,
+    event_id_key,
     session_start_line,
 )
 from flightlog.sdk._compression import FileBusy, decompress_at, is_compressed
@@ -124,6 +126,9 @@ class SessionFile:
     calls: CallLedger = field(default_factory=CallLedger)
     calls_at: int = 0
     calls_seq: int = 0
+    #: The event ids of the records it holds (``event_id_key``: 16 bytes each), so that
+    #: a record with one of them is not written again.
+    event_ids: set[bytes] = field(default_factory=set)
 
     @property
     def path(self) -> str:
@@ -211,9 +216,12 @@ class SessionFile:
         last_run: str | None = None
         items = 0
         calls = CallLedger()
+        event_ids: set[bytes] = set()
         reader = LineReader()
         for record in read_on(fd, reader, to_the_end=True):
             calls.feed(record)
+            if record.event_id is not UNSET:
+                event_ids.add(event_id_key(record.event_id))
             if record.type == RUN_START and record.run_id:
                 open_runs[record.run_id] = None
                 runs.add(record.run_id)
@@ -245,6 +253,7 @@ class SessionFile:
             calls=calls,
             calls_at=reader.offset,
             calls_seq=reader.last_seq,
+            event_ids=event_ids,
         )
 
     # ------------------------------------------------------------------ writing

@@ -416,7 +416,12 @@ class ClientConnection:
         return self._begin(session_id, started, run_id=new_id())
 
     def record(
-        self, session_id: str, run_id: str, event: Event, time: datetime | str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event,
+        time: datetime | str | None = None,
+        event_id: str | None = None,
     ) -> bytes | None:
         """The frame recording ``event`` in the run, or None when it is never written.
 
@@ -424,7 +429,8 @@ class ClientConnection:
         than the daemon accepts as its stub (``Codec.oversized``); either is named in
         the run's ``run_close``.  Raises the run's sticky :class:`RecordingError`, the
         codec's error for something that is not an event or a field of the wrong type,
-        and :class:`LocalProtocolError` for a closed run or a bad ``time``.
+        and :class:`LocalProtocolError` for a closed run, a bad ``time`` or ``event_id``.
+        With ``event_id`` the frame carries it (see :func:`._framer.identified`).
         """
         # The hot path of every agent: the common case (the run open, no sticky error
         # anywhere, the connection sound) is told apart with plain attribute tests;
@@ -438,7 +444,7 @@ class ClientConnection:
             or session.failed_run == run_id
         ):
             self._check(session_id, run_id, SessionOp.RECORD)
-        return self._framer.frame(session_id, run_id, event, time)
+        return self._framer.frame(session_id, run_id, event, time, event_id)
 
     def diagnosed(self, run_id: str) -> int:
         """How many events of the open run ``run_id`` were written with markers or as

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from ._codec import Codec, EncodedEvent
@@ -10,7 +11,8 @@ from ._diagnostics import RunDiagnostics
 from ._errors import ErrorCode, LocalProtocolError
 from ._events import Event
 from ._framing import FrameEncoder
-from ._records import format_time, utc_time
+from ._records import check_event_id, format_time, utc_time
+from ._wire import RecordEvent
 
 __all__ = ["RecordFramer"]
 
@@ -26,25 +28,32 @@ class RecordFramer:
         self._diagnostics: dict[str, RunDiagnostics] = {}
 
     def frame(
-        self, session_id: str, run_id: str, event: Event, time: datetime | str | None
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event,
+        time: datetime | str | None,
+        event_id: str | None = None,
     ) -> bytes | None:
         """The frame recording ``event`` in the run, or None when it is never written
-        (see :meth:`ClientConnection.record`)."""
+        (see :meth:`ClientConnection.record`); with ``event_id``, a frame that carries
+        it (:func:`identified`)."""
         codec = self._codec
         encoded = codec.encode_event(event)
         if encoded is None:
             return None
         when = encoded.time if time is None else _event_time(encoded, time)
         encoder = self._encoder
+        encode = encoder.encode_record if event_id is None else identified(encoder, event_id)
         try:
-            frame = encoder.encode_record(session_id, run_id, encoded.type, when, encoded.data)
+            frame = encode(session_id, run_id, encoded.type, when, encoded.data)
         except LocalProtocolError as exc:
             if exc.code != ErrorCode.FRAME_TOO_LARGE:
                 raise
             # Too large to send: its stub is written instead, and run_close names it.
             encoded = codec.oversized(encoded, limit=encoder.max_frame_size)
             try:
-                frame = encoder.encode_record(session_id, run_id, encoded.type, when, encoded.data)
+                frame = encode(session_id, run_id, encoded.type, when, encoded.data)
             except LocalProtocolError:
                 raise exc from None
         if encoded.markers:
@@ -80,3 +89,29 @@ def _event_time(encoded: EncodedEvent, time: datetime | str | None) -> str:
             code=ErrorCode.BAD_EVENT,
         )
     return utc
+
+
+def identified(
+    encoder: FrameEncoder, event_id: str
+) -> Callable[[str, str, str, str, bytes], bytes]:
+    """An ``encode_record`` of ``encoder`` whose frames carry ``event_id``
+    (``record(event, event_id=...)``: the daemon writes a record whose id the session
+    does not hold yet, and drops, counts and acknowledges one whose id it holds;
+    docs/protocol.md, "Event ids").  Frames without an id keep the C encoder's fast
+    path; those with one are encoded by msgspec.  Raises :class:`LocalProtocolError`
+    (``bad_event``) for an id that is not a string of 1 to 256 bytes."""
+    check_event_id(event_id)
+
+    def encode(session_id: str, run_id: str, event_type: str, time: str, data: bytes) -> bytes:
+        return encoder.encode(
+            RecordEvent(
+                session_id=session_id,
+                run_id=run_id,
+                event_type=event_type,
+                time=time,
+                data=data,
+                event_id=event_id,
+            )
+        )
+
+    return encode

@@ -8,6 +8,7 @@ through readers and the daemon without being decoded.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 import uuid
@@ -17,12 +18,13 @@ from typing import Any, Final
 import msgspec
 
 from ._accel import append_lines, fast_is_time
-from ._errors import LocalProtocolError
+from ._errors import ErrorCode, LocalProtocolError
 
 __all__ = [
     "AGENT_FACT_TYPES",
     "CHECKPOINT",
     "FORMAT_VERSION",
+    "MAX_EVENT_ID",
     "NEVER_WRITTEN_TYPES",
     "RECORD_TYPES",
     "RUN_CLOSE",
@@ -40,7 +42,9 @@ __all__ = [
     "RunStartData",
     "SessionStartData",
     "append_line",
+    "check_event_id",
     "encode_line",
+    "event_id_key",
     "format_time",
     "is_session_id",
     "is_time",
@@ -102,7 +106,9 @@ class Record(msgspec.Struct, kw_only=True, frozen=True):
     """One line of a session file.
 
     ``data`` holds the record's payload as raw JSON; decode it with
-    :meth:`decode_data`, or pass it on untouched.
+    :meth:`decode_data`, or pass it on untouched.  ``event_id`` is the id its writer
+    gave the event (``record(event, event_id=...)``), UNSET when none: a line without
+    one has no such member.
     """
 
     session_id: str
@@ -110,6 +116,7 @@ class Record(msgspec.Struct, kw_only=True, frozen=True):
     type: str
     time: str
     run_id: str | None = None
+    event_id: str | msgspec.UnsetType = msgspec.UNSET
     data: msgspec.Raw = msgspec.Raw(b"{}")
 
     def decode_data(self, type: Any = Any) -> Any:
@@ -121,14 +128,42 @@ class Record(msgspec.Struct, kw_only=True, frozen=True):
 
     def to_builtins(self) -> dict[str, Any]:
         """The record as plain JSON values, ``data`` decoded."""
-        return {
+        plain = {
             "session_id": self.session_id,
             "seq": self.seq,
             "type": self.type,
             "time": self.time,
             "run_id": self.run_id,
-            "data": self.decode_data(),
         }
+        if self.event_id is not msgspec.UNSET:
+            plain["event_id"] = self.event_id
+        plain["data"] = self.decode_data()
+        return plain
+
+
+#: The longest event id a writer may give, in UTF-8 bytes.
+MAX_EVENT_ID: Final = 256
+
+
+def check_event_id(event_id: object) -> str:
+    """``event_id`` if it is an id a record may carry: a string of 1 to
+    :data:`MAX_EVENT_ID` UTF-8 bytes.  Raises :class:`LocalProtocolError`
+    (``bad_event``) otherwise."""
+    if isinstance(event_id, str) and 0 < len(event_id.encode(errors="surrogatepass")) <= (
+        MAX_EVENT_ID
+    ):
+        return event_id
+    raise LocalProtocolError(
+        f"an event id is a string of 1 to {MAX_EVENT_ID} bytes, not {str(event_id)[:40]!r}",
+        code=ErrorCode.BAD_EVENT,
+    )
+
+
+def event_id_key(event_id: str) -> bytes:
+    """What a writer keeps of an event id to know it again: 16 bytes whatever its length
+    (a 128-bit BLAKE2b digest: two ids that differ share one by chance with odds of
+    about 2**-128 a pair)."""
+    return hashlib.blake2b(event_id.encode(errors="surrogatepass"), digest_size=16).digest()
 
 
 class Origin(msgspec.Struct, kw_only=True, frozen=True):
@@ -196,9 +231,12 @@ class CheckpointData(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class RunCloseData(msgspec.Struct, kw_only=True, frozen=True):
-    """``data`` of ``run_close``: the run's sticky error text, or None."""
+    """``data`` of ``run_close``: the run's sticky error text, or None; and, when the
+    daemon dropped records of the run whose event id the session already held, how
+    many (absent when none)."""
 
     error: str | None = None
+    duplicates: int | msgspec.UnsetType = msgspec.UNSET
 
 
 _encode_json: Final = msgspec.json.Encoder().encode
@@ -239,8 +277,10 @@ class LineEncoder:
         time: str,
         run_id: str | None,
         data: bytes | msgspec.Raw,
+        event_id: str | None = None,
     ) -> None:
-        """Append one complete line, ending in ``\\n``, to ``buf``."""
+        """Append one complete line, ending in ``\\n``, to ``buf``; with ``event_id``,
+        its ``event_id`` member before ``data``."""
         type_part = _TYPE_PARTS.get(record_type)
         if type_part is None:
             type_part = _type_part(record_type)
@@ -248,6 +288,8 @@ class LineEncoder:
         if cached_id != run_id:
             run_part = b',"run_id":' + _encode_json(run_id) + b',"data":'
             self._run = (run_id, run_part)
+        if event_id is not None:
+            run_part = run_part[:-8] + b',"event_id":' + _encode_json(event_id) + b',"data":'
         buf += b"%b%d%b%b%b%b}\n" % (
             self._head,
             seq,
@@ -293,7 +335,16 @@ def append_line(buf: bytearray, record: Record) -> None:
     encoder = _last_encoder
     if encoder.session_id != record.session_id:
         encoder = _last_encoder = LineEncoder(record.session_id)
-    encoder.append(buf, record.seq, record.type, record.time, record.run_id, record.data)
+    event_id = record.event_id
+    encoder.append(
+        buf,
+        record.seq,
+        record.type,
+        record.time,
+        record.run_id,
+        record.data,
+        None if event_id is msgspec.UNSET else event_id,
+    )
 
 
 _TIME_RE: Final = re.compile(

@@ -70,7 +70,7 @@ from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtoc
 from ._framing import FrameDecoder, FrameEncoder, server_decoder
 from ._json import MAX_NESTING, check_json
 from ._lines import MAX_LINE_BYTES
-from ._records import AGENT_FACT_TYPES, is_session_id, is_time, new_id
+from ._records import AGENT_FACT_TYPES, check_event_id, is_session_id, is_time, new_id
 from ._state import (
     ConnectionState,
     SessionMachine,
@@ -354,6 +354,7 @@ class ServerConnection:
                     and is_time(message.time)
                     and message.data[:1] == b"{"
                     and len(message.data) <= max_data
+                    and message.event_id is None
                 ):
                     if len(message.data) <= inline:
                         try:
@@ -424,6 +425,8 @@ class ServerConnection:
                 )
             if len(data) <= self.check_inline:
                 check_json(data, "record data")
+            if message.event_id is not None:
+                check_event_id(message.event_id)
         except FlightlogError as exc:
             self._refuse_record(session, message, exc)
             return None

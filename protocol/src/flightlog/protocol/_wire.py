@@ -123,11 +123,13 @@ class BeginRun(Request, tag="begin_run", frozen=True):
     resume: str | None = None
 
 
-class RecordEvent(Message, tag="record", frozen=True):
+class RecordEvent(Message, tag="record", frozen=True, omit_defaults=True):
     """Append one agent fact to the open run.  No reply; a failure is pushed as RecordFailed.
 
     ``data`` is one JSON object (UTF-8, no raw newline) and ``event_type`` one of the
-    agent fact types; ``time`` is the source's RFC 3339 UTC timestamp.
+    agent fact types; ``time`` is the source's RFC 3339 UTC timestamp.  ``event_id``, the
+    caller's id of the event (1 to 256 bytes), makes the record idempotent: a record
+    whose id the session already holds is not written again (docs/protocol.md).
     """
 
     session_id: str
@@ -135,6 +137,7 @@ class RecordEvent(Message, tag="record", frozen=True):
     event_type: str
     time: str
     data: bytes
+    event_id: str | None = None
 
 
 class SaveCheckpoint(Request, tag="save_checkpoint", frozen=True):
@@ -332,6 +335,9 @@ class SessionStatus(msgspec.Struct, kw_only=True, frozen=True):
     subscribers: int = 0
     file_open: bool = True
     error: str | None = None
+    #: Records dropped because the session held their event id (since this daemon
+    #: opened it).
+    duplicates: int = 0
 
 
 class UidLimits(msgspec.Struct, kw_only=True, frozen=True):

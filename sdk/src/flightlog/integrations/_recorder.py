@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -142,7 +143,10 @@ class Recorder:
 
     ``socket`` is the daemon's socket (default: ``$FLIGHTLOG_SOCKET``, else the default
     socket); ``client_name`` is written in every ``run_start``; ``reconnect_grace`` is
-    how long its client waits for a restarted daemon (see the module docstring).
+    how long its client waits for a restarted daemon (see the module docstring).  With
+    ``repair`` (default: ``$FLIGHTLOG_REPAIR`` set to ``1``), each session is repaired
+    as it is opened (``client.session(path, repair=True)``): a tool call a crash left
+    without a result in the file's last run gets a result marked ``repaired``.
     """
 
     def __init__(
@@ -152,7 +156,11 @@ class Recorder:
         client_name: str | None = None,
         max_sessions: int = 32,
         reconnect_grace: float = RECONNECT_GRACE,
+        repair: bool | None = None,
     ) -> None:
+        if repair is None:
+            repair = os.environ.get("FLIGHTLOG_REPAIR") == "1"
+        self.repair = repair
         self.socket = socket
         self.client_name = client_name
         self.max_sessions = max_sessions
@@ -282,7 +290,7 @@ class Recorder:
                 self._sessions.move_to_end(path)
                 return session
         client = self._connected()
-        session = client.session(path, meta=dict(meta or {}))
+        session = client.session(path, meta=dict(meta or {}), repair=self.repair)
         evicted: list[Session] = []
         with self._lock:
             self._sessions[path] = session

@@ -60,6 +60,7 @@ from flightlog.protocol import (
     Unsubscribe,
     check_run_start,
     encode_line,
+    event_id_key,
     line_bound,
     new_id,
     now,
@@ -96,6 +97,10 @@ class MemorySession:
         self.runs: set[str] = set()
         #: Set by :meth:`MemoryDaemon.break_disk`: every later write fails with it.
         self.broken: FlightlogError | None = None
+        #: The event ids its records carry (``event_id_key``), and how many records of
+        #: the open run were dropped for carrying one of them.
+        self.event_ids: set[bytes] = set()
+        self.run_duplicates = 0
         # (type, run_id) of each line
         self._kinds: list[tuple[str, str | None]] = [(SESSION_START, None)]
         self._checkpoint: Record | None = None
@@ -109,20 +114,34 @@ class MemorySession:
     def last_seq(self) -> int:
         return len(self.lines)
 
-    def append(self, type: str, time: str, data: bytes, run_id: str | None) -> Record:
+    def first_time(self, event_id: str) -> bool:
+        """Whether no record holds ``event_id`` yet; a repeat is counted in the run (and
+        among its items: its writer numbered it), as flightlogd does."""
+        key = event_id_key(event_id)
+        if key in self.event_ids:
+            self.run_duplicates += 1
+            self.run_items += 1
+            return False
+        self.event_ids.add(key)
+        return True
+
+    def append(
+        self, type: str, time: str, data: bytes, run_id: str | None, event_id: str | None = None
+    ) -> Record:
         record = Record(
             session_id=self.session_id,
             seq=self.last_seq + 1,
             type=type,
             time=time,
             run_id=run_id,
+            event_id=msgspec.UNSET if event_id is None else event_id,
             data=msgspec.Raw(data),
         )
         self.lines.append(encode_line(record)[:-1])
         self._kinds.append((type, run_id))
         if type in (RUN_START, RUN_RESUME):
             self.open_run, self.last_run = run_id, None
-            self.run_items = 0
+            self.run_items = self.run_duplicates = 0
         elif type == RUN_CLOSE:
             self.open_run = self.last_run = None
         elif run_id is not None:
@@ -333,13 +352,19 @@ class MemoryDaemon:
                 )
                 server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
             case RecordEvent(session_id=session_id, event_type=type, time=time, data=data):
-                self._write(conn, session_id, type, time, data, event.run_id)
+                event_id = event.event_id
+                if event_id is None or self._by_id(session_id).first_time(event_id):
+                    self._write(conn, session_id, type, time, data, event.run_id, event_id)
             case SaveCheckpoint(session_id=session_id, snapshot=snapshot):
                 data = b'{"snapshot":' + snapshot + b"}"
                 record = self._write(conn, session_id, CHECKPOINT, event.time, data, event.run_id)
                 server.send(Ack(id=event.id, seq=record.seq))
             case CloseRun(session_id=session_id, run_id=run_id, time=time, error=error):
-                data = _encode_json(RunCloseData(error=error))
+                dropped = self._by_id(session_id).run_duplicates
+                closing = RunCloseData(error=error)
+                if dropped:
+                    closing = RunCloseData(error=error, duplicates=dropped)
+                data = _encode_json(closing)
                 record = self._write(conn, session_id, RUN_CLOSE, time, data, run_id)
                 server.send(Ack(id=event.id, seq=record.seq))
             case Sync(id=request_id, session_id=session_id):
@@ -414,12 +439,13 @@ class MemoryDaemon:
         time: str,
         data: bytes,
         run_id: str | None,
+        event_id: str | None = None,
     ) -> Record:
         session = self._by_id(session_id)
         if session.broken is not None:
             conn.server.fail(session_id, session.broken)
             raise session.broken
-        record = session.append(type, time, data, run_id)
+        record = session.append(type, time, data, run_id, event_id)
         self._count(session.lines[-1])
         self._publish(session, record.seq - 1)
         return record

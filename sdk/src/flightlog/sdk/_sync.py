@@ -41,6 +41,7 @@ from flightlog.protocol import (
     sticky_of,
 )
 
+from ._cursor import CursorTail
 from ._exceptions import ConnectionLost, DaemonError
 from ._models import CallRef
 from ._resume import Resumption, open_calls, repair_event, reply_calls
@@ -262,17 +263,27 @@ class Client(Resource):
         opening = self._open_session(partial(self._conn.open, path))
         return opening
 
-    def session(self, path: str, *, meta: Mapping[str, Any] | None = None) -> Session:
+    def session(
+        self, path: str, *, meta: Mapping[str, Any] | None = None, repair: bool = False
+    ) -> Session:
         """Open the session file at ``path``, or create it when there is none.
 
         ``meta`` goes into ``session_start`` when the file is created; an existing file
         keeps its own (``session.meta``).  Two clients racing to create the same path
-        both end up opening it, one after the other.  Raises :class:`DaemonError` with
-        code ``session_busy`` (another writer holds it), ``session_corrupt`` or
+        both end up opening it, one after the other.  With ``repair``, an opened file is
+        repaired at once (:meth:`Session.resume` with ``repair=True``; what it
+        found is ``session.resumption``).  Raises :class:`DaemonError` with code
+        ``session_busy`` (another writer holds it), ``session_corrupt`` or
         ``path_refused``.
         """
-        opening = self._create_or_open(path, meta or {})
+        make = self._open_repaired if repair else self._create_or_open
+        opening = make(path, meta or {})
         return opening
+
+    def _open_repaired(self, path: str, meta: Mapping[str, Any]) -> Session:
+        session = self._create_or_open(path, meta)
+        session.resumption = session.resume(repair=True)
+        return session
 
     def _create_or_open(self, path: str, meta: Mapping[str, Any]) -> Session:
         try:
@@ -324,16 +335,34 @@ class Client(Resource):
     def tail_all(
         self,
         *,
-        after: int = 0,
+        after: int | Mapping[str, int] | str = 0,
         follow: bool = False,
         types: list[str] | None = None,
         run_id: str | None = None,
-    ) -> Tail[tuple[str, Record]]:
-        """Like :meth:`tail`, for every session written from now on: ``(path, record)``.
+    ) -> Tail[tuple[str, Record]] | CursorTail:
+        """Every session's records: ``(path, record)``.
 
-        After a reconnect, what was written while the client was away is read from
-        the files, each session after the last record delivered (docs/protocol.md).
+        With a cursor as ``after`` (``"SESSION_ID:SEQ,..."`` as ``flightlog tail --all``
+        prints it, or a dict; ``""`` or ``{}``: every session from its start), or
+        without ``follow``: an :class:`CursorTail`, which replays every session
+        file under the data root the caller may read from the cursor, then with
+        ``follow`` goes on live; without, it ends at the present.  Its ``cursor`` says
+        where it got to.  With ``follow`` and no cursor (``after`` 0): the sessions'
+        records written from now on; after a reconnect, what was written while the
+        client was away is read from the files, each session after the last record
+        delivered (docs/protocol.md).  Raises :class:`ValueError` for a cursor that is
+        not one, or another number as ``after``.
         """
+        if not isinstance(after, int) or not follow:
+            if isinstance(after, int) and after != 0:
+                raise ValueError("tail_all() takes a cursor as after, or 0")
+            live = self.tail_all(follow=True) if follow else None
+            return CursorTail(
+                live,
+                {} if isinstance(after, int) else after,
+                types=types,
+                run_id=run_id,
+            )
         return Tail(
             self._link,
             lambda: self._conn.tails.subscribe(
@@ -380,6 +409,8 @@ class Session(Resource):
         #: The file's last run when it was opened, if it has no run_close.
         self.last_run = opened.last_run
         self.truncated_bytes = opened.truncated_bytes
+        #: What the repair of ``client.session(..., repair=True)`` found and did.
+        self.resumption: Resumption | None = None
 
     def begin_run(self) -> Run:
         """Start a run with a fresh ``run_id``: ``with session.begin_run() as run``.
@@ -491,7 +522,9 @@ class Run(Resource):
         or as the stub of an event too large to send; ``run_close`` names them."""
         return self._conn.diagnosed(self.run_id)
 
-    def record(self, event: Event, *, time: datetime | str | None = None) -> None:
+    def record(
+        self, event: Event, *, time: datetime | str | None = None, event_id: str | None = None
+    ) -> None:
         """Record ``event``; returns once it is sent, without waiting for the daemon.
 
         The event is encoded here.  A value the codec cannot encode is written as a
@@ -503,6 +536,10 @@ class Run(Resource):
         event is missing; best effort drops the event instead, and goes on); events
         that are never written (token deltas, stream chunks, progress) are skipped.
         ``time`` overrides the event's own time (any RFC 3339 offset; written in UTC).
+        ``event_id`` (a string of 1 to 256 bytes, the caller's) makes the record
+        idempotent: the session holds it once however often it is recorded, also by a
+        later process or after a daemon restart (a repeat is dropped and counted in
+        ``run_close``); an invalid one raises :class:`LocalProtocolError` here.
         Raises the run's sticky :class:`RecordingError` once the daemon pushed one, and
         :class:`LocalProtocolError` for a closed run.
 
@@ -516,12 +553,12 @@ class Run(Resource):
             link.poll()
         try:
             try:
-                data = self._conn.record(self.session_id, self.run_id, event, time)
+                data = self._conn.record(self.session_id, self.run_id, event, time, event_id)
             except ConnectionLost:
                 if not link.reconnecting():
                     raise
                 link.ready()
-                data = self._conn.record(self.session_id, self.run_id, event, time)
+                data = self._conn.record(self.session_id, self.run_id, event, time, event_id)
         except FlightlogError as exc:
             if link.best_effort:
                 self._drop(exc, 1)

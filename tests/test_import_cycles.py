@@ -1,6 +1,7 @@
 """No package of flightlog, nor the benchmark harness, imports itself in a circle: every
 import counts, those under ``if TYPE_CHECKING:`` and inside functions too, so the modules
-can be read (and changed) from the bottom up."""
+can be read (and changed) from the bottom up.  And each package imports only the
+packages docs/architecture.md's table lets it."""
 
 from __future__ import annotations
 
@@ -111,6 +112,36 @@ def test_no_import_cycle(package: Path) -> None:
     assert len(mine) > 1, package
     found = [cycle for cycle in cycles(import_graph(PACKAGES)) if set(cycle) & set(mine)]
     assert found == [], "modules that import each other in a circle"
+
+
+#: The flightlog packages (and modules) each package may import beside its own:
+#: docs/architecture.md, "The packages".
+MAY_IMPORT = {
+    "protocol": set(),
+    "sdk": {"flightlog.protocol"},
+    "cli": {"flightlog.protocol", "flightlog.sdk"},
+    "integrations": {"flightlog.protocol", "flightlog.sdk"},
+    # The sdk's file keeping, which `flightlog compress` and `vacuum` run too.
+    "daemon": {"flightlog.protocol", "flightlog.sdk._compression", "flightlog.sdk._retention"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MAY_IMPORT))
+def test_each_package_imports_only_what_it_may(name: str) -> None:
+    flightlog = {f"flightlog.{package.name}" for package in PACKAGES if package.name != "bench"}
+    modules = import_graph(PACKAGES)
+    allowed = MAY_IMPORT[name] | {f"flightlog.{name}"}
+    wrong = set()
+    for module, targets in modules.items():
+        if module != f"flightlog.{name}" and not module.startswith(f"flightlog.{name}."):
+            continue
+        for target in targets:
+            package = ".".join(target.split(".")[:2])
+            if package in flightlog and not any(
+                target == rule or target.startswith(rule + ".") for rule in allowed
+            ):
+                wrong.add((module, target))
+    assert sorted(wrong) == []
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:

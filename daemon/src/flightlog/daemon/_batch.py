@@ -20,7 +20,7 @@ from flightlog.protocol import (
     Record,
     append_line,
 )
-from flightlog.sdk._resume import OpenCall
+from flightlog.protocol._calls import OpenCall
 
 from ._peers import Peer
 

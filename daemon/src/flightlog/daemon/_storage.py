@@ -38,8 +38,8 @@ from flightlog.protocol import (
     event_id_key,
     session_start_line,
 )
+from flightlog.protocol._calls import CallLedger, OpenCall
 from flightlog.sdk._compression import FileBusy, decompress_at, is_compressed
-from flightlog.sdk._resume import CallLedger, OpenCall
 
 from ._paths import ResolvedPath, Roots
 

@@ -11,21 +11,13 @@ from the file pairs every tool call again, and nobody reads it as the tool's own
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
-from flightlog.protocol import (
-    RUN_CLOSE,
-    RUN_START,
-    CheckpointLoaded,
-    Execution,
-    Record,
-    TextPart,
-    ToolExecEnd,
-)
+from flightlog.protocol import CheckpointLoaded, Execution, TextPart, ToolExecEnd
+from flightlog.protocol._calls import CallLedger, Calls, OpenCall, open_calls
 
 __all__ = [
     "CallLedger",
@@ -37,35 +29,11 @@ __all__ = [
     "reply_calls",
 ]
 
-_STARTS = {
-    "model_request": "model",
-    "model_exec_start": "model",
-    "tool_queued": "tool",
-    "tool_exec_start": "tool",
-}
-_ENDS = {"model_exec_end": "model", "tool_exec_end": "tool"}
-
 #: The text of a repaired tool call's result.
 REPAIR_TEXT = (
     "The tool call was interrupted (the agent stopped before it returned); "
     "no result was recorded. This result was written by flightlog's repair."
 )
-
-
-@dataclass(frozen=True)
-class OpenCall:
-    """A model or tool call with a start and no end.
-
-    ``execution`` is the call's Execution as recorded; ``tool_call_id`` and ``name``
-    (tools) are the model's call id and the tool's name; ``seq`` is its first record's.
-    """
-
-    run_id: str
-    execution: Execution
-    seq: int
-    tool_call_id: str | None = None
-    name: str | None = None
-    arguments: Any = None
 
 
 @dataclass(frozen=True)
@@ -81,74 +49,6 @@ class Resumption:
     cut_runs: list[str]
     open_calls: list[OpenCall]
     repaired: list[OpenCall] = field(default_factory=list)
-
-
-class _Keyed(msgspec.Struct):
-    # What pairing needs of a start's or an end's data; the rest (messages, results)
-    # is skipped, not decoded.  A missing or invalid execution fails the decode: the
-    # record pairs nothing.
-    execution: Execution
-
-
-class _CallData(msgspec.Struct):
-    tool_call_id: Any = None
-    name: Any = None
-    arguments: Any = None
-
-
-_keyed: Final = msgspec.json.Decoder(_Keyed)
-_call_data: Final = msgspec.json.Decoder(_CallData)
-_Key = tuple[str, str, int, str]
-
-
-class CallLedger:
-    """The runs without ``run_close`` and the calls without an end, kept as records are
-    fed in file order (:meth:`feed`); :meth:`result` says them at any point.  The one
-    pairing rule: :func:`open_calls` and the daemon's open both feed one."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, None] = {}
-        # A start not ended yet: its execution, seq and data (decoded once it is
-        # asked for: most calls end).
-        self._calls: dict[_Key, tuple[Execution, int, msgspec.Raw]] = {}
-        self._ended: set[_Key] = set()
-
-    def feed(self, record: Record) -> None:
-        run_id = record.run_id
-        if run_id is None:
-            return
-        type = record.type
-        if type == RUN_START:
-            self._runs[run_id] = None
-        elif type == RUN_CLOSE:
-            self._runs.pop(run_id, None)
-        kind = _STARTS.get(type) or _ENDS.get(type)
-        if kind is None:
-            return
-        try:
-            execution = _keyed.decode(record.data).execution
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            return
-        key = (run_id, execution.id, execution.attempt, kind)
-        if type in _ENDS:
-            self._ended.add(key)
-            self._calls.pop(key, None)
-        elif key not in self._calls and key not in self._ended:
-            self._calls[key] = (execution, record.seq, record.data)
-
-    def result(self) -> tuple[list[str], list[OpenCall]]:
-        """The runs without ``run_close`` and the calls without an end, in file order."""
-        calls = []
-        for (run_id, *_), (execution, seq, raw) in self._calls.items():
-            data = _call_data.decode(raw)
-            calls.append(
-                OpenCall(run_id, execution, seq, data.tool_call_id, data.name, data.arguments)
-            )
-        return list(self._runs), calls
-
-
-#: The runs without ``run_close`` and the calls without an end.
-Calls = tuple[list[str], list[OpenCall]]
 
 
 def reply_calls(reply: CheckpointLoaded) -> Calls | None:
@@ -167,14 +67,6 @@ def reply_calls(reply: CheckpointLoaded) -> Calls | None:
         for call in reply.open_calls
     ]
     return list(reply.cut_runs), calls
-
-
-def open_calls(records: Iterable[Record]) -> tuple[list[str], list[OpenCall]]:
-    """The runs without ``run_close`` and the calls without an end, in file order."""
-    ledger = CallLedger()
-    for record in records:
-        ledger.feed(record)
-    return ledger.result()
 
 
 def repair_event(call: OpenCall) -> ToolExecEnd:

@@ -34,6 +34,16 @@ FAST_EXAMPLES = 100
 #: The modules that take longest, started first so that, on several workers
 #: (``pytest -n auto``), none of them is left to run alone at the end.
 LONGEST = ("test_quality.py", "test_bench.py", "install/test_install.py", "docs/test_examples.py")
+#: Modules that measure a daemon's memory: their daemons start as fresh interpreters,
+#: not forked from the fork server that has imported the daemon (support.forkserver).
+FRESH_DAEMONS = (
+    "daemon/test_backpressure.py",
+    "daemon/test_malloc.py",
+    "faults/test_adversarial.py",
+    "faults/test_client_faults.py",
+    "faults/test_hostile_input.py",
+    "faults/test_memory_budget.py",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -122,6 +132,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_daemons(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``FLIGHTLOG_TEST_EXEC`` for the modules of :data:`FRESH_DAEMONS`."""
+    path = request.path
+    if path.is_relative_to(TESTS) and path.relative_to(TESTS).as_posix() in FRESH_DAEMONS:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FLIGHTLOG_TEST_EXEC", "1")
+            yield
+    else:
+        yield
 
 
 @pytest.fixture

@@ -17,16 +17,12 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
+from bench._find import Corpus, write_corpus
 from flightlog.cli._find import Query, _between
 from flightlog.protocol import format_time, parse_time
 from flightlog.sdk import read
 
 ROOT = Path(__file__).resolve().parents[2]
-# The corpus generator is the benchmark's: a top-level package of the repository.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench._find import Corpus, write_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")

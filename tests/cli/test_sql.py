@@ -29,19 +29,14 @@ from typing import Any
 import duckdb
 import pytest
 
+from bench._find import write_corpus
 from flightlog.cli import run as cli_run
 from flightlog.protocol import parse_time
 from flightlog.sdk import MissingExtra, read, sql, sql_connection
 from support import DaemonProcess
+from support.daemon import as_uid
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench._find import write_corpus  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests" / "daemon"))
-from daemon_support import as_uid  # noqa: E402
 
 KILLED_AGENT = """
 import os, signal, sys

@@ -16,7 +16,6 @@ from pathlib import Path
 import hypothesis.strategies as st
 import msgspec
 import pytest
-from damaged_files import FOREIGN, damaged_files, sound_lines
 from hypothesis import HealthCheck, given, settings
 
 from flightlog import sdk
@@ -39,6 +38,7 @@ from flightlog.protocol import (
     check,
 )
 from support import DaemonProcess, RawClient
+from support.damaged_files import FOREIGN, damaged_files, sound_lines
 
 
 @dataclass(frozen=True)

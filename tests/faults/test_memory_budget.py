@@ -14,16 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    checkpoint,
-    create,
-    fact,
-    proc_status_kb,
-    synced_seq,
-    wait_for_log,
-)
 
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import (
@@ -36,6 +26,16 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import (
+    assert_serving,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    proc_status_kb,
+    synced_seq,
+    wait_for_log,
+)
 
 from .harness import InProcessDaemon
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,14 +81,8 @@ def flightlog(
 
 
 @pytest.fixture(scope="module")
-def cli_daemon() -> Iterator[DaemonProcess]:
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    proc = DaemonProcess(base, "--log-format", "json").start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(base, ignore_errors=True)
+def cli_daemon(module_daemon: DaemonProcess) -> DaemonProcess:
+    return module_daemon
 
 
 def _record_interrupted_run(run: object) -> None:

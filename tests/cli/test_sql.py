@@ -18,7 +18,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -135,39 +134,34 @@ class Oracle:
 
 
 @pytest.fixture(scope="module")
-def corpus() -> Iterator[tuple[Path, Oracle]]:
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    daemon = DaemonProcess(base, "--log-format", "json").start()
+def corpus(module_daemon: DaemonProcess) -> Iterator[tuple[Path, Oracle]]:
+    daemon = module_daemon
     env = {"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_ROOT": str(daemon.root)}
-    try:
-        demo = subprocess.run(
-            [sys.executable, "-m", "flightlog.cli", "demo", "--fast", "--no-start"],
-            env={**os.environ, **env},
-            capture_output=True,
-            check=False,
-        )
-        assert demo.returncode == 0, demo.stderr
-        agent = subprocess.run(
-            [sys.executable, "-c", KILLED_AGENT, daemon.socket, "killed/session.jsonl"],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        assert agent.returncode == -signal.SIGKILL, agent.stderr
-        write_corpus(daemon.root / "old", 300_000)
-        # A crash's unfinished last line is never read, even when it is valid JSON.
-        old = sorted((daemon.root / "old").rglob("*.jsonl"))[0]
-        last = json.loads(old.read_text().splitlines()[-1])
-        with old.open("a") as fileobj:
-            fileobj.write(json.dumps({**last, "seq": last["seq"] + 1, "type": "retry"}))
-        daemon.stop()  # every file complete before it is read
-        oracle = Oracle()
-        for path in sorted(daemon.root.rglob("*.jsonl")):
-            oracle.add(str(path))
-        yield daemon.root, oracle
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    demo = subprocess.run(
+        [sys.executable, "-m", "flightlog.cli", "demo", "--fast", "--no-start"],
+        env={**os.environ, **env},
+        capture_output=True,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    agent = subprocess.run(
+        [sys.executable, "-c", KILLED_AGENT, daemon.socket, "killed/session.jsonl"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert agent.returncode == -signal.SIGKILL, agent.stderr
+    write_corpus(daemon.root / "old", 300_000)
+    # A crash's unfinished last line is never read, even when it is valid JSON.
+    old = sorted((daemon.root / "old").rglob("*.jsonl"))[0]
+    last = json.loads(old.read_text().splitlines()[-1])
+    with old.open("a") as fileobj:
+        fileobj.write(json.dumps({**last, "seq": last["seq"] + 1, "type": "retry"}))
+    daemon.stop()  # every file complete before it is read
+    oracle = Oracle()
+    for path in sorted(daemon.root.rglob("*.jsonl")):
+        oracle.add(str(path))
+    yield daemon.root, oracle
 
 
 def query(root: Path, text: str, *options: str) -> str:

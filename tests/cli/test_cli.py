@@ -427,13 +427,18 @@ def test_tail_follow_is_stopped_by_ctrl_c(recorded: Recorded) -> None:
         text=True,
         env=_env(recorded.daemon),
     )
-    assert proc.stdout is not None
-    for _ in recorded.records:  # caught up with the file at rest, then following
-        assert proc.stdout.readline()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130
-    assert "Traceback" not in err
+    try:
+        assert proc.stdout is not None
+        for _ in recorded.records:  # caught up with the file at rest, then following
+            assert proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130
+        assert "Traceback" not in err
+    finally:  # a failure leaves no follower behind for the module's other tests
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 # ----------------------------------------------------------------------------- check

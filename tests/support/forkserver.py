@@ -67,7 +67,7 @@ def _runtime_only(ours: Mapping[str, str], theirs: Mapping[str, str]) -> bool:
 
 
 class ForkServer:
-    """A Python (``python -m support.forkserver``) that has imported the daemon and
+    """A Python (:func:`serve`) that has imported the daemon and
     forks it on request; one per test process, started on first use."""
 
     def __init__(self) -> None:
@@ -75,7 +75,7 @@ class ForkServer:
         self.env = dict(os.environ)
         paths = [tests, *filter(None, self.env.get("PYTHONPATH", "").split(os.pathsep))]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "support.forkserver"],
+            [sys.executable, "-c", "from support.forkserver import serve; serve()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**self.env, "PYTHONPATH": os.pathsep.join(paths)},
@@ -309,7 +309,3 @@ def serve() -> None:
                     _child(request, entry, list(children))
                 children[os.pidfd_open(pid)] = pid
                 os.write(1, f"pid {pid}\n".encode())
-
-
-if __name__ == "__main__":
-    serve()

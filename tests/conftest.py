@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,12 +31,48 @@ STARTS_PROCESSES = (
     "spawn",
 )
 #: Fixtures that start a daemon.
-DAEMON_FIXTURES = frozenset({"daemon"})
+DAEMON_FIXTURES = frozenset({"daemon", "module_daemon"})
 #: A property test of more examples than this (hypothesis's default) is not fast.
 FAST_EXAMPLES = 100
 #: The modules that take longest, started first so that, on several workers
 #: (``pytest -n auto``), none of them is left to run alone at the end.
-LONGEST = ("test_quality.py", "test_bench.py", "install/test_install.py", "docs/test_examples.py")
+LONGEST = (
+    "test_pure_python.py",
+    "test_quality.py",
+    "test_bench.py",
+    "install/test_install.py",
+    "docs/test_examples.py",
+)
+#: Modules that measure a daemon's memory: their daemons start as fresh interpreters,
+#: not forked from the fork server that has imported the daemon (support.forkserver).
+FRESH_DAEMONS = (
+    "daemon/test_backpressure.py",
+    "daemon/test_malloc.py",
+    "faults/test_adversarial.py",
+    "faults/test_client_faults.py",
+    "faults/test_hostile_input.py",
+    "faults/test_memory_budget.py",
+)
+
+
+def _speedups_off() -> bool:
+    return os.environ.get("FLIGHTLOG_NO_SPEEDUPS", "") not in ("", "0")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With ``FLIGHTLOG_NO_SPEEDUPS`` set (tests/test_pure_python.py), no accelerator
+    may be loaded: every test then runs the Python path."""
+    if _speedups_off():
+        from flightlog.protocol import _accel
+
+        loaded = [name for name in ("fast_check_json", "encode_record") if getattr(_accel, name)]
+        if loaded:
+            raise pytest.UsageError(f"FLIGHTLOG_NO_SPEEDUPS is set but {loaded} are loaded")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _speedups_off():
+        terminalreporter.write_line("accelerators off: every test ran the Python path")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -90,7 +129,9 @@ def shared_fixture(item: pytest.Item) -> str | None:
             scope = fixturedef.scope
             if scope != "function" and fixturedef.baseid.startswith("tests"):
                 width = ("module", "package", "session").index(scope)
-                found.append((width, f"{fixturedef.baseid}::{name}"))
+                # A module's fixture is the module's own, wherever it is defined.
+                where = item.nodeid.split("::")[0] if scope == "module" else fixturedef.baseid
+                found.append((width, f"{where}::{name}"))
     return max(found)[1] if found else None
 
 
@@ -124,22 +165,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_daemons(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``FLIGHTLOG_TEST_EXEC`` for the modules of :data:`FRESH_DAEMONS`."""
+    path = request.path
+    if path.is_relative_to(TESTS) and path.relative_to(TESTS).as_posix() in FRESH_DAEMONS:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FLIGHTLOG_TEST_EXEC", "1")
+            yield
+    else:
+        yield
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    """A real flightlogd on a socket in a fresh temporary directory."""
+@contextlib.contextmanager
+def _daemon(*args: str) -> Iterator[DaemonProcess]:
     # Short base path: AF_UNIX socket paths are limited to 107 bytes.
     base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    proc = DaemonProcess(base, "--log-format", "json").start()
+    proc = DaemonProcess(base, "--log-format", "json", *args).start()
     try:
         yield proc
     finally:
         proc.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon() -> Iterator[DaemonProcess]:
+    """A real flightlogd on a socket in a fresh temporary directory, the test's own:
+    for a test that stops, kills, floods or reads the whole log of its daemon."""
+    with _daemon() as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def module_daemon(request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
+    """One flightlogd for all the tests of a module, each of which writes files of its
+    own (or reads what a module fixture recorded): ``--log-format json`` and the
+    module's ``DAEMON_ARGS`` (a tuple of options) besides. Its tests run on one worker."""
+    with _daemon(*getattr(request.module, "DAEMON_ARGS", ())) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -16,17 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from flightlog.sdk import connect
-from support import DaemonProcess
-
-ROOT = Path(__file__).resolve().parent.parent
-# The harness is a top-level package of the repository, not an installed one.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import bench._syslog  # noqa: E402
-from bench._events import LineEncoder, large_event, line_lengths, small_event  # noqa: E402
-from bench._syslog import (  # noqa: E402
+import bench._syslog
+from bench._events import LineEncoder, large_event, line_lengths, small_event
+from bench._syslog import (
     ENV_SYSLOG_NG,
     PEERS,
     LineCheckFailed,
@@ -34,6 +26,10 @@ from bench._syslog import (  # noqa: E402
     find_peers,
     find_rsyslog,
 )
+from flightlog.sdk import connect
+from support import DaemonProcess
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ROWS = {
     # row key: the systems it must have figures for

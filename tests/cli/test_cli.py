@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,14 +81,8 @@ def flightlog(
 
 
 @pytest.fixture(scope="module")
-def cli_daemon() -> Iterator[DaemonProcess]:
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    proc = DaemonProcess(base, "--log-format", "json").start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(base, ignore_errors=True)
+def cli_daemon(module_daemon: DaemonProcess) -> DaemonProcess:
+    return module_daemon
 
 
 def _record_interrupted_run(run: object) -> None:
@@ -435,13 +427,18 @@ def test_tail_follow_is_stopped_by_ctrl_c(recorded: Recorded) -> None:
         text=True,
         env=_env(recorded.daemon),
     )
-    assert proc.stdout is not None
-    for _ in recorded.records:  # caught up with the file at rest, then following
-        assert proc.stdout.readline()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130
-    assert "Traceback" not in err
+    try:
+        assert proc.stdout is not None
+        for _ in recorded.records:  # caught up with the file at rest, then following
+            assert proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130
+        assert "Traceback" not in err
+    finally:  # a failure leaves no follower behind for the module's other tests
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 # ----------------------------------------------------------------------------- check

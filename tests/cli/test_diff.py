@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,26 +98,18 @@ def _run(
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, Path]]:
-    import shutil
-    import tempfile
-
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    daemon = DaemonProcess(base, "--log-format", "json").start()
-    try:
-        with connect(daemon.socket) as client:
-            session = client.create("walks.jsonl")
-            _run(session, "a")  # 1
-            _run(session, "b")  # 2: the same run, other ids
-            _run(session, "c", forecast="24°C, sun", answer="Yes: sunny.")  # 3
-            _run(session, "d", extra_tool=True)  # 4
-            _run(session, "e", question="Walk in Rome tomorrow?")  # 5
-            _run(session, "f", fail_tool=True, forecast="timed out")  # 6
-            session.close()
-        yield daemon, daemon.root / "walks.jsonl"
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
+def recorded(module_daemon: DaemonProcess) -> tuple[DaemonProcess, Path]:
+    daemon = module_daemon
+    with connect(daemon.socket) as client:
+        session = client.create("walks.jsonl")
+        _run(session, "a")  # 1
+        _run(session, "b")  # 2: the same run, other ids
+        _run(session, "c", forecast="24°C, sun", answer="Yes: sunny.")  # 3
+        _run(session, "d", extra_tool=True)  # 4
+        _run(session, "e", question="Walk in Rome tomorrow?")  # 5
+        _run(session, "f", fail_tool=True, forecast="timed out")  # 6
+        session.close()
+    return daemon, daemon.root / "walks.jsonl"
 
 
 def diff(path: Path, a: str, b: str, *options: str) -> tuple[int, str, str]:

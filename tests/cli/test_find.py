@@ -17,17 +17,13 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
+from bench._find import Corpus, write_corpus
 from flightlog.protocol import format_time, parse_time
 from flightlog.sdk import read
 from flightlog.sdk._find import Query
 from flightlog.sdk._match import between as _between
 
 ROOT = Path(__file__).resolve().parents[2]
-# The corpus generator is the benchmark's: a top-level package of the repository.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench._find import Corpus, write_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")

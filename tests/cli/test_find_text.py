@@ -19,16 +19,13 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
+from bench._find import write_corpus
 from flightlog.cli import run as cli_run
 from flightlog.sdk import read
 from flightlog.sdk._find import Query, search
 from flightlog.sdk._text import byte_test, snippet, texts
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench._find import write_corpus  # noqa: E402
 
 SESSION = uuid.UUID(int=1).hex
 

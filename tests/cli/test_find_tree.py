@@ -7,23 +7,17 @@ on the same files, also on the benchmark's corpus."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench._find import write_corpus
 from flightlog.cli import run as cli_run
 from flightlog.protocol import Origin, events
 from flightlog.sdk import Found, connect, find, read
 from support import DaemonProcess
-
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench._find import write_corpus  # noqa: E402
 
 Ex = events.Execution
 

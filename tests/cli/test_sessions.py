@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -44,45 +42,35 @@ def model_call(run: Any, id: str, model: str, provider: str | None, usage: dict[
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    daemon = DaemonProcess(base, "--log-format", "json").start()
-    try:
-        with connect(daemon.socket) as client:
-            session = client.create("a/priced.jsonl", meta={"name": "priced", "app": "t"})
-            with session.begin_run() as run:
-                run.record(events.AgentStart(agent="planner"))
-                model_call(run, "m1", "claude-sonnet-4-5", "anthropic", USAGE)
-                model_call(
-                    run, "m2", "gpt-4o", "openai", {"input_tokens": 500, "output_tokens": 50}
-                )
-            with session.begin_run() as run:
-                run.record(events.AgentStart(agent="writer"))
-            session.close()
-            session = client.create("c/unknown.jsonl", meta={"app": "t"})
-            with session.begin_run() as run:
-                model_call(
-                    run, "m1", "house-model-7", None, {"input_tokens": 10, "output_tokens": 1}
-                )
-                model_call(
-                    run, "m2", "gpt-4o", "openai", {"input_tokens": 500, "output_tokens": 50}
-                )
-            session.close()
-        killed = subprocess.run(
-            [sys.executable, "-c", KILLED, daemon.socket],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        assert killed.returncode == -signal.SIGKILL, killed.stderr
-        damaged = daemon.root / "d" / "damaged.jsonl"
-        damaged.parent.mkdir()
-        lines = (daemon.root / "a" / "priced.jsonl").read_text().splitlines(keepends=True)
-        damaged.write_text("".join(lines[:3]) + "{not json\n" + "".join(lines[3:]))
-        yield daemon
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
+def daemon(module_daemon: DaemonProcess) -> Iterator[DaemonProcess]:
+    """The module's flightlogd, and the sessions its tests list."""
+    daemon = module_daemon
+    with connect(daemon.socket) as client:
+        session = client.create("a/priced.jsonl", meta={"name": "priced", "app": "t"})
+        with session.begin_run() as run:
+            run.record(events.AgentStart(agent="planner"))
+            model_call(run, "m1", "claude-sonnet-4-5", "anthropic", USAGE)
+            model_call(run, "m2", "gpt-4o", "openai", {"input_tokens": 500, "output_tokens": 50})
+        with session.begin_run() as run:
+            run.record(events.AgentStart(agent="writer"))
+        session.close()
+        session = client.create("c/unknown.jsonl", meta={"app": "t"})
+        with session.begin_run() as run:
+            model_call(run, "m1", "house-model-7", None, {"input_tokens": 10, "output_tokens": 1})
+            model_call(run, "m2", "gpt-4o", "openai", {"input_tokens": 500, "output_tokens": 50})
+        session.close()
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED, daemon.socket],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    damaged = daemon.root / "d" / "damaged.jsonl"
+    damaged.parent.mkdir()
+    lines = (daemon.root / "a" / "priced.jsonl").read_text().splitlines(keepends=True)
+    damaged.write_text("".join(lines[:3]) + "{not json\n" + "".join(lines[3:]))
+    yield daemon
 
 
 def sessions(daemon: DaemonProcess, *args: str) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,19 +28,14 @@ from typing import Any
 import duckdb
 import pytest
 
+from bench._find import write_corpus
 from flightlog.cli import run as cli_run
 from flightlog.protocol import parse_time
 from flightlog.sdk import MissingExtra, read, sql, sql_connection
 from support import DaemonProcess
+from support.daemon import as_uid
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench._find import write_corpus  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests" / "daemon"))
-from daemon_support import as_uid  # noqa: E402
 
 KILLED_AGENT = """
 import os, signal, sys
@@ -140,39 +134,34 @@ class Oracle:
 
 
 @pytest.fixture(scope="module")
-def corpus() -> Iterator[tuple[Path, Oracle]]:
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    daemon = DaemonProcess(base, "--log-format", "json").start()
+def corpus(module_daemon: DaemonProcess) -> Iterator[tuple[Path, Oracle]]:
+    daemon = module_daemon
     env = {"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_ROOT": str(daemon.root)}
-    try:
-        demo = subprocess.run(
-            [sys.executable, "-m", "flightlog.cli", "demo", "--fast", "--no-start"],
-            env={**os.environ, **env},
-            capture_output=True,
-            check=False,
-        )
-        assert demo.returncode == 0, demo.stderr
-        agent = subprocess.run(
-            [sys.executable, "-c", KILLED_AGENT, daemon.socket, "killed/session.jsonl"],
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        assert agent.returncode == -signal.SIGKILL, agent.stderr
-        write_corpus(daemon.root / "old", 300_000)
-        # A crash's unfinished last line is never read, even when it is valid JSON.
-        old = sorted((daemon.root / "old").rglob("*.jsonl"))[0]
-        last = json.loads(old.read_text().splitlines()[-1])
-        with old.open("a") as fileobj:
-            fileobj.write(json.dumps({**last, "seq": last["seq"] + 1, "type": "retry"}))
-        daemon.stop()  # every file complete before it is read
-        oracle = Oracle()
-        for path in sorted(daemon.root.rglob("*.jsonl")):
-            oracle.add(str(path))
-        yield daemon.root, oracle
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    demo = subprocess.run(
+        [sys.executable, "-m", "flightlog.cli", "demo", "--fast", "--no-start"],
+        env={**os.environ, **env},
+        capture_output=True,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    agent = subprocess.run(
+        [sys.executable, "-c", KILLED_AGENT, daemon.socket, "killed/session.jsonl"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert agent.returncode == -signal.SIGKILL, agent.stderr
+    write_corpus(daemon.root / "old", 300_000)
+    # A crash's unfinished last line is never read, even when it is valid JSON.
+    old = sorted((daemon.root / "old").rglob("*.jsonl"))[0]
+    last = json.loads(old.read_text().splitlines()[-1])
+    with old.open("a") as fileobj:
+        fileobj.write(json.dumps({**last, "seq": last["seq"] + 1, "type": "retry"}))
+    daemon.stop()  # every file complete before it is read
+    oracle = Oracle()
+    for path in sorted(daemon.root.rglob("*.jsonl")):
+        oracle.add(str(path))
+    yield daemon.root, oracle
 
 
 def query(root: Path, text: str, *options: str) -> str:

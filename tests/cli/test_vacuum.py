@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,13 @@ from support import DaemonProcess, wait_for
 _TIME = re.compile(rb'"time":"[^"]*"')
 
 
+DAEMON_ARGS = ("--idle-timeout", "0.2")
+
+
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    daemon = DaemonProcess(base, "--idle-timeout", "0.2").start()
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
-        shutil.rmtree(base, ignore_errors=True)
+def daemon(module_daemon: DaemonProcess) -> DaemonProcess:
+    """The module's flightlogd (each test writes files of its own)."""
+    return module_daemon
 
 
 @pytest.fixture(scope="module")

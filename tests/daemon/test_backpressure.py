@@ -7,18 +7,6 @@ import itertools
 import select
 from collections.abc import Iterator
 
-from daemon_support import (
-    agent_report,
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    proc_status_kb,
-    spawn_agent,
-    synced_seq,
-)
-
 from flightlog.protocol import (
     Ack,
     CheckpointLoaded,
@@ -29,6 +17,17 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient
+from support.daemon import (
+    agent_report,
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    proc_status_kb,
+    spawn_agent,
+    synced_seq,
+)
 
 FLOOD_MB = 200
 #: What the daemon may grow by while 200 MB pass through it: a connection's 8 MiB of

@@ -11,18 +11,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from daemon_support import (
-    assert_refusal_logged,
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    expect_record_failed,
-    fact,
-    log_events,
-    open_when_released,
-    synced_seq,
-)
 
 from flightlog.protocol import (
     PROTOCOL_VERSION,
@@ -43,6 +31,18 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
+from support.daemon import (
+    assert_refusal_logged,
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    expect_record_failed,
+    fact,
+    log_events,
+    open_when_released,
+    synced_seq,
+)
 
 _msgpack = msgspec.msgpack.Encoder()
 

@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import as_uid, needs_root, shared_daemon
 
 from flightlog.protocol import Record, default_codec, events
 from flightlog.protocol._blobs import BLOB_DIR
 from flightlog.sdk import Transcript, check, connect, read
 from flightlog.sdk._blobs import referenced_blobs, stored_blobs
 from support import DaemonProcess
+from support.daemon import as_uid, needs_root, shared_daemon
 
 SCREENSHOT = b"\x89PNG\r\n\x1a\n" + hashlib.sha256(b"screen").digest() * 700
 SCREENSHOT64 = base64.b64encode(SCREENSHOT).decode()

@@ -13,10 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from daemon_support import agent_report, begin, check_file, spawn_agent
-
 from flightlog.protocol import ErrorReply, Open, SessionOpened
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import agent_report, begin, check_file, spawn_agent
 
 AGENTS = 4
 

@@ -14,15 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    log_events,
-    wait_for_log,
-)
 
 from flightlog.protocol import (
     Ack,
@@ -35,6 +26,15 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    log_events,
+    wait_for_log,
+)
 
 # ------------------------------------------------------------ one daemon only
 

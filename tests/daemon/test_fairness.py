@@ -1,7 +1,7 @@
 """Per-uid fair shares on a shared daemon, with several real uids.
 
 Each uid's clients run in children forked from the test that take the uid (see
-``daemon_support.AsUid``).  The limits are typed errors and show in status; a uid
+``support.daemon.AsUid``).  The limits are typed errors and show in status; a uid
 that floods the daemon with connections, sessions and bytes leaves another uid's
 agent recording at (a generous fraction of) its rate alone, each rate the best of a
 few runs.  Both rates are printed; only their ratio is asserted, never a time.
@@ -17,17 +17,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daemon_support import (
-    AsUid,
-    Signal,
-    as_uid,
-    begin,
-    checkpoint,
-    create,
-    fact,
-    needs_root,
-    shared_daemon,
-)
 
 from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
@@ -44,6 +33,17 @@ from flightlog.protocol import (
     encode_frame,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
+from support.daemon import (
+    AsUid,
+    Signal,
+    as_uid,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    needs_root,
+    shared_daemon,
+)
 
 pytestmark = needs_root
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from damaged_files import FOREIGN, sound_lines
 
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._tail import _FileTail
 from flightlog.protocol import FileFormatError, Record, encode_line
+from support.damaged_files import FOREIGN, sound_lines
 
 SID = "0123456789abcdef0123456789abcdef"
 

@@ -10,16 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    expect_record_failed,
-    fact,
-    open_fds,
-    synced_seq,
-)
 
 from flightlog.protocol import (
     Ack,
@@ -35,6 +25,16 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    expect_record_failed,
+    fact,
+    open_fds,
+    synced_seq,
+)
 
 SESSIONS = 20
 MAX_OPEN = 4

@@ -18,19 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_support import (
-    AsUid,
-    Signal,
-    as_uid,
-    begin,
-    checkpoint,
-    create,
-    fact,
-    needs_root,
-    shared_daemon,
-    synced_seq,
-    wait_for_log,
-)
 
 from flightlog.protocol import (
     Ack,
@@ -52,6 +39,19 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import (
+    AsUid,
+    Signal,
+    as_uid,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    needs_root,
+    shared_daemon,
+    synced_seq,
+    wait_for_log,
+)
 
 pytestmark = needs_root
 

@@ -11,18 +11,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from daemon_support import (
-    agent_report,
-    assert_refusal_logged,
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    open_when_released,
-    spawn_agent,
-    synced_seq,
-)
 
 from flightlog.protocol import (
     Ack,
@@ -41,6 +29,18 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import (
+    agent_report,
+    assert_refusal_logged,
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    open_when_released,
+    spawn_agent,
+    synced_seq,
+)
 
 RECORDS = 20_000
 

@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import (
+
+from flightlog.protocol import encode_frame
+from flightlog.sdk import connect
+from support import DaemonProcess, RawClient, read_lines
+from support.daemon import (
     agent_report,
     begin,
     check_file,
@@ -24,10 +28,6 @@ from daemon_support import (
     spawn_agent,
     synced_seq,
 )
-
-from flightlog.protocol import encode_frame
-from flightlog.sdk import connect
-from support import DaemonProcess, RawClient, read_lines
 
 #: Longer than the pauses of the streams below, so that they are held once 40 windows
 #: (40 ms) have passed since their last request; short enough to keep tests fast.

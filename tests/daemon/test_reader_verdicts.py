@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +14,6 @@ from pathlib import Path
 import hypothesis.strategies as st
 import msgspec
 import pytest
-from damaged_files import FOREIGN, damaged_files, sound_lines
 from hypothesis import HealthCheck, given, settings
 
 from flightlog import sdk
@@ -39,6 +36,7 @@ from flightlog.protocol import (
     check,
 )
 from support import DaemonProcess, RawClient
+from support.damaged_files import FOREIGN, damaged_files, sound_lines
 
 
 @dataclass(frozen=True)
@@ -142,16 +140,10 @@ def test_invalid_utf8_in_data_is_damage_for_every_protocol_path(tmp_path: Path) 
 
 
 @pytest.fixture(scope="module")
-def shared_daemon() -> Iterator[DaemonProcess]:
+def shared_daemon(module_daemon: DaemonProcess) -> DaemonProcess:
     """One flightlogd for every example: each one reads files of its own."""
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    proc = DaemonProcess(base, "--log-format", "json").start()
-    proc.root.mkdir(parents=True, exist_ok=True)
-    try:
-        yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    module_daemon.root.mkdir(parents=True, exist_ok=True)
+    return module_daemon
 
 
 _names = itertools.count()

@@ -15,11 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from daemon_support import log_events
-
 from flightlog.daemon._refusals import BURST, WINDOW
 from flightlog.protocol import PROTOCOL_VERSION, Hello, Welcome
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import log_events
 
 REFUSED = 600
 

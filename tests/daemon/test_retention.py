@@ -20,13 +20,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from daemon_support import as_uid, check_file, log_events, needs_root
 
 from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
 from flightlog.protocol import Status, StatusReply, UidStorage, format_time, new_id
 from flightlog.sdk._retention import Removal, remove
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import as_uid, check_file, log_events, needs_root
 
 OTHER, THIRD = 64001, 64002
 _TOOL = "x" * 20_000
@@ -224,7 +224,7 @@ def test_max_use_counts_each_uids_files_alone_and_keep_free_is_global(base: Path
 
 @needs_root
 def test_sessions_the_daemon_holds_are_never_removed(base: Path) -> None:
-    from daemon_support import begin, create, fact, synced_seq
+    from support.daemon import begin, create, fact, synced_seq
 
     root = base / "root"
     old = aged(root / "old.jsonl", 40)
@@ -308,7 +308,7 @@ def test_an_archive_inside_the_root_is_refused(tmp_path: Path) -> None:
 
 @needs_root
 def test_sigkill_mid_sweep_leaves_every_file_whole(base: Path) -> None:
-    from daemon_support import begin, create, fact, synced_seq
+    from support.daemon import begin, create, fact, synced_seq
 
     root = base / "root"
     big = "x" * 400_000

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import assert_serving, begin, create, fact, synced_seq
 
 from flightlog.protocol import (
     PROTOCOL_VERSION,
@@ -38,6 +37,7 @@ from flightlog.protocol import (
 from flightlog.sdk import connect
 from flightlog.sdk.aio import aconnect
 from support import DaemonProcess, RawClient, read_lines, wait_for
+from support.daemon import assert_serving, begin, create, fact, synced_seq
 
 pytestmark = pytest.mark.skipif(
     not ring_supported(sys.platform, platform.machine(), sys.thread_info.lock),

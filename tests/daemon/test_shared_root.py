@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_support import as_uid, needs_root, shared_daemon, wait_for_log
 
 from flightlog.protocol import Create, SessionOpened
 from support import DaemonProcess, RawClient
+from support.daemon import as_uid, needs_root, shared_daemon, wait_for_log
 
 pytestmark = needs_root
 

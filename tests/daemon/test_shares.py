@@ -1,6 +1,6 @@
 """Per-uid shares hold under concurrency and count every input (issue 27, 4 and 7).
 
-Real uids (children forked from the test take them, ``daemon_support.AsUid``) on a
+Real uids (children forked from the test take them, ``support.daemon.AsUid``) on a
 shared daemon: creates sent at once on many connections pass the session quota no
 more than it allows; pokes on a ring's socket are paced like any byte; one uid gets
 at most its share of the rings; and a ring's pages go back when its connection ends,
@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daemon_support import AsUid, Signal, as_uid, create, needs_root, shared_daemon
 
 from flightlog.protocol import (
     PROTOCOL_VERSION,
@@ -41,6 +40,7 @@ from flightlog.protocol import (
     ring_supported,
 )
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import AsUid, Signal, as_uid, create, needs_root, shared_daemon
 
 pytestmark = needs_root
 

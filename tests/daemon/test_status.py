@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from daemon_support import begin, create, fact
-
 from flightlog.protocol import (
     Ack,
     CloseRun,
@@ -17,6 +15,7 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import begin, create, fact
 
 
 def _status(client: RawClient, path: str) -> tuple[int, int, int]:

@@ -17,14 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    synced_seq,
-)
 
 from flightlog.protocol import (
     BeginRun,
@@ -44,6 +36,14 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    synced_seq,
+)
 
 BIG = 64 * 1024
 

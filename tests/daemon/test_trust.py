@@ -27,7 +27,6 @@ from typing import Any
 
 import anyio
 import pytest
-from daemon_support import AsUid, as_uid, needs_root, shared_daemon
 
 from flightlog.daemon import _server
 from flightlog.daemon.__main__ import main
@@ -35,6 +34,7 @@ from flightlog.protocol import FlightlogError, events
 from flightlog.sdk import UntrustedDaemon, connect, read
 from flightlog.sdk.aio import aconnect
 from support import DaemonProcess, wait_for
+from support.daemon import AsUid, as_uid, needs_root, shared_daemon
 
 pytestmark = needs_root
 

@@ -27,13 +27,13 @@ import anyio
 import anyio.from_thread
 import pytest
 import structlog
-from daemon_support import check_file
 
 from flightlog.daemon import _storage
 from flightlog.daemon._config import Config
 from flightlog.daemon._logging import configure_logging
 from flightlog.daemon._server import Daemon, serve
 from flightlog.protocol import CheckReport
+from support.daemon import check_file
 
 __all__ = [
     "DiskFaults",

@@ -1,6 +1,6 @@
 """A client process that dies by SIGKILL in the middle of a frame, on many connections.
 
-    python mid_frame_client.py SOCKET SEED CONNECTIONS
+    python -m faults.mid_frame_client SOCKET SEED CONNECTIONS
 
 Each connection creates ``midframe/SEED-I.jsonl`` and begins a run, then sends a seeded
 number of whole record frames followed by a seeded prefix of one more (from nothing
@@ -15,9 +15,6 @@ import os
 import random
 import signal
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flightlog.protocol import (
     BeginRun,

@@ -17,11 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from daemon_support import begin, create, fact, proc_status_kb, synced_seq
-
 from flightlog.daemon._config import Config
 from flightlog.protocol import Status, StatusReply
 from support import DaemonProcess, RawClient
+from support.daemon import begin, create, fact, proc_status_kb, synced_seq
 
 from .harness import assert_every_file_sound
 

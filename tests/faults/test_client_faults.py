@@ -21,18 +21,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    open_fds,
-    open_when_released,
-    proc_status_kb,
-    synced_seq,
-    wait_for_log,
-)
 
 from flightlog.protocol import (
     PROTOCOL_VERSION,
@@ -48,7 +36,19 @@ from flightlog.protocol import (
     encode_line,
     new_id,
 )
-from support import DaemonProcess, RawClient, read_lines, wait_for
+from support import DaemonProcess, RawClient, read_lines, wait_for, with_support
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    open_fds,
+    open_when_released,
+    proc_status_kb,
+    synced_seq,
+    wait_for_log,
+)
 
 from .harness import InProcessDaemon, raised_nofile
 
@@ -66,12 +66,18 @@ def _status(daemon: DaemonProcess) -> StatusReply:
 
 # ------------------------------------------------------------ killed mid-frame
 
-MID_FRAME = Path(__file__).resolve().parent / "mid_frame_client.py"
-
 
 def _kill_mid_frame(daemon: DaemonProcess, seed: int, connections: int) -> None:
     child = subprocess.run(
-        [sys.executable, str(MID_FRAME), daemon.socket, str(seed), str(connections)],
+        [
+            sys.executable,
+            "-m",
+            "faults.mid_frame_client",
+            daemon.socket,
+            str(seed),
+            str(connections),
+        ],
+        env=with_support(),
         capture_output=True,
         text=True,
         timeout=120,

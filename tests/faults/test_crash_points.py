@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_support import check_file
 
 from flightlog.daemon import _paths
 from flightlog.daemon._paths import Roots
@@ -52,6 +51,7 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
+from support.daemon import check_file
 
 from .harness import DiskFaults, InProcessDaemon, assert_every_file_sound, session_files
 

@@ -21,15 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    synced_seq,
-    wait_for_log,
-)
 
 from flightlog.daemon._sessions import DISK_THREADS
 from flightlog.protocol import (
@@ -49,6 +40,15 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    synced_seq,
+    wait_for_log,
+)
 
 from .harness import DiskFaults, InProcessDaemon, assert_every_file_sound, tmpfs
 

@@ -28,14 +28,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    create,
-    fact,
-    proc_status_kb,
-    synced_seq,
-)
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -59,6 +51,14 @@ from flightlog.protocol import (
     new_id,
 )
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import (
+    assert_serving,
+    begin,
+    create,
+    fact,
+    proc_status_kb,
+    synced_seq,
+)
 
 from .harness import assert_every_file_sound
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from daemon_support import log_events, wait_for_log
-
 from flightlog.daemon._refusals import BURST, WINDOW
 from flightlog.protocol import Sync, encode_frame
 from support import DaemonProcess, RawClient
+from support.daemon import log_events, wait_for_log
 
 BAD = 2000
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon_support import begin, check_file, create, fact
-
 from flightlog.protocol import (
     Ack,
     BeginRun,
@@ -23,6 +21,7 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import begin, check_file, create, fact
 
 FRAME = 1 << 20
 #: Each control character becomes six bytes (``\u0001``) in a line.

@@ -14,18 +14,6 @@ import struct
 import time
 from pathlib import Path
 
-from daemon_support import (
-    assert_serving,
-    begin,
-    checkpoint,
-    create,
-    fact,
-    proc_status_kb,
-    send_until_stuck,
-    synced_seq,
-    wait_for_log,
-)
-
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import (
     PROTOCOL_VERSION,
@@ -42,6 +30,17 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import (
+    assert_serving,
+    begin,
+    checkpoint,
+    create,
+    fact,
+    proc_status_kb,
+    send_until_stuck,
+    synced_seq,
+    wait_for_log,
+)
 
 from .harness import InProcessDaemon
 

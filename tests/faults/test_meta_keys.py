@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-from daemon_support import check_file
 
 from flightlog.protocol import ErrorReply, SessionOpened
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import check_file
 
 
 def _create(client: RawClient, path: str, meta: dict[object, object]) -> object:

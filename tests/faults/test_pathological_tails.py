@@ -9,8 +9,6 @@ import os
 import select
 from pathlib import Path
 
-from daemon_support import assert_serving, begin, create
-
 from flightlog.protocol import (
     Ack,
     CloseSession,
@@ -22,6 +20,7 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient
+from support.daemon import assert_serving, begin, create
 
 HOLE = 64 << 30
 TAILS = 20

@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from daemon_support import assert_serving, begin, create, fact
-
 from flightlog.protocol import Ack, ErrorReply, LoadCheckpoint, SaveCheckpoint, Sync, now
 from support import DaemonProcess, RawClient
+from support.daemon import assert_serving, begin, create, fact
 
 
 def _checkpoint(client: RawClient, session_id: str, run_id: str) -> object:

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_support import assert_serving, check_file
 
 from flightlog.protocol import ring_supported
 from support import DaemonProcess, read_lines, wait_for
+from support.daemon import assert_serving, check_file
 
 pytestmark = pytest.mark.skipif(
     not ring_supported(sys.platform, platform.machine(), sys.thread_info.lock),

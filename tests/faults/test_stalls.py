@@ -11,16 +11,6 @@ import signal
 import socket
 from pathlib import Path
 
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    log_events,
-    wait_for_log,
-)
-
 from flightlog.daemon._server import SHUTDOWN_BOUND
 from flightlog.protocol import (
     Ack,
@@ -36,6 +26,15 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, wait_for
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    log_events,
+    wait_for_log,
+)
 
 #: A checkpoint whose every load is a large reply: a few hundred of them fill a
 #: connection's queue of unsent replies (8 MiB) and its socket buffers.

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon_support import begin, create, fact, synced_seq
-
 from flightlog.protocol import Subscribe, Subscribed, TailBatch
 from support import DaemonProcess, RawClient
+from support.daemon import begin, create, fact, synced_seq
 
 #: Larger than a subscriber's live buffer (4 MiB).
 BIG = b'{"blob":"' + b"x" * (5 << 20) + b'"}'

@@ -9,10 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from daemon_support import create
-
 from flightlog.protocol import BeginRun, CloseRun, CloseSession, now
 from support import DaemonProcess, RawClient, on_a_terminal
+from support.daemon import create
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b6n"
 

@@ -18,14 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import (
-    assert_serving,
-    begin,
-    check_file,
-    create,
-    fact,
-    synced_seq,
-)
 
 from flightlog.protocol import (
     Ack,
@@ -40,6 +32,14 @@ from flightlog.protocol import (
     now,
 )
 from support import DaemonProcess, RawClient, read_lines
+from support.daemon import (
+    assert_serving,
+    begin,
+    check_file,
+    create,
+    fact,
+    synced_seq,
+)
 
 from .harness import DiskFaults, InProcessDaemon
 

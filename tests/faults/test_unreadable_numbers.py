@@ -9,10 +9,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from daemon_support import begin, create, expect_record_failed, fact, synced_seq
 
 from flightlog.protocol import ErrorReply, SaveCheckpoint, now
 from support import DaemonProcess, RawClient
+from support.daemon import begin, create, expect_record_failed, fact, synced_seq
 
 HUGE_INT = b"9" * 5000
 

@@ -10,8 +10,6 @@ and none measures anything.
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,15 +33,9 @@ _paths = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def daemon() -> Iterator[DaemonProcess]:
-    """One flightlogd for the module (each test writes its own file)."""
-    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
-    proc = DaemonProcess(base, "--log-format", "json").start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(base, ignore_errors=True)
+def daemon(module_daemon: DaemonProcess) -> DaemonProcess:
+    """The module's flightlogd (each test writes its own file)."""
+    return module_daemon
 
 
 @pytest.fixture

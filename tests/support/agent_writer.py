@@ -1,17 +1,17 @@
 """An agent process for the daemon's tests: records through a real socket and reports,
 one JSON line per fact on stdout, what it sent and which acknowledgements it got.
 
-    python agent_writer.py hold SOCKET PATH RECORDS
+    python -m support.agent_writer hold SOCKET PATH RECORDS
         create PATH, begin a run, send RECORDS records (no reply awaited), report
         {"session_id", "run_id", "sent"}, then wait to be killed.
 
-    python agent_writer.py load SOCKET PATH
+    python -m support.agent_writer load SOCKET PATH
         create PATH and record until the daemon goes away: runs of records with a
         checkpoint every few records and a run_close at the end of each run; every
         acknowledgement is reported as {"ack": "checkpoint"|"run_close", "seq"} the
         moment it arrives.
 
-    python agent_writer.py flood SOCKET PATH MEGABYTES
+    python -m support.agent_writer flood SOCKET PATH MEGABYTES
         create PATH, begin a run, report {"flooding": true}, send MEGABYTES of 64 KiB
         records as fast as the socket takes them, then sync and report {"synced": seq}.
 """
@@ -21,9 +21,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flightlog.protocol import (
     Ack,

@@ -1,4 +1,8 @@
-"""Test support: a real flightlogd in a subprocess, and a raw protocol client.
+"""Test support, one package for every test directory: a real flightlogd in a
+subprocess, a raw protocol client, and (in its modules) the daemon tests' helpers
+(:mod:`support.daemon`), an agent process (:mod:`support.agent_writer`), damaged files
+(:mod:`support.damaged_files`) and the spawner that starts daemons
+(:mod:`support.forkserver`).
 
 Nothing here mocks the daemon: tests talk to a real process over a real Unix socket
 in a temporary directory.
@@ -26,7 +30,22 @@ from flightlog.protocol import (
     encode_frame,
 )
 
-DAEMON_START_TIMEOUT = 20.0
+from .forkserver import DaemonHandle, spawn_daemon
+
+#: A deadline, not a measurement: a loaded machine (a second copy of the suite beside
+#: this one) can take many seconds to start a Python.
+DAEMON_START_TIMEOUT = 60.0
+#: The tests directory: where ``support`` is found, for processes the tests start.
+TESTS = Path(__file__).resolve().parent.parent
+
+
+def with_support(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``os.environ`` with ``env``, and ``PYTHONPATH`` such that a Python started with
+    it imports ``support`` (``python -m support.agent_writer``)."""
+    merged = {**os.environ, **(env or {})}
+    paths = [str(TESTS), *filter(None, merged.get("PYTHONPATH", "").split(os.pathsep))]
+    merged["PYTHONPATH"] = os.pathsep.join(paths)
+    return merged
 
 
 class DaemonProcess:
@@ -50,7 +69,7 @@ class DaemonProcess:
         self.log_path = base / f"flightlogd-{time.monotonic_ns()}.log"
         self.args = args
         self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | DaemonHandle | None = None
 
     def start(self, *, wait: bool = True, preexec_fn: Any = None) -> DaemonProcess:
         self.base.mkdir(parents=True, exist_ok=True)
@@ -62,16 +81,12 @@ class DaemonProcess:
             str(self.root),
             *self.args,
         ]
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=preexec_fn
-            )
+        self.proc = spawn_daemon(command, self.log_path, self.env, preexec_fn=preexec_fn)
         if wait:
             try:
                 self.wait_ready()
             except BaseException:
-                self.proc.kill()
-                self.proc.wait()
+                self.stop()  # not left running behind a failed test
                 raise
         return self
 
@@ -231,12 +246,14 @@ def chunks(data: bytes, size: int) -> Iterator[bytes]:
 
 
 __all__: Sequence[str] = [
+    "TESTS",
     "DaemonProcess",
     "RawClient",
     "chunks",
     "read_lines",
     "run_python",
     "wait_for",
+    "with_support",
 ]
 
 

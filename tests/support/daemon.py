@@ -40,7 +40,7 @@ from flightlog.protocol import (
     check,
     now,
 )
-from support import DaemonProcess, RawClient, read_lines, wait_for
+from support import DaemonProcess, RawClient, read_lines, wait_for, with_support
 
 __all__ = [
     "AsUid",
@@ -221,14 +221,12 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-AGENT = Path(__file__).resolve().parent / "agent_writer.py"
-
-
 def spawn_agent(*args: str) -> subprocess.Popen[str]:
-    """An agent process (``agent_writer.py``) that reports on stdout, one JSON line
-    per fact, and waits on stdin where it is told to."""
+    """An agent process (:mod:`support.agent_writer`) that reports on stdout, one JSON
+    line per fact, and waits on stdin where it is told to."""
     return subprocess.Popen(
-        [sys.executable, str(AGENT), *args],
+        [sys.executable, "-m", "support.agent_writer", *args],
+        env=with_support(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -16,10 +16,7 @@ from flightlog.protocol import (
 
 from ._fairness import PerUidLimits
 
-__all__ = ["LINE_ENVELOPE", "MAX_NAME", "Config"]
-
-#: Characters of a client's name kept (in the hello, in ``run_start``).
-MAX_NAME = 200
+__all__ = ["LINE_ENVELOPE", "Config"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -530,10 +530,10 @@ class Connection:
             path=actor.path,
             last_seq=file.last_seq,
             meta=file.meta,
-            interrupted_runs=list(file.interrupted_runs),
+            interrupted_runs=file.ledger.interrupted_runs,
             truncated_bytes=file.truncated_bytes,
-            last_run=file.last_run,
-            last_run_items=file.last_run_items,
+            last_run=file.ledger.last_run,
+            last_run_items=file.ledger.last_run_items,
             checkpoint_seq=file.checkpoint.seq if file.checkpoint else None,
         )
         self._server.opened(reply, actor.rules)

@@ -16,6 +16,8 @@ from ._framing import *  # noqa: F403
 from ._framing import __all__ as _framing_all
 from ._json import *  # noqa: F403
 from ._json import __all__ as _json_all
+from ._ledger import *  # noqa: F403
+from ._ledger import __all__ as _ledger_all
 from ._lines import *  # noqa: F403
 from ._lines import __all__ as _lines_all
 from ._meta import *  # noqa: F403
@@ -43,6 +45,7 @@ __all__ = [
     *_events_all,
     *_framing_all,
     *_json_all,
+    *_ledger_all,
     *_lines_all,
     *_meta_all,
     *_numbers_all,

@@ -26,6 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -37,7 +40,6 @@ from flightlog.protocol import (
     SessionOpened,
     Sync,
     encode_frame,
-    now,
 )
 from support import RawClient
 

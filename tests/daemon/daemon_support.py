@@ -22,9 +22,13 @@ from typing import Any, TypeVar
 import pytest
 
 from flightlog.protocol import (
+    CheckReport,
+    check,
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
-    CheckReport,
     CloseRun,
     CloseSession,
     Create,
@@ -36,8 +40,6 @@ from flightlog.protocol import (
     SaveCheckpoint,
     SessionOpened,
     Sync,
-    check,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 

@@ -20,13 +20,15 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CheckpointLoaded,
     LoadCheckpoint,
     SaveCheckpoint,
     Subscribe,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient
 

@@ -25,6 +25,14 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     CloseSession,
@@ -32,15 +40,11 @@ from flightlog.protocol import (
     ErrorReply,
     Hello,
     Open,
-    Record,
     SaveCheckpoint,
     SessionOpened,
     Status,
     StatusReply,
     Welcome,
-    encode_line,
-    new_id,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 

@@ -13,7 +13,9 @@ import pytest
 from flightlog.daemon._budget import ConnectionBudget, MemoryBudget
 from flightlog.daemon._channel import Channel
 from flightlog.daemon._primitives import Poller
-from flightlog.protocol import server_decoder
+from flightlog.protocol.wire import (
+    server_decoder,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,11 @@ from typing import Any
 
 from daemon_support import agent_report, begin, check_file, spawn_agent
 
-from flightlog.protocol import ErrorReply, Open, SessionOpened
+from flightlog.protocol.wire import (
+    ErrorReply,
+    Open,
+    SessionOpened,
+)
 from support import DaemonProcess, RawClient, read_lines
 
 AGENTS = 4

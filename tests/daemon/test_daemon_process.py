@@ -25,6 +25,9 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     ErrorReply,
     LoadCheckpoint,
@@ -32,7 +35,6 @@ from flightlog.protocol import (
     SaveCheckpoint,
     Status,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

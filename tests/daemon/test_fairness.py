@@ -31,7 +31,7 @@ from daemon_support import (
 
 from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
-from flightlog.protocol import (
+from flightlog.protocol.wire import (
     CloseSession,
     Create,
     ErrorReply,

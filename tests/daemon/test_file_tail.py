@@ -11,7 +11,13 @@ from damaged_files import FOREIGN, sound_lines
 
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._tail import _FileTail
-from flightlog.protocol import FileFormatError, Record, encode_line
+from flightlog.protocol import (
+    FileFormatError,
+    Record,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
 
 SID = "0123456789abcdef0123456789abcdef"
 

@@ -33,6 +33,9 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -49,7 +52,6 @@ from flightlog.protocol import (
     Subscribed,
     TailBatch,
     TailEnd,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

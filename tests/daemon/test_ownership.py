@@ -25,6 +25,14 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -32,13 +40,9 @@ from flightlog.protocol import (
     Create,
     ErrorReply,
     Open,
-    Record,
     RunStarted,
     SessionOpened,
     Sync,
-    encode_line,
-    new_id,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

@@ -25,7 +25,9 @@ from daemon_support import (
     synced_seq,
 )
 
-from flightlog.protocol import encode_frame
+from flightlog.protocol.wire import (
+    encode_frame,
+)
 from flightlog.sdk import connect
 from support import DaemonProcess, RawClient, read_lines
 

@@ -25,20 +25,22 @@ from flightlog.daemon._storage import SessionFile
 from flightlog.daemon._tail import Tails
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
-    PROTOCOL_VERSION,
     ErrorCode,
     FlightlogError,
+    Record,
+    check,
+    new_id,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
     Hello,
     Message,
-    Record,
     RecordEvent,
     RecordFailed,
     ServerConnection,
     SessionOpened,
-    check,
     client_decoder,
     encode_frame,
-    new_id,
 )
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,11 @@ from pathlib import Path
 from daemon_support import log_events
 
 from flightlog.daemon._refusals import BURST, WINDOW
-from flightlog.protocol import PROTOCOL_VERSION, Hello, Welcome
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
+    Hello,
+    Welcome,
+)
 from support import DaemonProcess, RawClient, wait_for
 
 REFUSED = 600

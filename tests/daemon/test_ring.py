@@ -25,15 +25,19 @@ import pytest
 from daemon_support import assert_serving, begin, create, fact, synced_seq
 
 from flightlog.protocol import (
-    PROTOCOL_VERSION,
+    events,
+)
+from flightlog.protocol.ring import (
     RING_HEADER,
+    RingWriter,
+    ring_supported,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
     ErrorReply,
     Hello,
     Message,
-    RingWriter,
     encode_frame,
-    events,
-    ring_supported,
 )
 from flightlog.sdk import connect
 from flightlog.sdk.aio import aconnect

@@ -16,19 +16,23 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
+    ErrorCode,
+    Record,
+)
+from flightlog.protocol.format import (
+    RunLedger,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     CloseRun,
     CloseSession,
     Create,
-    ErrorCode,
     ErrorReply,
     Hello,
     Message,
     Open,
-    Record,
     RecordEvent,
-    RunLedger,
     SaveCheckpoint,
     SessionOpened,
     Sync,

@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 from daemon_support import as_uid, needs_root, shared_daemon, wait_for_log
 
-from flightlog.protocol import Create, SessionOpened
+from flightlog.protocol.wire import (
+    Create,
+    SessionOpened,
+)
 from support import DaemonProcess, RawClient
 
 pytestmark = needs_root

@@ -5,6 +5,9 @@ from __future__ import annotations
 from daemon_support import begin, create, fact
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseRun,
     CloseSession,
@@ -14,7 +17,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, wait_for
 

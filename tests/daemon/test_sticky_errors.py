@@ -27,6 +27,9 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     BeginRun,
     CheckpointLoaded,
     CloseRun,
@@ -41,7 +44,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

@@ -20,13 +20,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     BeginRun,
     Create,
     RecordEvent,
     RunStarted,
     SessionOpened,
     encode_frame,
-    now,
 )
 from support import RawClient
 

@@ -20,7 +20,10 @@ from pathlib import Path
 from daemon_support import begin, create, fact, proc_status_kb, synced_seq
 
 from flightlog.daemon._config import Config
-from flightlog.protocol import Status, StatusReply
+from flightlog.protocol.wire import (
+    Status,
+    StatusReply,
+)
 from support import DaemonProcess, RawClient
 
 from .harness import assert_every_file_sound

@@ -36,9 +36,13 @@ from flightlog.daemon import _paths
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._storage import SessionFile
 from flightlog.protocol import (
+    CheckReport,
+    new_id,
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
-    CheckReport,
     CloseRun,
     CloseSession,
     Create,
@@ -48,8 +52,6 @@ from flightlog.protocol import (
     SaveCheckpoint,
     SessionOpened,
     Sync,
-    new_id,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 

@@ -33,6 +33,9 @@ from daemon_support import (
 
 from flightlog.daemon._sessions import DISK_THREADS
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -46,7 +49,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 

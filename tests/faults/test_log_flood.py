@@ -11,7 +11,10 @@ from pathlib import Path
 from daemon_support import log_events, wait_for_log
 
 from flightlog.daemon._refusals import BURST, WINDOW
-from flightlog.protocol import Sync, encode_frame
+from flightlog.protocol.wire import (
+    Sync,
+    encode_frame,
+)
 from support import DaemonProcess, RawClient
 
 BAD = 2000

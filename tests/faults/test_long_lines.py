@@ -11,6 +11,9 @@ from pathlib import Path
 from daemon_support import begin, check_file, create, fact
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -20,7 +23,6 @@ from flightlog.protocol import (
     Subscribed,
     TailBatch,
     TailEnd,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

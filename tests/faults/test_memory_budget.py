@@ -27,13 +27,15 @@ from daemon_support import (
 
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CheckpointLoaded,
     ErrorReply,
     LoadCheckpoint,
     SaveCheckpoint,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, wait_for
 

@@ -10,7 +10,10 @@ from pathlib import Path
 import msgspec
 from daemon_support import check_file
 
-from flightlog.protocol import ErrorReply, SessionOpened
+from flightlog.protocol.wire import (
+    ErrorReply,
+    SessionOpened,
+)
 from support import DaemonProcess, RawClient, read_lines
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from daemon_support import assert_serving, begin, create
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     Message,
@@ -19,7 +22,6 @@ from flightlog.protocol import (
     Subscribe,
     Subscribed,
     TailBatch,
-    now,
 )
 from support import DaemonProcess, RawClient
 

@@ -10,7 +10,16 @@ from pathlib import Path
 
 from daemon_support import assert_serving, begin, create, fact
 
-from flightlog.protocol import Ack, ErrorReply, LoadCheckpoint, SaveCheckpoint, Sync, now
+from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
+    Ack,
+    ErrorReply,
+    LoadCheckpoint,
+    SaveCheckpoint,
+    Sync,
+)
 from support import DaemonProcess, RawClient
 
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from daemon_support import assert_serving, check_file
 
-from flightlog.protocol import ring_supported
+from flightlog.protocol.ring import (
+    ring_supported,
+)
 from support import DaemonProcess, read_lines, wait_for
 
 pytestmark = pytest.mark.skipif(

@@ -23,6 +23,9 @@ from daemon_support import (
 
 from flightlog.daemon._server import SHUTDOWN_BOUND
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     LoadCheckpoint,
@@ -33,7 +36,6 @@ from flightlog.protocol import (
     StatusReply,
     Sync,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, wait_for
 

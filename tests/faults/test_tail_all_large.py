@@ -9,7 +9,11 @@ from pathlib import Path
 
 from daemon_support import begin, create, fact, synced_seq
 
-from flightlog.protocol import Subscribe, Subscribed, TailBatch
+from flightlog.protocol.wire import (
+    Subscribe,
+    Subscribed,
+    TailBatch,
+)
 from support import DaemonProcess, RawClient
 
 #: Larger than a subscriber's live buffer (4 MiB).

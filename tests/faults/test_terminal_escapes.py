@@ -11,7 +11,14 @@ from pathlib import Path
 
 from daemon_support import create
 
-from flightlog.protocol import BeginRun, CloseRun, CloseSession, now
+from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
+    BeginRun,
+    CloseRun,
+    CloseSession,
+)
 from support import DaemonProcess, RawClient, on_a_terminal
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x9b6n"

@@ -28,6 +28,9 @@ from daemon_support import (
 )
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     ErrorReply,
@@ -37,7 +40,6 @@ from flightlog.protocol import (
     SessionOpened,
     Sync,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

@@ -11,7 +11,13 @@ import msgspec
 import pytest
 from daemon_support import begin, create, expect_record_failed, fact, synced_seq
 
-from flightlog.protocol import ErrorReply, SaveCheckpoint, now
+from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
+    ErrorReply,
+    SaveCheckpoint,
+)
 from support import DaemonProcess, RawClient
 
 HUGE_INT = b"9" * 5000

@@ -13,13 +13,17 @@ from flightlog.protocol import (
     RUN_CLOSE,
     RUN_RESUME,
     RUN_START,
-    BeginRun,
-    CloseRun,
     ErrorCode,
     LocalProtocolError,
-    RunLedger,
     RunResumeData,
     RunStartData,
+)
+from flightlog.protocol.format import (
+    RunLedger,
+)
+from flightlog.protocol.wire import (
+    BeginRun,
+    CloseRun,
     SaveCheckpoint,
     StartRun,
 )

@@ -27,12 +27,14 @@ import pytest
 
 from flightlog.protocol import (
     Execution,
-    ToolExecEnd,
     decode_value,
     encode_event,
     encode_value,
 )
 from flightlog.protocol._values import complex_text
+from flightlog.protocol.events import (
+    ToolExecEnd,
+)
 
 TOOL = Execution(id="t1", kind="tool")
 

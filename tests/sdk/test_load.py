@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
     AssistantMessage,
     CallConfig,
-    Execution,
     ModelExecEnd,
     ModelExecStart,
     ModelRequest,

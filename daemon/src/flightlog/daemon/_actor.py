@@ -8,8 +8,8 @@ close, a sync, a session close or a release, and sends the replies of those requ
 only once the data is durable.
 
 What reaches the mailbox passed the rules of the writer's
-:class:`~flightlog.protocol.ServerConnection` (the run, the type, the time, the JSON),
-which applies them to the session's :class:`~flightlog.protocol.SessionMachine`, kept
+:class:`~flightlog.protocol.wire.ServerConnection` (the run, the type, the time, the JSON),
+which applies them to the session's :class:`~flightlog.protocol.wire.SessionMachine`, kept
 here across writers as :attr:`SessionActor.rules`.  What only the actor can know is the
 storage: a failed write or sync is sticky, the actor keeps the error, refuses with it
 what was queued behind it, fails the session's rules through the writer (which
@@ -28,14 +28,18 @@ import msgspec
 import structlog
 
 from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+)
+from flightlog.protocol.format import (
+    LineEncoder,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseRun,
     CloseSession,
-    ErrorCode,
-    FlightlogError,
-    LineEncoder,
     LoadCheckpoint,
-    LocalProtocolError,
     Message,
     RecordLines,
     SaveCheckpoint,

@@ -9,14 +9,18 @@ import msgspec
 
 from flightlog.protocol import (
     CheckpointData,
-    CheckpointLoaded,
     ErrorCode,
-    ErrorReply,
     FlightlogError,
     LocalProtocolError,
-    Message,
     Record,
+)
+from flightlog.protocol.format import (
     append_line,
+)
+from flightlog.protocol.wire import (
+    CheckpointLoaded,
+    ErrorReply,
+    Message,
 )
 
 from ._peers import Peer

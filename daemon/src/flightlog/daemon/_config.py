@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from flightlog.protocol import (
-    DEFAULT_MAX_FRAME_SIZE,
+from flightlog.protocol.ring import (
     DEFAULT_RING_SIZE,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_FRAME_SIZE,
     LINE_ENVELOPE,
     default_root,
     default_socket_path,

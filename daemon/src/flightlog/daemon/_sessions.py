@@ -24,9 +24,11 @@ from flightlog.protocol import (
     ErrorCode,
     FlightlogError,
     LocalProtocolError,
-    SessionStatus,
     new_id,
     now,
+)
+from flightlog.protocol.wire import (
+    SessionStatus,
 )
 
 from ._access import Access, Who

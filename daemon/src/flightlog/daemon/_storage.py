@@ -22,9 +22,11 @@ from flightlog.protocol import (
     CHECKPOINT,
     ErrorCode,
     FlightlogError,
+    Record,
+)
+from flightlog.protocol.format import (
     LineReader,
     ReadState,
-    Record,
     RunLedger,
     session_start_line,
 )

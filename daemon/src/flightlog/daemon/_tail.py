@@ -22,13 +22,17 @@ import structlog
 from anyio.abc import TaskGroup
 
 from flightlog.protocol import (
-    MAX_SUBSCRIPTIONS,
-    Ack,
     ErrorCode,
     FileFormatError,
     FlightlogError,
-    LineReader,
     LocalProtocolError,
+)
+from flightlog.protocol.format import (
+    LineReader,
+)
+from flightlog.protocol.wire import (
+    MAX_SUBSCRIPTIONS,
+    Ack,
     Message,
     Subscribe,
     Subscribed,

@@ -20,7 +20,7 @@ blocks, and most lines are never decoded:
    followed by ``:false``).  The first of them drives the scan through the block
    (``bytes.find`` or a regular expression with a literal prefix, both in C), so most
    lines are never looked at one by one; the others are tested on each line it finds.
-3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.parse_line`, which
+3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.format.parse_line`, which
    also checks the file's session id): its type, run and time, and of its ``data``
    only the members a filter reads (:class:`_Data`, a typed decode that skips the
    rest; a member of another shape sends the record to a plain decode).
@@ -53,11 +53,15 @@ from flightlog.protocol import (
     FileFormatError,
     Reader,
     Record,
-    default_root,
-    encode_line,
     format_time,
-    parse_line,
     parse_time,
+)
+from flightlog.protocol.format import (
+    encode_line,
+    parse_line,
+)
+from flightlog.protocol.wire import (
+    default_root,
 )
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path

@@ -5,7 +5,7 @@ Theory of operation
 The files are the source of truth; the daemon is a doorbell with the records attached.
 
 * :class:`SessionFile` feeds one file to the protocol's
-  :class:`~flightlog.protocol.LineReader` (every reading rule, line 1 included), from
+  :class:`~flightlog.protocol.format.LineReader` (every reading rule, line 1 included), from
   its start and then, as the file grows, from where the last read stopped.  It delivers
   each record once, in seq order, and remembers the last seq delivered.
 * :class:`AllSessions` keeps one :class:`SessionFile` per path.  :meth:`AllSessions.scan`
@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from flightlog.protocol import NEED_DATA, FileFormatError, LineReader, Record, is_session_id
+from flightlog.protocol import (
+    FileFormatError,
+    Record,
+)
+from flightlog.protocol.format import (
+    NEED_DATA,
+    LineReader,
+    is_session_id,
+)
 from flightlog.sdk import session_files
 
 __all__ = [

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
 from flightlog.protocol import Record, parse_time
-from flightlog.sdk._transcript import CallNotFound, Transcript
+from flightlog.sdk import CallNotFound, Transcript
 
 from ._render import record_data
 

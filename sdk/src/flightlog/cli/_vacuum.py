@@ -44,7 +44,13 @@ from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import default_root, format_time, parse_time
+from flightlog.protocol import (
+    format_time,
+    parse_time,
+)
+from flightlog.protocol.wire import (
+    default_root,
+)
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
 from ._listing import _held, list_sessions

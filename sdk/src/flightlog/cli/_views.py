@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flightlog.protocol import Record
-from flightlog.sdk._transcript import Prompt
+from flightlog.sdk import Prompt
 
 from ._inspect import CallSummary, RunSummary, SessionSummary, TimelineItem
 from ._render import (

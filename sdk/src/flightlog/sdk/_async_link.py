@@ -2,7 +2,7 @@
 
 The sync link is generated from the async one by ``tests/sdk/unasync.py``, as the sync
 client is from the async one.  A link owns the transport and the
-:class:`flightlog.protocol.ClientConnection`, and moves bytes between them; the client,
+:class:`flightlog.protocol.wire.ClientConnection`, and moves bytes between them; the client,
 its sessions, runs and tails hold the same link and use nothing else of each other:
 they build requests with :attr:`AsyncLink.conn` and send them with
 :meth:`~AsyncLink.call` or :meth:`~AsyncLink.send_records`, wait with
@@ -28,7 +28,14 @@ from time import monotonic, monotonic_ns
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from flightlog.protocol import ClientConnection, ErrorCode, FlightlogError, Pending
+from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+)
+from flightlog.protocol.wire import (
+    ClientConnection,
+    Pending,
+)
 
 from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._synchronization import AsyncLock, asleep, async_wait_blocks_loop

@@ -5,8 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from flightlog.protocol import CheckReport, Reader, Record, default_root
+from flightlog.protocol import (
+    CheckReport,
+    Reader,
+    Record,
+)
 from flightlog.protocol import check as check_file
+from flightlog.protocol.wire import (
+    default_root,
+)
 
 __all__ = ["check", "read", "resolve_path"]
 

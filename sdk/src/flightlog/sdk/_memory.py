@@ -1,7 +1,7 @@
 """A daemon in memory, for tests: the real server connection, sessions as lists of lines.
 
 :class:`MemoryDaemon` is what the mock transports talk to.  Each connection is a
-:class:`flightlog.protocol.ServerConnection`, so every rule (hello first, one writer per
+:class:`flightlog.protocol.wire.ServerConnection`, so every rule (hello first, one writer per
 session, one open run, the sticky failure, what a record must be) is the one flightlogd
 applies; this module only stores: it numbers and keeps lines, answers checkpoints and
 status, and feeds tails.  Tests break it on purpose with :meth:`MemoryDaemon.hold` (a
@@ -18,8 +18,22 @@ import msgspec
 
 from flightlog.protocol import (
     CHECKPOINT,
-    DEFAULT_MAX_FRAME_SIZE,
     SESSION_START,
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    Entry,
+    RunLedger,
+    encode_line,
+    session_start_line,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_FRAME_SIZE,
     SUPPORTED_VERSIONS,
     Ack,
     CheckpointLoaded,
@@ -27,15 +41,9 @@ from flightlog.protocol import (
     CloseSession,
     ConnectionClosed,
     Create,
-    Entry,
-    ErrorCode,
-    FlightlogError,
     LoadCheckpoint,
-    LocalProtocolError,
     Open,
-    Record,
     RecordEvent,
-    RunLedger,
     SaveCheckpoint,
     ServerConnection,
     ServerEvent,
@@ -52,11 +60,7 @@ from flightlog.protocol import (
     TailBatch,
     TailEnd,
     Unsubscribe,
-    encode_line,
     line_bound,
-    new_id,
-    now,
-    session_start_line,
 )
 
 __all__ = ["MemoryConnection", "MemoryDaemon", "MemorySession"]

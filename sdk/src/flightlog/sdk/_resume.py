@@ -22,6 +22,8 @@ from flightlog.protocol import (
     RUN_START,
     Execution,
     Record,
+)
+from flightlog.protocol.events import (
     TextPart,
     ToolExecEnd,
 )

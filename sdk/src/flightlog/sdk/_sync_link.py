@@ -3,7 +3,7 @@
 
 The sync link is generated from the async one by ``tests/sdk/unasync.py``, as the sync
 client is from the async one.  A link owns the transport and the
-:class:`flightlog.protocol.ClientConnection`, and moves bytes between them; the client,
+:class:`flightlog.protocol.wire.ClientConnection`, and moves bytes between them; the client,
 its sessions, runs and tails hold the same link and use nothing else of each other:
 they build requests with :attr:`Link.conn` and send them with
 :meth:`~Link.call` or :meth:`~Link.send_records`, wait with
@@ -29,7 +29,14 @@ from time import monotonic, monotonic_ns
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from flightlog.protocol import ClientConnection, ErrorCode, FlightlogError, Pending
+from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+)
+from flightlog.protocol.wire import (
+    ClientConnection,
+    Pending,
+)
 
 from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._synchronization import Lock, sleep, wait_blocks_loop

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.skipif(
 #: COUNT events (and, with "half", writes half a frame more), and SIGKILLs itself.
 AGENT = """
 import os, signal, sys
-from flightlog.protocol import events, encode_frame, RecordEvent
+from flightlog.protocol import events
+from flightlog.protocol.wire import encode_frame, RecordEvent
 from flightlog.sdk import connect
 
 client = connect(sys.argv[1])

@@ -426,7 +426,7 @@ EXITS = textwrap.dedent(
     """
     from flightlog.integrations import default_recorder
     from flightlog.integrations._recorder import cancelled_tool_end
-    from flightlog.protocol import AgentStart, Execution, ToolExecStart
+    from flightlog.protocol.events import AgentStart, Execution, ToolExecStart
 
     run = default_recorder().begin("exits.jsonl")
     tool = Execution(id="t1", kind="tool")

@@ -360,7 +360,8 @@ def test_the_codec_imports_no_framework_for_other_values() -> None:
     script = textwrap.dedent(
         """
         import fractions, ipaddress, re, sys
-        from flightlog.protocol import Execution, ToolExecEnd, encode_event, encode_value
+        from flightlog.protocol import Execution, encode_event, encode_value
+        from flightlog.protocol.events import ToolExecEnd
 
         class Thing:
             pass

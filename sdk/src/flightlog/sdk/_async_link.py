@@ -170,15 +170,16 @@ class AsyncLink:
         """Send record ``frames``, kept until acknowledged; waits while the session
         keeps more than ``max_unacked``."""
         conn = self.conn
+        replay = conn.replay_log
         generation = self.generation
         try:
             async with self._send_lock:
                 # Kept before they are sent (keep raises a broken connection's failure):
                 # the reconnect sends them.
                 if len(frames) == 1:
-                    data = conn.keep(session_id, frames[0])
+                    data = replay.keep(session_id, frames[0])
                 else:
-                    data = conn.keep_all(session_id, frames)
+                    data = replay.keep_all(session_id, frames)
                 queued = conn.take_outbox()
                 await self.transport.send(queued + data if queued else data)
         except ConnectionLost as exc:
@@ -186,9 +187,9 @@ class AsyncLink:
             if not self.reconnecting():
                 raise
             await self.recover(generation)
-        if conn.full(session_id):
+        if replay.full(session_id):
             # keep() asked for the acknowledgement this waits for.
-            await self.receive_until(lambda: not conn.full(session_id))
+            await self.receive_until(lambda: not replay.full(session_id))
 
     def count_dropped(self, exc: FlightlogError, count: int) -> None:
         """Best effort: ``count`` events were not recorded for ``exc``."""

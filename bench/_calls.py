@@ -25,7 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightlog.protocol import AssistantMessage, TextPart, ToolCallPart, UserMessage
+from flightlog.protocol.events import (
+    AssistantMessage,
+    TextPart,
+    ToolCallPart,
+    UserMessage,
+)
 
 from ._context import Context
 from ._daemon import Daemon

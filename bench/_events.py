@@ -11,20 +11,24 @@ from __future__ import annotations
 import msgspec
 
 from flightlog.protocol import (
-    AssistantMessage,
-    CallConfig,
     Event,
     Execution,
-    ModelRequest,
     Record,
+    default_codec,
+)
+from flightlog.protocol.events import (
+    AssistantMessage,
+    CallConfig,
+    ModelRequest,
     TextPart,
     ToolCallPart,
     ToolDeclaration,
     ToolExecStart,
     ToolResultMessage,
     UserMessage,
+)
+from flightlog.protocol.format import (
     append_line,
-    default_codec,
 )
 
 __all__ = [

@@ -42,16 +42,20 @@ from pathlib import Path
 import msgspec
 
 from flightlog.protocol import (
+    Event,
+    Execution,
+    Record,
+    default_codec,
+    format_time,
+)
+from flightlog.protocol.events import (
     AgentEnd,
     AgentStart,
     AssistantMessage,
     CallConfig,
-    Event,
-    Execution,
     ModelExecEnd,
     ModelExecStart,
     ModelRequest,
-    Record,
     TextPart,
     ToolCallPart,
     ToolExecEnd,
@@ -60,9 +64,9 @@ from flightlog.protocol import (
     TurnStart,
     Usage,
     UserMessage,
+)
+from flightlog.protocol.format import (
     append_line,
-    default_codec,
-    format_time,
 )
 
 __all__ = ["Corpus", "main", "write_corpus"]

@@ -40,7 +40,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flightlog.protocol import Event, FileFormatError, new_id, parse_line
+from flightlog.protocol import (
+    Event,
+    FileFormatError,
+    new_id,
+)
+from flightlog.protocol.format import (
+    parse_line,
+)
 
 from ._daemon import Daemon
 from ._events import LineEncoder, line_lengths

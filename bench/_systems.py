@@ -37,10 +37,12 @@ from flightlog.protocol import (
     Record,
     RunStartData,
     SessionStartData,
-    append_line,
     default_codec,
     new_id,
     now,
+)
+from flightlog.protocol.format import (
+    append_line,
 )
 
 from ._events import LineEncoder, line_lengths

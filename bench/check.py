@@ -23,8 +23,14 @@ from functools import partial
 import anyio
 import anyio.to_thread
 
-from flightlog.protocol import MAX_NESTING, check_json, default_codec
+from flightlog.protocol import (
+    default_codec,
+)
 from flightlog.protocol._json import DECODE_IN_FULL, _check_in_passes
+from flightlog.protocol.format import (
+    MAX_NESTING,
+    check_json,
+)
 
 from ._events import large_event, small_event
 from ._report import markdown_table

@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     Ack,
     BeginRun,
@@ -43,7 +46,6 @@ from flightlog.protocol import (
     Status,
     client_decoder,
     encode_frame,
-    now,
 )
 
 from ._daemon import Daemon

@@ -4,7 +4,7 @@
 process and a reader it forks, the hand-over alone: no codec, no daemon rules.  The
 sender hands ``N`` frames of ``--size`` bytes (353 by default: a small record's
 frame) to the reader, once with ``sendall`` per frame on a socket pair, once with
-:class:`~flightlog.protocol.RingWriter` per frame into a 128 KiB ring, alternating
+:class:`~flightlog.protocol.ring.RingWriter` per frame into a 128 KiB ring, alternating
 ``R`` times (the order swapped every round).  The reader does what flightlogd does
 for a streaming client under its read window: it wakes every 0.5 ms and takes
 everything there in bulk (``recv`` of up to 256 KiB, or
@@ -37,7 +37,11 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from flightlog.protocol import RING_HEADER, RingReader, RingWriter
+from flightlog.protocol.ring import (
+    RING_HEADER,
+    RingReader,
+    RingWriter,
+)
 
 from ._daemon import Daemon
 from ._events import small_event

@@ -23,10 +23,14 @@ import tempfile
 from pathlib import Path
 
 from flightlog.protocol import (
+    Event,
+    default_codec,
+    now,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     Create,
-    Event,
     FrameDecoder,
     FrameEncoder,
     Hello,
@@ -34,8 +38,6 @@ from flightlog.protocol import (
     RecordEvent,
     Sync,
     client_decoder,
-    default_codec,
-    now,
 )
 
 from ._daemon import Daemon

@@ -122,7 +122,7 @@ MAY_IMPORT = {
     "cli": {"flightlog.protocol", "flightlog.sdk"},
     "integrations": {"flightlog.protocol", "flightlog.sdk"},
     # The sdk's file keeping, which `flightlog compress` and `vacuum` run too.
-    "daemon": {"flightlog.protocol", "flightlog.sdk._compression", "flightlog.sdk._retention"},
+    "daemon": {"flightlog.protocol", "flightlog.sdk.storage"},
 }
 
 

@@ -21,10 +21,12 @@ import pytest
 from flightlog.cli._demo import record_demo_run
 from flightlog.cli._main import EXIT_CODES
 from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
     AgentStart,
     AssistantMessage,
     CallConfig,
-    Execution,
     ModelExecEnd,
     ModelExecStart,
     ModelRequest,

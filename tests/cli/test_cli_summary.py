@@ -42,18 +42,22 @@ from flightlog.cli._render import (
 )
 from flightlog.cli._views import inspect_lines, show_lines
 from flightlog.protocol import (
+    Event,
+    Execution,
+    Record,
+    encode_event,
+    new_id,
+)
+from flightlog.protocol.events import (
     AgentEnd,
     AgentStart,
     AssistantMessage,
     CallConfig,
     ContextCompacted,
-    Event,
-    Execution,
     ModelExecEnd,
     ModelExecStart,
     ModelRequest,
     ModelResponse,
-    Record,
     Retry,
     TextPart,
     ToolCallPart,
@@ -65,9 +69,9 @@ from flightlog.protocol import (
     TurnStart,
     Usage,
     UserMessage,
-    encode_event,
+)
+from flightlog.protocol.format import (
     encode_line,
-    new_id,
 )
 
 T0 = "2026-11-29T20:00:00.000000Z"

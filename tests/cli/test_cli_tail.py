@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from flightlog.protocol import TurnEnd, TurnStart
+from flightlog.protocol.events import (
+    TurnEnd,
+    TurnStart,
+)
 from flightlog.sdk import connect
 from support import DaemonProcess, read_lines, wait_for
 

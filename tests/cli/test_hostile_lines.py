@@ -23,7 +23,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flightlog.protocol import Record, encode_line
+from flightlog.protocol import (
+    Record,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
 from support import DaemonProcess
 
 SID = "5f0c2a9e8b7d4c1fa3e6b2d9c8a7f015"

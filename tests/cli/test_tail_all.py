@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-from flightlog.protocol import TurnEnd, TurnStart
+from flightlog.protocol.events import (
+    TurnEnd,
+    TurnStart,
+)
 from flightlog.sdk import connect
 from support import DaemonProcess, read_lines
 
@@ -244,7 +247,9 @@ def test_a_cut_unfinished_line_and_a_replaced_file(tmp_path: Path) -> None:
 
 
 def parse(line: bytes) -> Any:
-    from flightlog.protocol import parse_line
+    from flightlog.protocol.format import (
+        parse_line,
+    )
 
     return parse_line(line, lineno=0, session_id=None, expected_seq=None)
 

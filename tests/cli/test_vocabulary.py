@@ -15,21 +15,25 @@ from flightlog.cli._main import run
 from flightlog.cli._render import Style
 from flightlog.cli._views import inspect_lines, show_lines
 from flightlog.protocol import (
-    AgentEnd,
-    AgentStart,
     Event,
     Execution,
+    Record,
+    encode_event,
+    new_id,
+)
+from flightlog.protocol.events import (
+    AgentEnd,
+    AgentStart,
     ModelExecEnd,
     ModelExecStart,
     ModelRequest,
-    Record,
     TextPart,
     ToolExecEnd,
     ToolExecStart,
     TurnStart,
-    encode_event,
+)
+from flightlog.protocol.format import (
     encode_line,
-    new_id,
 )
 
 

@@ -20,7 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from flightlog.protocol import BeginRun, CloseRun, CloseSession, Create, RecordEvent, now
+from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
+    BeginRun,
+    CloseRun,
+    CloseSession,
+    Create,
+    RecordEvent,
+)
 from support import DaemonProcess, RawClient, read_lines
 
 pytestmark = pytest.mark.skipif(

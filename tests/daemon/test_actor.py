@@ -30,11 +30,15 @@ from flightlog.daemon._primitives import Disks, Poller
 from flightlog.daemon._sessions import Sessions
 from flightlog.daemon._tail import Tails
 from flightlog.protocol import (
+    FlightlogError,
+    new_id,
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseSession,
     ErrorReply,
-    FlightlogError,
     Message,
     RecordEvent,
     RecordFailed,
@@ -44,8 +48,6 @@ from flightlog.protocol import (
     Sync,
     client_decoder,
     encode_frame,
-    new_id,
-    now,
     server_decoder,
 )
 

@@ -8,13 +8,15 @@ import select
 from collections.abc import Iterator
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CheckpointLoaded,
     LoadCheckpoint,
     SaveCheckpoint,
     Subscribe,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient
 from support.daemon import (

@@ -13,6 +13,14 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     CloseSession,
@@ -20,15 +28,11 @@ from flightlog.protocol import (
     ErrorReply,
     Hello,
     Open,
-    Record,
     SaveCheckpoint,
     SessionOpened,
     Status,
     StatusReply,
     Welcome,
-    encode_line,
-    new_id,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 from support.daemon import (

@@ -15,7 +15,7 @@ import pytest
 from flightlog.daemon._budget import FLOOR, ConnectionBudget, MemoryBudget
 from flightlog.daemon._channel import Channel
 from flightlog.daemon._primitives import Poller
-from flightlog.protocol import FrameDecoder, server_decoder
+from flightlog.protocol.wire import FrameDecoder, server_decoder
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from flightlog.protocol import Execution, Record, ToolExecEnd
+from flightlog.protocol import Execution, Record
+from flightlog.protocol.events import ToolExecEnd
 from flightlog.sdk import Client, check, connect, read
 from flightlog.sdk._compression import ZSTD_MAGIC
 from support import DaemonProcess, wait_for

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flightlog.protocol import ErrorReply, Open, SessionOpened
+from flightlog.protocol.wire import ErrorReply, Open, SessionOpened
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import agent_report, begin, check_file, spawn_agent
 

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     ErrorReply,
     LoadCheckpoint,
@@ -23,7 +26,6 @@ from flightlog.protocol import (
     SaveCheckpoint,
     Status,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import (

@@ -12,7 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flightlog.protocol import LocalProtocolError, Record, encode_line, events, parse_line
+from flightlog.protocol import LocalProtocolError, Record, events
+from flightlog.protocol.format import encode_line, parse_line
 from flightlog.sdk import MemoryDaemon, MockTransport, check, connect, read
 from support import DaemonProcess, run_python
 

@@ -20,7 +20,7 @@ import pytest
 
 from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
-from flightlog.protocol import (
+from flightlog.protocol.wire import (
     CloseSession,
     Create,
     ErrorReply,

@@ -10,7 +10,8 @@ import pytest
 
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._tail import _FileTail
-from flightlog.protocol import FileFormatError, Record, encode_line
+from flightlog.protocol import FileFormatError, Record
+from flightlog.protocol.format import encode_line
 from support.damaged_files import FOREIGN, sound_lines
 
 SID = "0123456789abcdef0123456789abcdef"

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -22,7 +25,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 from support.daemon import (

@@ -20,6 +20,9 @@ from typing import Any
 import pytest
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -36,7 +39,6 @@ from flightlog.protocol import (
     Subscribed,
     TailBatch,
     TailEnd,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import (

@@ -13,6 +13,14 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -20,13 +28,9 @@ from flightlog.protocol import (
     Create,
     ErrorReply,
     Open,
-    Record,
     RunStarted,
     SessionOpened,
     Sync,
-    encode_line,
-    new_id,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import (

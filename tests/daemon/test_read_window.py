@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from flightlog.protocol import encode_frame
+from flightlog.protocol.wire import encode_frame
 from flightlog.sdk import connect
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import (

@@ -18,22 +18,26 @@ from hypothesis import HealthCheck, given, settings
 
 from flightlog import sdk
 from flightlog.protocol import (
+    FileFormatError,
+    Reader,
+    Record,
+    check,
+)
+from flightlog.protocol.format import (
+    LineReader,
+    ReadState,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     ErrorReply,
-    FileFormatError,
-    LineReader,
     Open,
-    Reader,
-    ReadState,
-    Record,
     SessionOpened,
     Subscribe,
     Subscribed,
     TailBatch,
     TailEnd,
     Unsubscribe,
-    check,
 )
 from support import DaemonProcess, RawClient
 from support.damaged_files import FOREIGN, damaged_files, sound_lines

@@ -25,20 +25,22 @@ from flightlog.daemon._storage import SessionFile
 from flightlog.daemon._tail import Tails
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
-    PROTOCOL_VERSION,
     ErrorCode,
     FlightlogError,
+    Record,
+    check,
+    new_id,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
     Hello,
     Message,
-    Record,
     RecordEvent,
     RecordFailed,
     ServerConnection,
     SessionOpened,
-    check,
     client_decoder,
     encode_frame,
-    new_id,
 )
 
 pytestmark = pytest.mark.anyio
@@ -120,7 +122,7 @@ def _actor(made: list[SessionActor], tmp_path: Path, writer: _Peer) -> tuple[Ses
     opened = SessionOpened(id=2, session_id=actor.session_id, path=actor.path, last_seq=1)
     writer.server.opened(opened, actor.rules)
     writer.server.data_to_send()
-    actor.run_id = new_id()
+    actor.file.ledger.writing = new_id()
     actor.rules.begin_run(actor.run_id)
     made.append(actor)
     return actor, actor.run_id

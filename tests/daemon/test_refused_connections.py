@@ -16,7 +16,11 @@ import time
 from pathlib import Path
 
 from flightlog.daemon._refusals import BURST, WINDOW
-from flightlog.protocol import PROTOCOL_VERSION, Hello, Welcome
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
+    Hello,
+    Welcome,
+)
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import log_events
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     BeginRun,
     CloseSession,
     Create,
@@ -21,7 +24,6 @@ from flightlog.protocol import (
     RecordFailed,
     RunStarted,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 

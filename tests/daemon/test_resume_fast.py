@@ -14,7 +14,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from flightlog.protocol import CHECKPOINT, Execution, ToolExecStart, default_codec, new_id
+from flightlog.protocol import CHECKPOINT, Execution, default_codec, new_id
+from flightlog.protocol.events import ToolExecStart
 from flightlog.sdk import connect, read
 from flightlog.sdk._resume import open_calls
 from support import DaemonProcess

@@ -23,7 +23,8 @@ import pytest
 
 from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
-from flightlog.protocol import Status, StatusReply, UidStorage, format_time, new_id
+from flightlog.protocol import format_time, new_id
+from flightlog.protocol.wire import Status, StatusReply, UidStorage
 from flightlog.sdk._retention import Removal, remove
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import as_uid, check_file, log_events, needs_root

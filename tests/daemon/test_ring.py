@@ -24,15 +24,19 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import (
-    PROTOCOL_VERSION,
+    events,
+)
+from flightlog.protocol.ring import (
     RING_HEADER,
+    RingWriter,
+    ring_supported,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
     ErrorReply,
     Hello,
     Message,
-    RingWriter,
     encode_frame,
-    events,
-    ring_supported,
 )
 from flightlog.sdk import connect
 from flightlog.sdk.aio import aconnect

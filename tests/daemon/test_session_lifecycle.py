@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -17,7 +20,6 @@ from flightlog.protocol import (
     SessionOpened,
     Sync,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 
@@ -90,8 +92,10 @@ def test_disconnect_releases_the_session_and_keeps_the_run_open(daemon: DaemonPr
 
 
 def test_deeply_nested_data_is_refused_not_written(daemon: DaemonProcess) -> None:
-    from flightlog.protocol import RecordFailed
     from flightlog.protocol import check as check_file
+    from flightlog.protocol.wire import (
+        RecordFailed,
+    )
 
     with RawClient(daemon.socket) as client:
         opened = client.request(Create(id=client.next_id(), path="deep.jsonl"))

@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-from flightlog.protocol import Create, SessionOpened
+from flightlog.protocol.wire import (
+    Create,
+    SessionOpened,
+)
 from support import DaemonProcess, RawClient
 from support.daemon import as_uid, needs_root, shared_daemon, wait_for_log
 

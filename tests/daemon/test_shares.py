@@ -24,9 +24,12 @@ from typing import Any
 
 import pytest
 
-from flightlog.protocol import (
-    PROTOCOL_VERSION,
+from flightlog.protocol.ring import (
     RING_HEADER,
+    ring_supported,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
     Create,
     ErrorReply,
     Hello,
@@ -37,7 +40,6 @@ from flightlog.protocol import (
     Subscribed,
     client_decoder,
     encode_frame,
-    ring_supported,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import AsUid, Signal, as_uid, create, needs_root, shared_daemon

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseRun,
     CloseSession,
@@ -12,7 +15,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import begin, create, fact

@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     BeginRun,
     CheckpointLoaded,
     CloseRun,
@@ -33,7 +36,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import (

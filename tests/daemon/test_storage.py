@@ -12,7 +12,15 @@ import pytest
 from flightlog.daemon import _storage
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._storage import SessionFile, StorageError
-from flightlog.protocol import Record, encode_line, is_time, new_id, now
+from flightlog.protocol import (
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    encode_line,
+    is_time,
+)
 
 
 @pytest.fixture

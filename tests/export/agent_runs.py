@@ -12,10 +12,12 @@ import sys
 import time
 
 from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
     AgentEnd,
     AgentStart,
     CallConfig,
-    Execution,
     ModelExecEnd,
     ModelRequest,
     ToolExecEnd,

@@ -25,10 +25,12 @@ import pytest
 
 from flightlog.cli._demo import record_demo_run
 from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
     AgentEnd,
     AgentStart,
     CallConfig,
-    Execution,
     ModelExecStart,
     ModelRequest,
     ToolExecEnd,

@@ -16,6 +16,9 @@ import time
 from collections.abc import Callable
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     CloseRun,
@@ -27,7 +30,6 @@ from flightlog.protocol import (
     Sync,
     client_decoder,
     encode_frame,
-    now,
 )
 
 #: What a record's frame adds to its data (its envelope), with room to spare.

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import sys
 
-from flightlog.protocol import Execution, ToolExecStart
+from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
+    ToolExecStart,
+)
 from flightlog.sdk import connect
 
 CHECKPOINT_EVERY = 500

@@ -17,13 +17,15 @@ import signal
 import sys
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     BeginRun,
     Create,
     RecordEvent,
     RunStarted,
     SessionOpened,
     encode_frame,
-    now,
 )
 from support import RawClient
 

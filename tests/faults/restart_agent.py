@@ -22,7 +22,13 @@ import os
 import sys
 from typing import Any
 
-from flightlog.protocol import Execution, FlightlogError, ToolExecStart
+from flightlog.protocol import (
+    Execution,
+    FlightlogError,
+)
+from flightlog.protocol.events import (
+    ToolExecStart,
+)
 from flightlog.sdk import connect
 
 RUN_EVENTS = 200

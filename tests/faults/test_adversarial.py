@@ -18,7 +18,10 @@ import time
 from pathlib import Path
 
 from flightlog.daemon._config import Config
-from flightlog.protocol import Status, StatusReply
+from flightlog.protocol.wire import (
+    Status,
+    StatusReply,
+)
 from support import DaemonProcess, RawClient
 from support.daemon import begin, create, fact, proc_status_kb, synced_seq
 

@@ -23,18 +23,22 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
+    Record,
+    new_id,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     ErrorReply,
     Hello,
-    Record,
     Status,
     StatusReply,
     Subscribe,
     Welcome,
     client_decoder,
     encode_frame,
-    encode_line,
-    new_id,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for, with_support
 from support.daemon import (

@@ -35,9 +35,13 @@ from flightlog.daemon import _paths
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._storage import SessionFile
 from flightlog.protocol import (
+    CheckReport,
+    new_id,
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
-    CheckReport,
     CloseRun,
     CloseSession,
     Create,
@@ -47,8 +51,6 @@ from flightlog.protocol import (
     SaveCheckpoint,
     SessionOpened,
     Sync,
-    new_id,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 from support.daemon import check_file

@@ -24,6 +24,9 @@ import pytest
 
 from flightlog.daemon._sessions import DISK_THREADS
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -37,7 +40,6 @@ from flightlog.protocol import (
     Status,
     StatusReply,
     Sync,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 from support.daemon import (

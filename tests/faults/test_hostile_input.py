@@ -33,13 +33,19 @@ from hypothesis import strategies as st
 
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
+    Record,
+    new_id,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     CloseSession,
     Create,
     ErrorReply,
     Hello,
     Open,
-    Record,
     SessionOpened,
     Status,
     StatusReply,
@@ -47,8 +53,6 @@ from flightlog.protocol import (
     Sync,
     TailEnd,
     encode_frame,
-    encode_line,
-    new_id,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import (

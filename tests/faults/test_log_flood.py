@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 
 from flightlog.daemon._refusals import BURST, WINDOW
-from flightlog.protocol import Sync, encode_frame
+from flightlog.protocol.wire import (
+    Sync,
+    encode_frame,
+)
 from support import DaemonProcess, RawClient
 from support.daemon import log_events, wait_for_log
 

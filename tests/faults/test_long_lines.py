@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -18,7 +21,6 @@ from flightlog.protocol import (
     Subscribed,
     TailBatch,
     TailEnd,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import begin, check_file, create, fact

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from flightlog.daemon._budget import FLOOR
-from flightlog.protocol import (
+from flightlog.protocol import now
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     Ack,
     CheckpointLoaded,
@@ -27,7 +28,6 @@ from flightlog.protocol import (
     StatusReply,
     Subscribe,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import (

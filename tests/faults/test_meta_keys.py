@@ -9,7 +9,10 @@ from pathlib import Path
 
 import msgspec
 
-from flightlog.protocol import ErrorReply, SessionOpened
+from flightlog.protocol.wire import (
+    ErrorReply,
+    SessionOpened,
+)
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import check_file
 

@@ -10,6 +10,9 @@ import select
 from pathlib import Path
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     Message,
@@ -17,7 +20,6 @@ from flightlog.protocol import (
     Subscribe,
     Subscribed,
     TailBatch,
-    now,
 )
 from support import DaemonProcess, RawClient
 from support.daemon import assert_serving, begin, create

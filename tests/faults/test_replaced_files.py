@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flightlog.protocol import Ack, ErrorReply, LoadCheckpoint, SaveCheckpoint, Sync, now
+from flightlog.protocol import now
+from flightlog.protocol.wire import Ack, ErrorReply, LoadCheckpoint, SaveCheckpoint, Sync
 from support import DaemonProcess, RawClient
 from support.daemon import assert_serving, begin, create, fact
 

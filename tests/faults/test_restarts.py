@@ -27,7 +27,9 @@ from typing import Any
 
 import pytest
 
-from flightlog.protocol import TurnStart
+from flightlog.protocol.events import (
+    TurnStart,
+)
 from flightlog.sdk import DaemonError, connect
 from support import DaemonProcess, read_lines, wait_for
 

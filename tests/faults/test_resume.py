@@ -21,7 +21,7 @@ from support import DaemonProcess, read_lines, run_python
 AGENT = textwrap.dedent(
     """
     import sys, time
-    from flightlog.protocol import (
+    from flightlog.protocol.events import (
         Execution, ModelRequest, TextPart, ToolExecEnd, ToolExecStart, ToolQueued,
     )
     from flightlog.sdk import connect

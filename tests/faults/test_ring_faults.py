@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from flightlog.protocol import ring_supported
+from flightlog.protocol.ring import (
+    ring_supported,
+)
 from support import DaemonProcess, read_lines, wait_for
 from support.daemon import assert_serving, check_file
 
@@ -32,7 +34,8 @@ pytestmark = pytest.mark.skipif(
 #: COUNT events (and, with "half", writes half a frame more), and SIGKILLs itself.
 AGENT = """
 import os, signal, sys
-from flightlog.protocol import events, encode_frame, RecordEvent
+from flightlog.protocol import events
+from flightlog.protocol.wire import encode_frame, RecordEvent
 from flightlog.sdk import connect
 
 client = connect(sys.argv[1])

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from flightlog.daemon._server import SHUTDOWN_BOUND
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     LoadCheckpoint,
@@ -23,7 +26,6 @@ from flightlog.protocol import (
     StatusReply,
     Sync,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import (

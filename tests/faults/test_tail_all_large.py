@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flightlog.protocol import Subscribe, Subscribed, TailBatch
+from flightlog.protocol.wire import Subscribe, Subscribed, TailBatch
 from support import DaemonProcess, RawClient
 from support.daemon import begin, create, fact, synced_seq
 

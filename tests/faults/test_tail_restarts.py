@@ -23,7 +23,13 @@ from typing import Any
 import anyio
 import pytest
 
-from flightlog.protocol import Execution, ToolExecStart, TurnStart
+from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
+    ToolExecStart,
+    TurnStart,
+)
 from flightlog.sdk import connect
 from flightlog.sdk.aio import aconnect
 from support import DaemonProcess, read_lines, wait_for

@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from flightlog.protocol import BeginRun, CloseRun, CloseSession, now
+from flightlog.protocol import now
+from flightlog.protocol.wire import BeginRun, CloseRun, CloseSession
 from support import DaemonProcess, RawClient, on_a_terminal
 from support.daemon import create
 

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     CloseSession,
     ErrorReply,
@@ -29,7 +32,6 @@ from flightlog.protocol import (
     SessionOpened,
     Sync,
     encode_frame,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines
 from support.daemon import (

@@ -13,7 +13,7 @@ import pytest
 
 from flightlog.daemon import _connection
 from flightlog.daemon._connection import Connection
-from flightlog.protocol import Status, StatusReply, encode_frame
+from flightlog.protocol.wire import Status, StatusReply, encode_frame
 from support import RawClient, wait_for
 
 from .harness import InProcessDaemon

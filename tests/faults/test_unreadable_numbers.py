@@ -10,7 +10,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flightlog.protocol import ErrorReply, SaveCheckpoint, now
+from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
+    ErrorReply,
+    SaveCheckpoint,
+)
 from support import DaemonProcess, RawClient
 from support.daemon import begin, create, expect_record_failed, fact, synced_seq
 

@@ -398,7 +398,14 @@ def test_a_run_still_open_when_its_recorder_closes_is_closed_with_the_ends_it_ow
     daemon: DaemonProcess,
 ) -> None:
     from flightlog.integrations._recorder import UNFINISHED, cancelled_tool_end
-    from flightlog.protocol import AgentEnd, AgentStart, Execution, ToolExecStart
+    from flightlog.protocol import (
+        Execution,
+    )
+    from flightlog.protocol.events import (
+        AgentEnd,
+        AgentStart,
+        ToolExecStart,
+    )
 
     recorder = Recorder(socket=daemon.socket)
     run = recorder.begin("open.jsonl")
@@ -419,7 +426,7 @@ EXITS = textwrap.dedent(
     """
     from flightlog.integrations import default_recorder
     from flightlog.integrations._recorder import cancelled_tool_end
-    from flightlog.protocol import AgentStart, Execution, ToolExecStart
+    from flightlog.protocol.events import AgentStart, Execution, ToolExecStart
 
     run = default_recorder().begin("exits.jsonl")
     tool = Execution(id="t1", kind="tool")

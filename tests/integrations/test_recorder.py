@@ -15,7 +15,11 @@ from pydantic_ai.models.test import TestModel
 
 from flightlog.integrations import Recorder
 from flightlog.integrations.pydantic_ai import Flightlog
-from flightlog.protocol import AgentEnd, AgentStart, MessageEnd
+from flightlog.protocol.events import (
+    AgentEnd,
+    AgentStart,
+    MessageEnd,
+)
 from flightlog.sdk import connect
 from support import DaemonProcess
 

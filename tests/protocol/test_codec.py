@@ -22,17 +22,26 @@ import pytest
 from hypothesis import given, settings
 
 from flightlog.protocol import (
-    MAX_DEPTH,
-    AgentEnd,
-    AgentStart,
-    AssistantMessage,
-    CallConfig,
     Codec,
     EncodedEvent,
     ErrorCode,
     Execution,
     FlightlogError,
     LocalProtocolError,
+    Record,
+    RecordingError,
+    RemoteProtocolError,
+    decode_event,
+    decode_value,
+    default_codec,
+    encode_event,
+    encode_value,
+)
+from flightlog.protocol.events import (
+    AgentEnd,
+    AgentStart,
+    AssistantMessage,
+    CallConfig,
     MessageEnd,
     MessageStart,
     MessageUpdate,
@@ -40,9 +49,6 @@ from flightlog.protocol import (
     ModelRequest,
     ModelResponse,
     ModelStream,
-    Record,
-    RecordingError,
-    RemoteProtocolError,
     TextPart,
     ToolCallPart,
     ToolDeclaration,
@@ -52,11 +58,9 @@ from flightlog.protocol import (
     TurnStart,
     Usage,
     UserMessage,
-    decode_event,
-    decode_value,
-    default_codec,
-    encode_event,
-    encode_value,
+)
+from flightlog.protocol.format import (
+    MAX_DEPTH,
     is_credential_key,
 )
 
@@ -902,7 +906,9 @@ def test_an_oversized_event_becomes_a_stub_that_reads_as_the_event() -> None:
 
 
 def test_a_required_member_too_large_is_cut_or_null() -> None:
-    from flightlog.protocol import Error
+    from flightlog.protocol.events import (
+        Error,
+    )
 
     encoded = encode_event(MessageEnd(message={"text": "y" * 50_000}, execution=MODEL))
     assert encoded is not None

@@ -16,25 +16,30 @@ from hypothesis import HealthCheck, given, settings
 
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
+    Codec,
+    Event,
+    Execution,
+    Reader,
+    Record,
+    SessionStartData,
+    default_codec,
+    format_time,
+    new_id,
+    now,
+)
+from flightlog.protocol.events import (
     EVENT_CLASSES,
-    NEVER_WRITTEN_TYPES,
     AgentEnd,
     AssistantMessage,
     CallConfig,
     ChatMessage,
-    Codec,
     ContextCompacted,
-    Event,
-    Execution,
     ImagePart,
     MessageEnd,
     ModelExecEnd,
     ModelRequest,
     ModelResponse,
     Part,
-    Reader,
-    Record,
-    SessionStartData,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -43,15 +48,14 @@ from flightlog.protocol import (
     ToolResultMessage,
     Usage,
     UserMessage,
-    default_codec,
-    encode_line,
     event_type,
-    format_time,
+    new_execution_id,
+)
+from flightlog.protocol.format import (
+    NEVER_WRITTEN_TYPES,
+    encode_line,
     is_credential_key,
     is_time,
-    new_execution_id,
-    new_id,
-    now,
 )
 
 # --- the model ----------------------------------------------------------------------------
@@ -471,8 +475,11 @@ def test_the_fast_path_writes_the_same_bytes_as_the_careful_walk(
 
 
 def test_plain_events_take_the_fast_path_and_typed_values_do_not() -> None:
-    from flightlog.protocol import ToolExecStart, UserMessage
     from flightlog.protocol._shapes import _EVENT_SHAPES
+    from flightlog.protocol.events import (
+        ToolExecStart,
+        UserMessage,
+    )
 
     shape = _EVENT_SHAPES[ToolExecStart]
     execution = Execution(id="t1", kind="tool", turn_index=0)
@@ -488,7 +495,12 @@ def test_plain_events_take_the_fast_path_and_typed_values_do_not() -> None:
 
 
 def test_the_fast_path_still_refuses_fields_of_the_wrong_type() -> None:
-    from flightlog.protocol import RecordingError, ToolExecStart
+    from flightlog.protocol import (
+        RecordingError,
+    )
+    from flightlog.protocol.events import (
+        ToolExecStart,
+    )
 
     wrong = ToolExecStart(
         execution=Execution(id="t1", kind="tool", attempt=0), tool_call_id="c", name="n"

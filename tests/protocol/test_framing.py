@@ -8,15 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flightlog.protocol import (
+    LocalProtocolError,
+    RemoteProtocolError,
+)
+from flightlog.protocol.wire import (
     HEADER_SIZE,
     Ack,
     Create,
     FrameDecoder,
     FrameEncoder,
     Hello,
-    LocalProtocolError,
     RecordEvent,
-    RemoteProtocolError,
     Status,
     client_decoder,
     encode_frame,

@@ -18,16 +18,18 @@ import pytest
 from hypothesis import assume, given, settings
 
 from flightlog.protocol import (
-    MAX_NESTING,
     LocalProtocolError,
     _json,
     _numbers,
     _structure,
+)
+from flightlog.protocol._json import DECODE_IN_FULL
+from flightlog.protocol.format import (
+    MAX_NESTING,
     check_json,
     check_numbers,
     nested_deeper_than,
 )
-from flightlog.protocol._json import DECODE_IN_FULL
 
 # Strings full of what could fool a byte-level scan.
 _tricky = st.text(alphabet='[]{}"\\ab', max_size=8)

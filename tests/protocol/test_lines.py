@@ -9,14 +9,16 @@ import pytest
 from hypothesis import given, settings
 
 from flightlog.protocol import (
+    FileFormatError,
+    LocalProtocolError,
+    Record,
+)
+from flightlog.protocol.format import (
     END_OF_FILE,
     MAX_LINE_BYTES,
     NEED_DATA,
-    FileFormatError,
     LineReader,
-    LocalProtocolError,
     ReadState,
-    Record,
     encode_line,
 )
 

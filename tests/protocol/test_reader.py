@@ -15,8 +15,6 @@ import pytest
 from hypothesis import given, settings
 
 from flightlog.protocol import (
-    MAX_LINE_BYTES,
-    STRUCTURAL_TYPES,
     CheckReport,
     ErrorCode,
     FileFormatError,
@@ -25,10 +23,14 @@ from flightlog.protocol import (
     Record,
     check,
     default_codec,
-    encode_line,
     new_id,
-    parse_line,
     read_records,
+)
+from flightlog.protocol.format import (
+    MAX_LINE_BYTES,
+    STRUCTURAL_TYPES,
+    encode_line,
+    parse_line,
 )
 
 SID = "0123456789abcdef0123456789abcdef"

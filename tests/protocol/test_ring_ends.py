@@ -12,12 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flightlog.protocol import (
-    PROTOCOL_VERSION,
-    RING_HEADER,
-    Hello,
     RemoteProtocolError,
+)
+from flightlog.protocol.ring import (
+    RING_HEADER,
     RingReader,
     RingWriter,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
+    Hello,
     Welcome,
 )
 

@@ -22,16 +22,20 @@ import pytest
 from hypothesis import example, given
 
 from flightlog.protocol import (
-    RING_HEADER,
-    FrameEncoder,
     LocalProtocolError,
-    RecordEvent,
     RemoteProtocolError,
+    _accel,
+)
+from flightlog.protocol.ring import (
+    RING_HEADER,
     RingReader,
     RingWriter,
-    _accel,
-    encode_frame,
     ring_writer,
+)
+from flightlog.protocol.wire import (
+    FrameEncoder,
+    RecordEvent,
+    encode_frame,
 )
 
 pytestmark = pytest.mark.skipif(_accel.encode_record is None, reason="the C accelerator is off")

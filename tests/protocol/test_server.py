@@ -7,6 +7,11 @@ from typing import Any
 import pytest
 
 from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+)
+from flightlog.protocol.wire import (
     BAD_FRAMES_IN_A_ROW,
     MAX_SUBSCRIPTIONS,
     PROTOCOL_VERSION,
@@ -17,12 +22,9 @@ from flightlog.protocol import (
     ConnectionClosed,
     ConnectionState,
     Create,
-    ErrorCode,
     ErrorReply,
-    FlightlogError,
     Hello,
     LoadCheckpoint,
-    LocalProtocolError,
     Message,
     RecordEvent,
     RecordFailed,

@@ -29,29 +29,33 @@ from hypothesis import event as note_event
 
 from flightlog.protocol import (
     AGENT_FACT_TYPES,
+    LocalProtocolError,
+    Record,
+    _accel,
+    _json,
+    _records,
+    default_codec,
+    events,
+)
+from flightlog.protocol.format import (
     MAX_NESTING,
+    LineEncoder,
+    check_json,
+    is_time,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     CloseRun,
     Create,
     Hello,
-    LineEncoder,
-    LocalProtocolError,
-    Record,
     RecordEvent,
     RecordLines,
     ServerConnection,
     SessionOpened,
     StartRun,
     Status,
-    _accel,
-    _json,
-    _records,
-    check_json,
-    default_codec,
     encode_frame,
-    events,
-    is_time,
 )
 
 pytestmark = pytest.mark.skipif(not _accel.SPEEDUPS, reason="the C accelerator is off")

@@ -5,23 +5,25 @@ from __future__ import annotations
 import pytest
 
 from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+    RecordingError,
+    RemoteProtocolError,
+    _state,
+)
+from flightlog.protocol.wire import (
     CONNECTION_RULES,
     SESSION_RULES,
     Ack,
     ConnectionState,
     Create,
-    ErrorCode,
-    FlightlogError,
     Hello,
-    LocalProtocolError,
     RecordEvent,
-    RecordingError,
-    RemoteProtocolError,
     SessionMachine,
     SessionOp,
     SessionState,
     Status,
-    _state,
     check_hello,
     connection_transition,
     session_transition,

@@ -9,7 +9,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from flightlog.protocol import is_time
+from flightlog.protocol.format import (
+    is_time,
+)
 
 # The definition, checked without the cache.
 _FULL = re.compile(

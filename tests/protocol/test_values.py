@@ -27,12 +27,14 @@ import pytest
 
 from flightlog.protocol import (
     Execution,
-    ToolExecEnd,
     decode_value,
     encode_event,
     encode_value,
 )
 from flightlog.protocol._values import complex_text
+from flightlog.protocol.events import (
+    ToolExecEnd,
+)
 
 TOOL = Execution(id="t1", kind="tool")
 
@@ -358,7 +360,8 @@ def test_the_codec_imports_no_framework_for_other_values() -> None:
     script = textwrap.dedent(
         """
         import fractions, ipaddress, re, sys
-        from flightlog.protocol import Execution, ToolExecEnd, encode_event, encode_value
+        from flightlog.protocol import Execution, encode_event, encode_value
+        from flightlog.protocol.events import ToolExecEnd
 
         class Thing:
             pass

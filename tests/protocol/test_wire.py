@@ -10,7 +10,7 @@ import msgspec.inspect as mi
 import pytest
 from hypothesis import given, settings
 
-from flightlog.protocol import (
+from flightlog.protocol.wire import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,

@@ -7,7 +7,14 @@ import pytest
 from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
 
-from flightlog.protocol import Ack, AgentStart, Message, Sync
+from flightlog.protocol.events import (
+    AgentStart,
+)
+from flightlog.protocol.wire import (
+    Ack,
+    Message,
+    Sync,
+)
 from flightlog.sdk import MemoryDaemon
 from flightlog.sdk.aio import AsyncClient, AsyncMockTransport, AsyncSession, aconnect
 

@@ -20,17 +20,16 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
-    PROTOCOL_VERSION,
-    AgentEnd,
-    AgentStart,
-    CloseRun,
     Codec,
-    Create,
     EncodedEvent,
     ErrorCode,
     Event,
     Execution,
-    Hello,
+    default_codec,
+)
+from flightlog.protocol.events import (
+    AgentEnd,
+    AgentStart,
     MessageEnd,
     MessageUpdate,
     ModelExecEnd,
@@ -38,15 +37,20 @@ from flightlog.protocol import (
     ModelRequest,
     ModelResponse,
     ModelStream,
+    TextPart,
+    ToolExecEnd,
+    UserMessage,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
+    CloseRun,
+    Create,
+    Hello,
     RecordFailed,
     SaveCheckpoint,
     Subscribe,
     TailBatch,
-    TextPart,
-    ToolExecEnd,
     Unsubscribe,
-    UserMessage,
-    default_codec,
 )
 from flightlog.sdk import (
     CallRef,

@@ -21,17 +21,16 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
-    PROTOCOL_VERSION,
-    AgentEnd,
-    AgentStart,
-    CloseRun,
     Codec,
-    Create,
     EncodedEvent,
     ErrorCode,
     Event,
     Execution,
-    Hello,
+    default_codec,
+)
+from flightlog.protocol.events import (
+    AgentEnd,
+    AgentStart,
     MessageEnd,
     MessageUpdate,
     ModelExecEnd,
@@ -39,15 +38,20 @@ from flightlog.protocol import (
     ModelRequest,
     ModelResponse,
     ModelStream,
+    TextPart,
+    ToolExecEnd,
+    UserMessage,
+)
+from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
+    CloseRun,
+    Create,
+    Hello,
     RecordFailed,
     SaveCheckpoint,
     Subscribe,
     TailBatch,
-    TextPart,
-    ToolExecEnd,
     Unsubscribe,
-    UserMessage,
-    default_codec,
 )
 from flightlog.sdk import (
     CallRef,

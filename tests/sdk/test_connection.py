@@ -1,7 +1,7 @@
 """The client's sans-I/O state machine paired with the server's, and no transport at all.
 
 Like h11's ``ConnectionPair``: a :class:`Link` carries the bytes of the real
-:class:`ClientConnection` to a real :class:`flightlog.protocol.ServerConnection` (inside a
+:class:`ClientConnection` to a real :class:`flightlog.protocol.wire.ServerConnection` (inside a
 :class:`MemoryDaemon`, which only stores) and back, one step at a time.
 """
 
@@ -17,22 +17,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flightlog.protocol import (
-    Ack,
-    AgentEnd,
-    AgentStart,
-    BeginRun,
-    ClientConnection,
     ErrorCode,
-    ErrorReply,
     FlightlogError,
     LocalProtocolError,
-    Message,
+    RecordingError,
+    RemoteProtocolError,
+    default_codec,
+    now,
+)
+from flightlog.protocol._wire import SessionStatus
+from flightlog.protocol.events import (
+    AgentEnd,
+    AgentStart,
     MessageUpdate,
+)
+from flightlog.protocol.wire import (
+    Ack,
+    BeginRun,
+    ClientConnection,
+    ErrorReply,
+    Message,
     Pending,
     RecordEvent,
     RecordFailed,
-    RecordingError,
-    RemoteProtocolError,
     RunStarted,
     SessionOpened,
     SessionState,
@@ -42,12 +49,9 @@ from flightlog.protocol import (
     TailEnd,
     Unsubscribe,
     client_decoder,
-    default_codec,
     encode_frame,
-    now,
     server_decoder,
 )
-from flightlog.protocol._wire import SessionStatus
 from flightlog.sdk import ConnectionLost, DaemonError, MemoryDaemon
 
 

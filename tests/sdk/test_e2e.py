@@ -18,20 +18,23 @@ import anyio
 import pytest
 
 from flightlog.protocol import (
+    CheckpointData,
+    Codec,
+    EncodedEvent,
+    Event,
+    Execution,
+    default_codec,
+)
+from flightlog.protocol.events import (
     AgentEnd,
     AgentStart,
     AssistantMessage,
     CallConfig,
-    CheckpointData,
-    Codec,
     ContextCompacted,
     ContextPrepareEnd,
     ContextPrepareStart,
     ContextProjected,
-    EncodedEvent,
     Error,
-    Event,
-    Execution,
     MessageEnd,
     MessageUpdate,
     ModelExecEnd,
@@ -55,7 +58,6 @@ from flightlog.protocol import (
     TurnStart,
     Usage,
     UserMessage,
-    default_codec,
 )
 from flightlog.sdk import (
     Client,

@@ -7,7 +7,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flightlog.protocol import Record, encode_line, new_id
+from flightlog.protocol import (
+    Record,
+    new_id,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
 from flightlog.sdk import FileFormatError, check, read
 
 SESSION = new_id()

@@ -17,7 +17,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from flightlog.protocol import Execution, ToolExecEnd
+from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
+    ToolExecEnd,
+)
 from flightlog.sdk import Client, connect
 from flightlog.sdk.aio import aconnect
 from support import DaemonProcess, read_lines

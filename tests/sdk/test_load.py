@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from flightlog.protocol import (
+    Execution,
+)
+from flightlog.protocol.events import (
     AssistantMessage,
     CallConfig,
-    Execution,
     ModelExecEnd,
     ModelExecStart,
     ModelRequest,
@@ -23,7 +25,7 @@ EVENTS_PER_SESSION = 5_000
 # One agent process: two sessions, one run each, events interleaved between them.
 AGENT = """
 import sys
-from flightlog.protocol import Execution, ToolExecStart
+from flightlog.protocol.events import Execution, ToolExecStart
 from flightlog.sdk import connect
 
 socket, agent, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

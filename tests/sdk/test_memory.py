@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
     CloseRun,
@@ -28,7 +31,6 @@ from flightlog.protocol import (
     Unsubscribe,
     client_decoder,
     encode_frame,
-    now,
 )
 from flightlog.sdk import MemoryDaemon
 from flightlog.sdk._memory import MemoryConnection

@@ -29,13 +29,15 @@ from typing import Any
 
 import pytest
 
-from flightlog.protocol import (
-    DEFAULT_MAX_FRAME_SIZE,
+from flightlog.protocol.ring import (
     RING_HEADER,
     RingReader,
+    ring_supported,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_FRAME_SIZE,
     ServerConnection,
     line_bound,
-    ring_supported,
 )
 from flightlog.sdk import ConnectionLost, MemoryDaemon, SocketTransport
 

@@ -20,15 +20,19 @@ import msgspec
 import pytest
 
 from flightlog.protocol import (
-    Error,
-    ErrorReply,
     Event,
+)
+from flightlog.protocol.events import (
+    Error,
+    TurnEnd,
+    TurnStart,
+)
+from flightlog.protocol.wire import (
+    ErrorReply,
     Subscribe,
     Subscribed,
     TailBatch,
     TailEnd,
-    TurnEnd,
-    TurnStart,
 )
 from flightlog.sdk import DaemonError, FlightlogError, Record, connect
 from flightlog.sdk.aio import aconnect

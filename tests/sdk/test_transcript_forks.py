@@ -9,7 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from flightlog.protocol import Origin, Record, encode_line, events
+from flightlog.protocol import Origin, Record, events
+from flightlog.protocol.format import encode_line
 from flightlog.sdk import (
     Client,
     DaemonError,

@@ -11,7 +11,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from flightlog.protocol import (
+from flightlog.protocol.wire import (
     Create,
     ErrorReply,
     Hello,
@@ -289,6 +289,8 @@ async def test_async_mock_transport() -> None:
 
 
 def _frames(*messages: object) -> list[bytes]:
-    from flightlog.protocol import encode_frame
+    from flightlog.protocol.wire import (
+        encode_frame,
+    )
 
     return [encode_frame(message) for message in messages]  # type: ignore[arg-type]

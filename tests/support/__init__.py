@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from flightlog.protocol import (
+from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     ErrorReply,
     Hello,

@@ -23,6 +23,9 @@ import sys
 import threading
 
 from flightlog.protocol import (
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
     CloseRun,
@@ -34,7 +37,6 @@ from flightlog.protocol import (
     SessionOpened,
     Sync,
     encode_frame,
-    now,
 )
 from support import RawClient
 

@@ -23,9 +23,13 @@ from typing import Any, TypeVar
 import pytest
 
 from flightlog.protocol import (
+    CheckReport,
+    check,
+    now,
+)
+from flightlog.protocol.wire import (
     Ack,
     BeginRun,
-    CheckReport,
     CloseRun,
     CloseSession,
     Create,
@@ -37,8 +41,6 @@ from flightlog.protocol import (
     SaveCheckpoint,
     SessionOpened,
     Sync,
-    check,
-    now,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for, with_support
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import msgspec
 
-from flightlog.protocol import Record, encode_line
+from flightlog.protocol import (
+    Record,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
 
 TIME = "2026-11-29T20:00:00.000000Z"
 RUN = "fedcba9876543210fedcba9876543210"

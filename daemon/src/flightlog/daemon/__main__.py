@@ -23,7 +23,7 @@ import anyio.abc
 import structlog
 
 from flightlog.protocol import FlightlogError
-from flightlog.sdk._retention import Limits, parse_age, parse_size
+from flightlog.sdk.storage import Limits, parse_age, parse_size
 
 from ._config import Config
 from ._fairness import PerUidLimits

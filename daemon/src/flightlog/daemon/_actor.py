@@ -8,8 +8,8 @@ close, a sync, a session close or a release, and sends the replies of those requ
 only once the data is durable.
 
 What reaches the mailbox passed the rules of the writer's
-:class:`~flightlog.protocol.ServerConnection` (the run, the type, the time, the JSON),
-which applies them to the session's :class:`~flightlog.protocol.SessionMachine`, kept
+:class:`~flightlog.protocol.wire.ServerConnection` (the run, the type, the time, the JSON),
+which applies them to the session's :class:`~flightlog.protocol.wire.SessionMachine`, kept
 here across writers as :attr:`SessionActor.rules`.  What only the actor can know is the
 storage: a failed write or sync is sticky, the actor keeps the error, refuses with it
 what was queued behind it, fails the session's rules through the writer (which
@@ -28,38 +28,32 @@ import msgspec
 import structlog
 
 from flightlog.protocol import (
-    CHECKPOINT,
-    RUN_CLOSE,
-    RUN_RESUME,
-    RUN_START,
-    Ack,
-    BeginRun,
-    CloseRun,
-    CloseSession,
     ErrorCode,
     FlightlogError,
-    LineEncoder,
-    LoadCheckpoint,
     LocalProtocolError,
+)
+from flightlog.protocol._blobs import BLOB_MIN, Blob, extract, extract_tails, may_hold_payload
+from flightlog.protocol.format import (
+    LineEncoder,
+    event_id_key,
+)
+from flightlog.protocol.wire import (
+    Ack,
+    CloseRun,
+    CloseSession,
+    LoadCheckpoint,
     Message,
     RecordLines,
-    RunCloseData,
-    RunResumeData,
-    RunStartData,
-    RunStarted,
     SaveCheckpoint,
     SessionMachine,
     StartRun,
     Sync,
-    check_run_start,
-    event_id_key,
 )
-from flightlog.protocol._blobs import BLOB_MIN, Blob, extract, extract_tails, may_hold_payload
 
 from ._batch import Batch, Reply, checkpoint_reply, error_reply, ready
 from ._blobstore import BlobStore
 from ._channel import ThreadWrite
-from ._config import MAX_NAME, Config
+from ._config import Config
 from ._peers import Item, Peer, Records, Registry, Release, Shutdown, Subscriber, payload_size
 from ._primitives import Disk, Mailbox
 from ._refusals import log_refusal
@@ -99,14 +93,9 @@ class SessionActor:
         self.writer: Peer | None = writer
         #: The session's rules, applied by its writer's connection.
         self.rules: SessionMachine[FlightlogError] = SessionMachine()
-        #: The run whose run_start was written last, without its run_close yet.
-        self.run_id: str | None = None
-        #: Agent facts and checkpoints of the open run: what a resumed run starts from.
-        #: A record dropped for its event id counts too: its writer numbered it.
-        self.run_items = 0
-        #: Records dropped because the session held their event id: since the file was
-        #: opened (status), and in the open run (its run_close).
-        self.duplicates = self.run_duplicates = 0
+        #: Records dropped because the session held their event id, since the file was
+        #: opened (status); the open run's are its ledger's.
+        self.duplicates = 0
         #: The write or sync failure of the file (sticky).
         self.error: FlightlogError | None = None
         # A file this daemon created holds the session_start line it wrote.
@@ -136,6 +125,11 @@ class SessionActor:
     @property
     def path(self) -> str:
         return self.file.path
+
+    @property
+    def run_id(self) -> str | None:
+        """The run a writer has open, without its run_close yet."""
+        return self.file.ledger.writing
 
     @property
     def subscribers(self) -> int:
@@ -230,12 +224,11 @@ class SessionActor:
             if isinstance(message, list):
                 # Records come in stretches: take the whole stretch in one go.
                 assert peer is not None
-                dropped = self.run_duplicates
                 index, lines, size = self._records(
                     items, index, batch.buf, batch.first_seq + batch.count
                 )
                 batch.count += lines
-                self.run_items += lines + self.run_duplicates - dropped
+                self.file.ledger.wrote(lines)
                 batch.release(peer, size)
                 continue
             index += 1
@@ -314,63 +307,29 @@ class SessionActor:
 
     def _begin_run(self, batch: Batch, start: StartRun) -> Reply:
         self._check_writable()
-        request, run_id = start.request, start.run_id
-        check_run_start(start, self.file.last_run, self.file.runs)
-        if request.resume is not None:
-            return self._resume_run(batch, request, run_id)
-        self.file.runs.add(run_id)
-        self.run_id = run_id
-        self.run_items = self.run_duplicates = 0
-        self.file.last_run = None
         # Who the kernel says the writer is, next to what the agent says it is.
         writer = self.writer
         assert writer is not None
-        data = _encode_json(
-            RunStartData(
-                pid=request.pid,
-                client=request.client[:MAX_NAME],
-                peer_pid=writer.pid,
-                uid=writer.uid,
-                gid=writer.gid,
-            )
+        entry = self.file.ledger.begin_run(
+            start, peer_pid=writer.pid, uid=writer.uid, gid=writer.gid
         )
-        seq = batch.add(self.session_id, RUN_START, request.time, data, run_id)
-        return self._durable(RunStarted(id=request.id, run_id=run_id, seq=seq))
-
-    def _resume_run(self, batch: Batch, message: BeginRun, run_id: str) -> Reply:
-        """Continue the file's last run, cut without run_close, after a ``run_resume``."""
-        file = self.file
-        self.run_id = run_id
-        self.run_items = items = file.last_run_items
-        self.run_duplicates = 0
-        file.last_run = None
-        if run_id in file.interrupted_runs:
-            file.interrupted_runs.remove(run_id)
-        data = _encode_json(RunResumeData(pid=message.pid, client=message.client, items=items))
-        seq = batch.add(self.session_id, RUN_RESUME, message.time, data, run_id)
-        return self._durable(RunStarted(id=message.id, run_id=run_id, seq=seq))
+        return self._durable(entry.reply(batch.add(self.session_id, *entry[:4])))
 
     def _save_checkpoint(self, batch: Batch, message: SaveCheckpoint) -> Reply:
         self._check_writable()
-        data = b'{"snapshot":' + message.snapshot + b"}"
+        entry = self.file.ledger.checkpoint(message)
         start = len(batch.buf)
-        seq = batch.add(self.session_id, CHECKPOINT, message.time, data, message.run_id)
+        seq = batch.add(self.session_id, *entry[:4])
         batch.checkpoints.append((seq, start, len(batch.buf) - start))
-        self.run_items += 1
         batch.needs_sync = True
-        return self._durable(Ack(id=message.id, seq=seq))
+        return self._durable(entry.reply(seq))
 
     def _close_run(self, batch: Batch, message: CloseRun) -> Reply:
         self._check_writable()
-        closing = RunCloseData(error=message.error)
-        if self.run_duplicates:
-            closing = RunCloseData(error=message.error, duplicates=self.run_duplicates)
-        data = _encode_json(closing)
-        seq = batch.add(self.session_id, RUN_CLOSE, message.time, data, message.run_id)
-        self.run_id = None
-        self.file.last_run = None
+        entry = self.file.ledger.close_run(message)
+        seq = batch.add(self.session_id, *entry[:4])
         batch.needs_sync = True
-        return self._durable(Ack(id=message.id, seq=seq))
+        return self._durable(entry.reply(seq))
 
     def _room_to_load(self, peer: Peer) -> bool:
         ref = self.file.checkpoint
@@ -466,11 +425,8 @@ class SessionActor:
 
     def _release(self) -> None:
         writer, self.writer = self.writer, None
-        if self.run_id is not None:
-            # The run stays without run_close: the gap stays visible in the file.
-            self.file.interrupted_runs.append(self.run_id)
-            self.file.last_run, self.file.last_run_items = self.run_id, self.run_items
-            self.run_id = None
+        # A run left open stays without run_close: the gap stays visible in the file.
+        self.file.ledger.release()
         self._log.info("writer_released", pid=writer.pid if writer else None)
         self.released.set()
 
@@ -542,7 +498,7 @@ class SessionActor:
         ids = self.file.event_ids
         if key in ids:
             self.duplicates += 1
-            self.run_duplicates += 1
+            self.file.ledger.dropped(1)
             return False
         ids.add(key)
         return True

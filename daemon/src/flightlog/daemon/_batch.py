@@ -8,19 +8,17 @@ from typing import Any
 
 import msgspec
 
-from flightlog.protocol import (
-    CheckpointData,
-    CheckpointLoaded,
-    ErrorCode,
-    ErrorReply,
-    FlightlogError,
-    LocalProtocolError,
-    Message,
-    OpenCallInfo,
-    Record,
+from flightlog.protocol import CheckpointData, ErrorCode, FlightlogError, LocalProtocolError, Record
+from flightlog.protocol._calls import OpenCall
+from flightlog.protocol.format import (
     append_line,
 )
-from flightlog.protocol._calls import OpenCall
+from flightlog.protocol.wire import (
+    CheckpointLoaded,
+    ErrorReply,
+    Message,
+    OpenCallInfo,
+)
 
 from ._peers import Peer
 

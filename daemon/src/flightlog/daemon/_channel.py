@@ -58,7 +58,16 @@ import termios
 import threading
 from typing import Any, Final
 
-from flightlog.protocol import RING_HEADER, FrameDecoder, RemoteProtocolError, RingReader
+from flightlog.protocol import (
+    RemoteProtocolError,
+)
+from flightlog.protocol.ring import (
+    RING_HEADER,
+    RingReader,
+)
+from flightlog.protocol.wire import (
+    FrameDecoder,
+)
 
 from ._budget import ConnectionBudget
 from ._primitives import Poller
@@ -70,7 +79,7 @@ RING_RECHECK: Final = 0.005
 #: Bytes of pokes read at once from a ring's socket, and read before the task, which
 #: paces its uid, has run again.
 _POKES = 4096
-#: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
+#: The rings' fence (flightlog.protocol.ring.FenceLock): never held, so never contended.
 _FENCE = threading.Lock()
 
 

@@ -24,7 +24,7 @@ import anyio
 import structlog
 
 from flightlog.protocol import FlightlogError
-from flightlog.sdk._compression import FileBusy, compress_at
+from flightlog.sdk.storage import FileBusy, compress_at
 
 from ._paths import ResolvedPath, Roots
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from flightlog.protocol import (
-    DEFAULT_MAX_FRAME_SIZE,
+from flightlog.protocol.ring import (
     DEFAULT_RING_SIZE,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_FRAME_SIZE,
     LINE_ENVELOPE,
     default_root,
     default_socket_path,
@@ -17,10 +19,7 @@ from flightlog.protocol import (
 from ._fairness import PerUidLimits
 from ._retention import RetentionSettings
 
-__all__ = ["LINE_ENVELOPE", "MAX_NAME", "Config"]
-
-#: Characters of a client's name kept (in the hello, in ``run_start``).
-MAX_NAME = 200
+__all__ = ["LINE_ENVELOPE", "Config"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """One client connection: read frames, route them, write replies and pushes.
 
-The rules of the protocol are :class:`flightlog.protocol.ServerConnection`'s: hello
+The rules of the protocol are :class:`flightlog.protocol.wire.ServerConnection`'s: hello
 first, one writer per session, one open run, the sticky failure, what a record must
 be, bad frames and the bound on subscriptions.  This module does the I/O and the
 storage around it.  The socket is driven by a :class:`~._channel.Channel`: the event
@@ -39,20 +39,28 @@ import structlog
 from anyio.abc import TaskGroup
 
 from flightlog.protocol import (
+    FlightlogError,
+    RemoteProtocolError,
+)
+from flightlog.protocol.format import (
+    check_json,
+)
+from flightlog.protocol.ring import (
     RING_HEADER,
+    ring_supported,
+)
+from flightlog.protocol.wire import (
     CloseRun,
     CloseSession,
     ConnectionClosed,
     ConnectionState,
     Create,
     ErrorReply,
-    FlightlogError,
     LoadCheckpoint,
     Message,
     Open,
     RecordEvent,
     RecordLines,
-    RemoteProtocolError,
     SaveCheckpoint,
     ServerConnection,
     ServerEvent,
@@ -63,8 +71,6 @@ from flightlog.protocol import (
     Subscribe,
     Sync,
     Unsubscribe,
-    check_json,
-    ring_supported,
 )
 
 from ._access import peer_groups
@@ -548,10 +554,10 @@ class Connection:
             path=actor.path,
             last_seq=file.last_seq,
             meta=file.meta,
-            interrupted_runs=list(file.interrupted_runs),
+            interrupted_runs=file.ledger.interrupted_runs,
             truncated_bytes=file.truncated_bytes,
-            last_run=file.last_run,
-            last_run_items=file.last_run_items,
+            last_run=file.ledger.last_run,
+            last_run_items=file.ledger.last_run_items,
             checkpoint_seq=file.checkpoint.seq if file.checkpoint else None,
         )
         self._server.opened(reply, actor.rules)

@@ -26,7 +26,13 @@ from typing import Protocol
 
 import anyio
 
-from flightlog.protocol import ErrorCode, LocalProtocolError, UidLimits
+from flightlog.protocol import (
+    ErrorCode,
+    LocalProtocolError,
+)
+from flightlog.protocol.wire import (
+    UidLimits,
+)
 
 from ._budget import UidMemory
 

@@ -12,8 +12,10 @@ from typing import Protocol, TypeVar
 import msgspec
 
 from flightlog.protocol import (
-    CloseRun,
     FlightlogError,
+)
+from flightlog.protocol.wire import (
+    CloseRun,
     Message,
     RecordEvent,
     RecordLines,

@@ -39,8 +39,9 @@ import anyio.from_thread
 import anyio.to_thread
 import structlog
 
-from flightlog.protocol import UidStorage, format_time
-from flightlog.sdk._retention import Limits, Removal, available, plan, remove, survey
+from flightlog.protocol import format_time
+from flightlog.protocol.wire import UidStorage
+from flightlog.sdk.storage import Limits, Removal, available, plan, remove, survey
 
 __all__ = ["Retention", "RetentionSettings", "archive_problem"]
 

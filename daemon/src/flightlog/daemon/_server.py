@@ -30,8 +30,10 @@ from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, 
 
 from flightlog.protocol import (
     ErrorCode,
-    ErrorReply,
     FlightlogError,
+)
+from flightlog.protocol.wire import (
+    ErrorReply,
     StatusReply,
     encode_frame,
     socket_directory_problem,

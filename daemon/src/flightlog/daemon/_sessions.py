@@ -20,15 +20,8 @@ import msgspec
 import structlog
 from anyio.abc import TaskGroup
 
-from flightlog.protocol import (
-    ErrorCode,
-    FlightlogError,
-    LocalProtocolError,
-    Origin,
-    SessionStatus,
-    new_id,
-    now,
-)
+from flightlog.protocol import ErrorCode, FlightlogError, LocalProtocolError, Origin, new_id, now
+from flightlog.protocol.wire import SessionStatus
 
 from ._access import Access, Who
 from ._actor import SessionActor
@@ -353,7 +346,7 @@ class Sessions:
         self._remember_closed(actor)
         if actor.error is None:
             self.compressor.session_closed(
-                actor.file.resolved, run_open=actor.file.last_run is not None
+                actor.file.resolved, run_open=actor.file.ledger.last_run is not None
             )
 
     def _remember_closed(self, actor: SessionActor) -> None:

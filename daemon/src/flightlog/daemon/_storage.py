@@ -25,21 +25,21 @@ from msgspec import UNSET
 
 from flightlog.protocol import (
     CHECKPOINT,
-    RUN_CLOSE,
-    RUN_RESUME,
-    RUN_START,
     ErrorCode,
     FileFormatError,
     FlightlogError,
-    LineReader,
     Origin,
-    ReadState,
     Record,
+)
+from flightlog.protocol._calls import CallLedger, OpenCall
+from flightlog.protocol.format import (
+    LineReader,
+    ReadState,
+    RunLedger,
     event_id_key,
     session_start_line,
 )
-from flightlog.protocol._calls import CallLedger, OpenCall
-from flightlog.sdk._compression import FileBusy, decompress_at, is_compressed
+from flightlog.sdk.storage import FileBusy, decompress_at, is_compressed
 
 from ._paths import ResolvedPath, Roots
 
@@ -108,14 +108,9 @@ class SessionFile:
     fd: int | None = None
     ident: tuple[int, int] = (0, 0)
     checkpoint: CheckpointRef | None = None
-    interrupted_runs: list[str] = field(default_factory=list)
-    #: Every run the file holds, closed or not: a new run's id must be none of them.
-    runs: set[str] = field(default_factory=set)
+    #: The file's runs: every run id, the interrupted runs, the last run and its items.
+    ledger: RunLedger = field(default_factory=RunLedger)
     truncated_bytes: int = 0
-    #: The last run, when it has no run_close (a writer may resume it), and how many
-    #: agent facts and checkpoints it holds.
-    last_run: str | None = None
-    last_run_items: int = 0
     #: Written since the last fsync: a sync is owed, even after the descriptor closed.
     dirty: bool = False
     #: The ``session_start`` line, for a file this daemon created (tail_all sees it).
@@ -210,29 +205,16 @@ class SessionFile:
 
     @classmethod
     def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int) -> SessionFile:
-        open_runs: dict[str, None] = {}
-        runs: set[str] = set()
+        ledger = RunLedger()
         checkpoint: CheckpointRef | None = None
-        last_run: str | None = None
-        items = 0
         calls = CallLedger()
         event_ids: set[bytes] = set()
         reader = LineReader()
         for record in read_on(fd, reader, to_the_end=True):
+            ledger.add(record.type, record.run_id)
             calls.feed(record)
             if record.event_id is not UNSET:
                 event_ids.add(event_id_key(record.event_id))
-            if record.type == RUN_START and record.run_id:
-                open_runs[record.run_id] = None
-                runs.add(record.run_id)
-                last_run, items = record.run_id, 0
-            elif record.type == RUN_CLOSE and record.run_id:
-                open_runs.pop(record.run_id, None)
-                last_run = None
-            elif record.type == RUN_RESUME:
-                continue
-            elif record.run_id is not None and record.run_id == last_run:
-                items += 1
             if record.type == CHECKPOINT:
                 length = len(reader.line) + 1
                 checkpoint = CheckpointRef(record.seq, reader.offset - length, length)
@@ -245,11 +227,8 @@ class SessionFile:
             last_seq=reader.last_seq,
             size=reader.offset,
             checkpoint=checkpoint,
-            interrupted_runs=list(open_runs),
-            runs=runs,
+            ledger=ledger,
             truncated_bytes=reader.position - reader.offset,
-            last_run=last_run,
-            last_run_items=items if last_run is not None else 0,
             calls=calls,
             calls_at=reader.offset,
             calls_seq=reader.last_seq,

@@ -34,13 +34,17 @@ import structlog
 from anyio.abc import TaskGroup
 
 from flightlog.protocol import (
-    MAX_SUBSCRIPTIONS,
-    Ack,
     ErrorCode,
     FileFormatError,
     FlightlogError,
-    LineReader,
     LocalProtocolError,
+)
+from flightlog.protocol.format import (
+    LineReader,
+)
+from flightlog.protocol.wire import (
+    MAX_SUBSCRIPTIONS,
+    Ack,
     Message,
     Subscribe,
     Subscribed,
@@ -48,7 +52,7 @@ from flightlog.protocol import (
     TailEnd,
     Unsubscribe,
 )
-from flightlog.sdk._compression import InflatedFile, is_compressed
+from flightlog.sdk.storage import InflatedFile, is_compressed
 
 from ._access import Access
 from ._actor import SessionActor

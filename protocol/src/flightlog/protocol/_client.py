@@ -48,7 +48,7 @@ a request that was waiting for its reply, and the router takes up each tail.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -141,7 +141,10 @@ class ClientConnection:
         self._outbox = bytearray()
         self._framer = RecordFramer(codec, self._encoder)
         self.replay_log = ReplayLog(
-            max_unacked=max_unacked, next_id=self._next_id, encode=self._encoder.encode
+            max_unacked=max_unacked,
+            next_id=self._next_id,
+            encode=self._encoder.encode,
+            failure=lambda: self._failure,
         )
         self.tails = TailRouter(
             request=self._request,
@@ -571,52 +574,19 @@ class ClientConnection:
     # ------------------------------------------------------------------ tails
 
     def tail_ready(self, subscription: int) -> bool:
-        """Whether :meth:`next_tail` has something (or the connection failed, or frames
+        """Whether ``tails.next`` has something (or the connection failed, or frames
         wait in the outbox: a tail reading files after a reconnect asks for the next)."""
         return self.tails.ready(subscription) or self._failure is not None or self.has_outbox
 
     # ------------------------------------------------------------------ delivery
 
-    def keep(self, session_id: str, data: bytes) -> bytes:
-        """Number the record frame ``data`` as sent and keep it until acknowledged.
-
-        Returns the frames to send: ``data``, followed by a ``sync`` that does not
-        fsync when one is due (:meth:`ReplayLog.ask`).  Raises the connection's failure
-        (the frame kept: a reconnect sends it).  The caller then waits while
-        :meth:`full`.
-        """
-        replay = self.replay_log
-        if not replay.keep(session_id, data):
-            return data
-        if self._failure is not None:
-            raise self._failure
-        sync = replay.ask(session_id)
-        return data + sync if sync else data
-
-    def keep_all(self, session_id: str, frames: Sequence[bytes]) -> bytes:
-        """:meth:`keep` for several record frames sent at once: one ``sync`` at most,
-        behind the last of them."""
-        replay = self.replay_log
-        data = b"".join(frames)
-        if not replay.keep_all(session_id, frames):
-            return data
-        if self._failure is not None:
-            raise self._failure
-        return data + replay.ask(session_id)
-
-    def full(self, session_id: str) -> bool:
-        """Whether the session's unacknowledged records pass ``max_unacked``: the
-        caller that sent them waits until they do not (an acknowledgement of them is
-        on its way), or the connection fails."""
-        return self._failure is None and self.replay_log.full(session_id)
-
     def give_up(
         self, path: str, grace: float, last: FlightlogError | None, *, keep: bool = False
     ) -> ConnectionLost:
         """The reconnect grace is over: fail the connection with one error naming the
-        records never acknowledged, and drop them (:attr:`lost` counts them: the file
-        holds a prefix of them, perhaps none), unless ``keep``: then a later
-        :meth:`reset` and :meth:`replay` still send them."""
+        records never acknowledged, and drop them (``replay_log.lost`` counts them: the
+        file holds a prefix of them, perhaps none), unless ``keep``: then after a later
+        :meth:`reset` the replay log still sends them."""
         error = self.replay_log.unreachable(path, grace, last)
         self._failure = error
         if not keep:
@@ -629,7 +599,7 @@ class ClientConnection:
         """Start over on a new connection: the sessions and their runs are kept.
 
         Replies still awaited will never come: their callers :meth:`retry` them.  Tails
-        are subscribed again (:meth:`resubscribe`), unless :attr:`tails_resume` is false:
+        are subscribed again (``tails.resubscribe``), unless ``tails.resume`` is false:
         then they end with a ``connection_lost`` error.
         """
         self._failure = None
@@ -649,7 +619,8 @@ class ClientConnection:
     def resume(self, session_id: str, opened: SessionOpened) -> Pending[RunStarted] | None:
         """Continue the session's run after :meth:`reopen`; None when there is none.
 
-        Drops the kept frames the file already holds; :meth:`replay` gives the rest.
+        Drops the kept frames the file already holds; ``replay_log.replay`` gives the
+        rest.
         A run the file closed meanwhile (its ``close_run`` was written) is over; a run
         that cannot be continued any more fails, sticky.
         """
@@ -689,7 +660,7 @@ class ClientConnection:
             # Its subscription ended with the connection, and nothing subscribes again.
             return settled(request, None)
         if request.kind == "subscribe" and self.tails.is_subscribed(request.item):
-            # Subscribed again by :meth:`resubscribe`.
+            # Subscribed again by ``tails.resubscribe``.
             return settled(request, request.item)
         if request.path is not None and request.rebuild is not None:
             again = request.rebuild()

@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from ._errors import ErrorCode, FileFormatError, LocalProtocolError
+from ._ledger import RunLedger
 from ._lines import MAX_LINE_BYTES, LineReader, ReadState
 from ._records import CHECKPOINT, RUN_CLOSE, RUN_START, Record
 
@@ -260,7 +261,7 @@ def check(fileobj: BinaryReadable) -> CheckReport:
     reader = Reader(fileobj)
     reused = ReusedExecutions()
     records = runs = checkpoints = 0
-    open_runs: dict[str, None] = {}  # insertion-ordered set
+    ledger = RunLedger()
     closed_runs: set[str] = set()
     warnings: list[str] = []
 
@@ -273,14 +274,15 @@ def check(fileobj: BinaryReadable) -> CheckReport:
         for record in reader:
             records += 1
             run_id = record.run_id
+            again = run_id in ledger.runs or run_id in closed_runs
+            ledger.add(record.type, run_id)
             if record.type == RUN_START:
                 runs += 1
                 if run_id is None:
                     warn(f"seq {record.seq}: run_start without a run_id")
                     continue
-                if run_id in open_runs or run_id in closed_runs:
+                if again:
                     warn(f"seq {record.seq}: run {run_id} starts a second time")
-                open_runs[run_id] = None
                 continue
             if record.type == CHECKPOINT:
                 checkpoints += 1
@@ -288,7 +290,7 @@ def check(fileobj: BinaryReadable) -> CheckReport:
                 continue
             if run_id in closed_runs:
                 warn(f"seq {record.seq}: {record.type} in run {run_id} after its run_close")
-            elif run_id not in open_runs:
+            elif run_id not in ledger.runs:
                 warn(f"seq {record.seq}: {record.type} in run {run_id}, which never started")
             if reused.add_record(record):
                 warn(
@@ -297,7 +299,6 @@ def check(fileobj: BinaryReadable) -> CheckReport:
                     "apart"
                 )
             if record.type == RUN_CLOSE:
-                open_runs.pop(run_id, None)
                 closed_runs.add(run_id)
                 reused.forget(run_id)
     except FileFormatError as exc:
@@ -308,7 +309,7 @@ def check(fileobj: BinaryReadable) -> CheckReport:
         format_version=reader.format_version,
         records=records,
         runs=runs,
-        open_runs=list(open_runs),
+        open_runs=ledger.interrupted_runs,
         checkpoints=checkpoints,
         last_seq=reader.last_seq,
         valid_bytes=reader.offset,

@@ -11,14 +11,14 @@ it is sent (:meth:`~ReplayLog.keep_all` several sent at once); the replies to ``
 (:meth:`~ReplayLog.sending` notes which, :meth:`~ReplayLog.answered` takes the reply).
 Once the kept frames pass half of ``max_unacked`` bytes, a ``sync`` that does not fsync
 (``durable`` false) goes out behind the record to acknowledge them
-(:meth:`~ReplayLog.ask`), unless an acknowledgement is on its way already.  The caller
+(:meth:`~ReplayLog.keep`), unless an acknowledgement is on its way already.  The caller
 that sent a record waits while the kept frames pass ``max_unacked``
 (:meth:`~ReplayLog.full`), until the connection fails.
 
 The invariant that makes every such wait end: *while a session's kept frames pass
 ``max_unacked``, a request on the connection asks the daemon to acknowledge every item
 sent.*  The frames only pass the bound in :meth:`~ReplayLog.keep`, after which
-:meth:`~ReplayLog.ask` sends a ``sync`` behind them unless a request already covers the
+:meth:`~ReplayLog.keep` sends a ``sync`` behind them unless a request already covers the
 last item; each later record kept while they are past it does the same; and after a
 reconnect :meth:`~ReplayLog.replay` sends one behind the frames it sends again.  So
 however large one record is, however many were held back and sent together, and
@@ -34,7 +34,8 @@ that was waiting for its reply is looked at by :meth:`~ReplayLog.done` and
 again.
 
 The log builds no request but its own ``sync``: it gets request ids and the encoder
-from the connection that owns it (``next_id``, ``encode``), and knows nothing else of it.
+from the connection that owns it (``next_id``, ``encode``), and its failure, and knows
+nothing else of it.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class ReplayLog:
     """The frames of each written session's run the daemon has not acknowledged.
 
     ``max_unacked`` bounds their bytes per session; ``next_id`` gives a fresh request
-    id and ``encode`` frames a message, for the ``sync`` it asks acknowledgements with.
+    id and ``encode`` frames a message, for the ``sync`` it asks acknowledgements with;
+    ``failure`` is the connection's failure, or None while it is sound.
     """
 
     def __init__(
@@ -113,8 +115,10 @@ class ReplayLog:
         max_unacked: int,
         next_id: Callable[[], int],
         encode: Callable[[Message], bytes],
+        failure: Callable[[], FlightlogError | None],
     ) -> None:
         self.max_unacked = max_unacked
+        self._failure = failure
         self._next_id = next_id
         self._encode = encode
         self._writers: dict[str, _Writer] = {}
@@ -163,45 +167,53 @@ class ReplayLog:
 
     # ------------------------------------------------------------ delivery
 
-    def keep(self, session_id: str, data: bytes) -> bool:
-        """Number the record frame ``data`` as sent and keep it until acknowledged;
-        False (nothing kept) for a session this client does not write."""
+    def keep(self, session_id: str, data: bytes) -> bytes:
+        """Number the record frame ``data`` as sent and keep it until acknowledged.
+
+        Returns the frames to send: ``data``, followed by a ``sync`` that does not
+        fsync when one is due (:meth:`_ask`).  Raises the connection's failure (the
+        frame kept: a reconnect sends it).  The caller then waits while :meth:`full`.
+        """
         writer = self._writers.get(session_id)
         if writer is None:
-            return False
+            return data
         writer.sent += 1
         writer.frames.append((writer.sent, data))
         writer.size += len(data)
-        return True
+        if (failure := self._failure()) is not None:
+            raise failure
+        if writer.size * 2 < self.max_unacked:
+            return data
+        return data + self._ask(session_id, writer)
 
-    def keep_all(self, session_id: str, frames: Sequence[bytes]) -> bool:
-        """:meth:`keep` for several record frames sent at once."""
+    def keep_all(self, session_id: str, frames: Sequence[bytes]) -> bytes:
+        """:meth:`keep` for several record frames sent at once: one ``sync`` at most,
+        behind the last of them."""
         writer = self._writers.get(session_id)
         if writer is None:
-            return False
+            return b"".join(frames)
         for frame in frames:
             writer.sent += 1
             writer.frames.append((writer.sent, frame))
             writer.size += len(frame)
-        return True
+        if (failure := self._failure()) is not None:
+            raise failure
+        data = b"".join(frames)
+        if writer.size * 2 < self.max_unacked:
+            return data
+        return data + self._ask(session_id, writer)
 
-    def ask(self, session_id: str) -> bytes:
+    def _ask(self, session_id: str, writer: _Writer) -> bytes:
         """The ``sync`` (no fsync) asking the daemon to acknowledge every item sent, or
         ``b""`` when none is due.
 
-        Under half of ``max_unacked``, none is.  Past half, one is asked for unless
-        one is on its way.  Past all of it the caller is about to wait (:meth:`full`),
-        so one is asked for unless one on its way covers every item sent: a wait
-        always has the acknowledgement it waits for coming (the invariant of the
-        module docstring), whatever the size of the frames and however many were held
-        back and sent at once.
+        Past half of ``max_unacked``, one is asked for unless one is on its way.  Past
+        all of it the caller is about to wait (:meth:`full`), so one is asked for
+        unless one on its way covers every item sent: a wait always has the
+        acknowledgement it waits for coming (the invariant of the module docstring),
+        whatever the size of the frames and however many were held back and sent at
+        once.
         """
-        writer = self._writers[session_id]
-        if writer.size * 2 < self.max_unacked:
-            return b""
-        return self._ask(session_id, writer)
-
-    def _ask(self, session_id: str, writer: _Writer) -> bytes:
         if writer.asked >= writer.sent or (
             writer.asked > writer.acked and writer.size <= self.max_unacked
         ):
@@ -239,9 +251,11 @@ class ReplayLog:
         return mark[2]
 
     def full(self, session_id: str) -> bool:
-        """Whether the session's unacknowledged records pass ``max_unacked``."""
+        """Whether the session's unacknowledged records pass ``max_unacked``: the
+        caller that sent them waits until they do not (an acknowledgement of them is
+        on its way), or the connection fails."""
         writer = self._writers.get(session_id)
-        return writer is not None and writer.size > self.max_unacked
+        return writer is not None and writer.size > self.max_unacked and self._failure() is None
 
     def unacknowledged_bytes(self) -> dict[str, int]:
         """The bytes of records sent and not acknowledged, per session path."""

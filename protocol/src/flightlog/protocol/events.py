@@ -1,7 +1,8 @@
 """The agent-side events an agent (or an adapter for an agent framework) records.
 
 ``from flightlog.protocol import events`` and build ``events.ToolExecStart(...)``;
-the same names are also importable from :mod:`flightlog.protocol`.
+of them, :class:`Event` and :class:`Execution` are also at the top level of
+:mod:`flightlog.protocol`.
 """
 
 from __future__ import annotations

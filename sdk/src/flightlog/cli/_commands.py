@@ -36,17 +36,26 @@ from flightlog.protocol import (
     FileFormatError,
     Reader,
     Record,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import (
     StatusReply,
     default_root,
     default_socket_path,
-    encode_line,
 )
-from flightlog.sdk._blobs import resolving
-from flightlog.sdk._compression import open_session_file
-from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
-from flightlog.sdk._files import check as check_file
-from flightlog.sdk._sync import connect
-from flightlog.sdk._transcript import CallNotFound, Transcript
+from flightlog.sdk import (
+    CallNotFound,
+    ConnectError,
+    ConnectionLost,
+    DaemonError,
+    ErrorCode,
+    Transcript,
+    connect,
+)
+from flightlog.sdk import check as check_file
+from flightlog.sdk.storage import open_session_file, resolving
 
 from ._inspect import SessionSummary
 from ._render import (

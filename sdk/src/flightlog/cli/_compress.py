@@ -15,9 +15,10 @@ import sys
 
 import msgspec
 
-from flightlog.protocol import FlightlogError, default_root
+from flightlog.protocol import FlightlogError
+from flightlog.protocol.wire import default_root
 from flightlog.sdk import session_files
-from flightlog.sdk._compression import Compressed, FileBusy, compress_path
+from flightlog.sdk.storage import Compressed, FileBusy, compress_path
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
 from ._listing import _held

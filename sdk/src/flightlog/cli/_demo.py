@@ -26,14 +26,16 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from flightlog.protocol import (
+    ErrorCode,
+    Execution,
+)
+from flightlog.protocol.events import (
     AgentEnd,
     AgentStart,
     AssistantMessage,
     CallConfig,
     ContextPrepareEnd,
     ContextPrepareStart,
-    ErrorCode,
-    Execution,
     MessageEnd,
     ModelExecEnd,
     ModelExecStart,
@@ -54,11 +56,12 @@ from flightlog.protocol import (
     TurnStart,
     Usage,
     UserMessage,
+)
+from flightlog.protocol.wire import (
     default_root,
     default_socket_path,
 )
-from flightlog.sdk._exceptions import DaemonError, DaemonNotRunning
-from flightlog.sdk._sync import Run, connect
+from flightlog.sdk import DaemonError, DaemonNotRunning, Run, connect
 
 from ._commands import EXIT_NO_DAEMON, CommandError, cmd_show
 from ._render import Style

@@ -30,8 +30,14 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from flightlog.protocol import FileFormatError, Record, default_root
-from flightlog.sdk._sync import connect
+from flightlog.protocol import (
+    FileFormatError,
+    Record,
+)
+from flightlog.protocol.wire import (
+    default_root,
+)
+from flightlog.sdk import connect
 
 from ._commands import (
     EXIT_OK,

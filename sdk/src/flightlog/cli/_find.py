@@ -17,9 +17,14 @@ from typing import Final
 
 import msgspec
 
-from flightlog.protocol import FileFormatError, default_root, encode_line
-from flightlog.sdk._find import Found, Query, search
-from flightlog.sdk._match import meta_matches, moment
+from flightlog.protocol import (
+    FileFormatError,
+)
+from flightlog.protocol.format import (
+    encode_line,
+)
+from flightlog.protocol.wire import default_root
+from flightlog.sdk.search import Found, Query, meta_matches, moment, search
 
 from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
 from ._render import Style, one_line, say, tail_line

@@ -34,6 +34,8 @@ from flightlog.protocol import (
     RUN_START,
     SESSION_START,
     Record,
+)
+from flightlog.protocol.format import (
     ReusedExecutions,
 )
 

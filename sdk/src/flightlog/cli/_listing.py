@@ -29,7 +29,14 @@ from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import FileFormatError, SessionStatus, default_root, parse_time
+from flightlog.protocol import (
+    FileFormatError,
+    parse_time,
+)
+from flightlog.protocol.wire import (
+    SessionStatus,
+    default_root,
+)
 from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read
 from flightlog.sdk import session_files as walk_sessions
 

@@ -19,8 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
 from flightlog.protocol import FileFormatError, FlightlogError
-from flightlog.sdk._exceptions import ConnectError, ConnectionLost, DaemonError, ErrorCode
-from flightlog.sdk._sync import DEFAULT_RECONNECT_GRACE
+from flightlog.sdk import (
+    DEFAULT_RECONNECT_GRACE,
+    ConnectError,
+    ConnectionLost,
+    DaemonError,
+    ErrorCode,
+)
 
 from ._commands import (
     EXIT_CODES,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
 from flightlog.protocol import Record, parse_time
-from flightlog.sdk._match import failed, record_data
+from flightlog.sdk.search import failed, record_data
 
 __all__ = [
     "Style",

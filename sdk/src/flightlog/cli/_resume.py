@@ -34,15 +34,8 @@ from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import (
-    CHECKPOINT,
-    Execution,
-    FileFormatError,
-    Origin,
-    Record,
-    TextPart,
-    ToolExecEnd,
-)
+from flightlog.protocol import CHECKPOINT, Execution, FileFormatError, Origin, Record
+from flightlog.protocol.events import TextPart, ToolExecEnd
 from flightlog.sdk import (
     CallNotFound,
     Conversation,

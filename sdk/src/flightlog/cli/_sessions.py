@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from flightlog.sdk._cursor import (
+from flightlog.sdk.search import (
     AllSessions,
     Doorbell,
     Rescan,

@@ -51,8 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
 from flightlog.protocol import Record, parse_time
-from flightlog.sdk import Total
-from flightlog.sdk._transcript import CallNotFound, Transcript
+from flightlog.sdk import CallNotFound, Total, Transcript
 
 from ._pricing import Pricer
 from ._render import record_data

@@ -15,8 +15,14 @@ import signal
 import sys
 from typing import Any
 
-from flightlog.protocol import FileFormatError, Record, default_root
-from flightlog.sdk._sync import connect
+from flightlog.protocol import (
+    FileFormatError,
+    Record,
+)
+from flightlog.protocol.wire import (
+    default_root,
+)
+from flightlog.sdk import connect
 
 from ._commands import (
     _CUT_SHORT,

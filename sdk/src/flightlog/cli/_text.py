@@ -8,7 +8,7 @@ import re
 import msgspec
 
 from flightlog.protocol import Record
-from flightlog.sdk._text import first_match, snippet
+from flightlog.sdk.search import first_match, snippet
 
 from ._render import Style, record_data
 

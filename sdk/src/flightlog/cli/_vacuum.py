@@ -24,9 +24,9 @@ from typing import Final
 
 import msgspec
 
-from flightlog.protocol import default_root
+from flightlog.protocol.wire import default_root
 from flightlog.sdk import _retention
-from flightlog.sdk._retention import Limits, Removal, StoredFile, available, remove, survey
+from flightlog.sdk.storage import Limits, Removal, StoredFile, available, remove, survey
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
 from ._listing import _held

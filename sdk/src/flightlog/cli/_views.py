@@ -12,8 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from flightlog.protocol import FlightlogError, Record
-from flightlog.sdk import read
-from flightlog.sdk._transcript import Prompt
+from flightlog.sdk import Prompt, read
 
 from ._inspect import CallSummary, RunSummary, SessionSummary, TimelineItem
 from ._pricing import INSTALL_NOTE, Pricer, price_text, sources_text

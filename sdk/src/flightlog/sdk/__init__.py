@@ -16,7 +16,13 @@ see :mod:`flightlog.sdk._exceptions` for the kinds.
 
 from __future__ import annotations
 
-from flightlog.protocol import CheckReport, Record, StatusReply
+from flightlog.protocol import (
+    CheckReport,
+    Record,
+)
+from flightlog.protocol.wire import (
+    StatusReply,
+)
 
 from ._cost import Price, Total, price
 from ._exceptions import (
@@ -39,7 +45,7 @@ from ._memory import MemoryDaemon
 from ._models import CallRef
 from ._resume import OpenCall, Resumption
 from ._sql import SQL_VIEWS, SqlResult, session_files, sql, sql_connection
-from ._sync import Client, Run, Session, Tail, connect
+from ._sync import DEFAULT_RECONNECT_GRACE, Client, Run, Session, Tail, connect
 from ._transcript import (
     CallNotFound,
     Conversation,
@@ -53,6 +59,7 @@ from ._transcript import (
 from ._transport import MockTransport, SocketTransport, Transport
 
 __all__ = [
+    "DEFAULT_RECONNECT_GRACE",
     "SQL_VIEWS",
     "CallNotFound",
     "CallRef",

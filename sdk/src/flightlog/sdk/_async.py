@@ -3,7 +3,7 @@
 This module is the one source of truth for both clients: ``_sync.py`` is generated
 from it by ``tests/sdk/unasync.py`` (run ``uv run python tests/sdk/unasync.py`` after
 editing; a test fails when the two drift apart).  Every protocol rule lives in
-:class:`flightlog.protocol.ClientConnection`, and the bytes move through the client's
+:class:`flightlog.protocol.wire.ClientConnection`, and the bytes move through the client's
 :class:`~._async_link.AsyncLink`: the client hands it to each session, run and tail it
 makes, and none of them uses anything else of another.
 """
@@ -19,22 +19,24 @@ from time import monotonic, monotonic_ns
 from typing import Any, Final, TypeVar
 
 from flightlog.protocol import (
-    DEFAULT_MAX_UNACKED,
-    ClientConnection,
     Codec,
     ErrorCode,
     Event,
     Execution,
     FlightlogError,
     Origin,
-    Pending,
     Record,
     RecordingError,
+    default_codec,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_UNACKED,
+    ClientConnection,
+    Pending,
     RunStarted,
     SessionOpened,
     StatusReply,
     Welcome,
-    default_codec,
     default_socket_path,
     sticky_of,
 )

@@ -2,7 +2,7 @@
 
 The sync link is generated from the async one by ``tests/sdk/unasync.py``, as the sync
 client is from the async one.  A link owns the transport and the
-:class:`flightlog.protocol.ClientConnection`, and moves bytes between them; the client,
+:class:`flightlog.protocol.wire.ClientConnection`, and moves bytes between them; the client,
 its sessions, runs and tails hold the same link and use nothing else of each other:
 they build requests with :attr:`AsyncLink.conn` and send them with
 :meth:`~AsyncLink.call` or :meth:`~AsyncLink.send_records`, wait with
@@ -28,7 +28,14 @@ from time import monotonic, monotonic_ns
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from flightlog.protocol import ClientConnection, ErrorCode, FlightlogError, Pending
+from flightlog.protocol import (
+    ErrorCode,
+    FlightlogError,
+)
+from flightlog.protocol.wire import (
+    ClientConnection,
+    Pending,
+)
 
 from ._exceptions import ConnectError, ConnectionLost, DaemonError
 from ._synchronization import AsyncLock, asleep, async_wait_blocks_loop
@@ -166,15 +173,16 @@ class AsyncLink:
         """Send record ``frames``, kept until acknowledged; waits while the session
         keeps more than ``max_unacked``."""
         conn = self.conn
+        replay = conn.replay_log
         generation = self.generation
         try:
             async with self._send_lock:
                 # Kept before they are sent (keep raises a broken connection's failure):
                 # the reconnect sends them.
                 if len(frames) == 1:
-                    data = conn.keep(session_id, frames[0])
+                    data = replay.keep(session_id, frames[0])
                 else:
-                    data = conn.keep_all(session_id, frames)
+                    data = replay.keep_all(session_id, frames)
                 queued = conn.take_outbox()
                 await self.transport.send(queued + data if queued else data)
         except ConnectionLost as exc:
@@ -182,9 +190,9 @@ class AsyncLink:
             if not self.reconnecting():
                 raise
             await self.recover(generation)
-        if conn.full(session_id):
+        if replay.full(session_id):
             # keep() asked for the acknowledgement this waits for.
-            await self.receive_until(lambda: not conn.full(session_id))
+            await self.receive_until(lambda: not replay.full(session_id))
 
     def count_dropped(self, exc: FlightlogError, count: int) -> None:
         """Best effort: ``count`` events were not recorded for ``exc``."""

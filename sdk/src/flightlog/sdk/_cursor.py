@@ -39,14 +39,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
-from flightlog.protocol import (
-    NEED_DATA,
-    FileFormatError,
-    LineReader,
-    Record,
-    default_root,
-    is_session_id,
-)
+from flightlog.protocol import FileFormatError, Record
+from flightlog.protocol.format import NEED_DATA, LineReader, is_session_id
+from flightlog.protocol.wire import default_root
 
 from ._blobs import resolving
 from ._compression import open_session_file

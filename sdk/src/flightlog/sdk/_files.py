@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import msgspec
 
-from flightlog.protocol import BinaryReadable, CheckReport, Reader, Record, default_root
+from flightlog.protocol import BinaryReadable, CheckReport, Reader, Record
 from flightlog.protocol import check as check_file
 from flightlog.protocol._blobs import BLOB_MARK, has_references
+from flightlog.protocol.wire import default_root
 
 from ._blobs import blob_problems, resolving
 from ._compression import open_session_file

@@ -54,15 +54,9 @@ from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import (
-    FileFormatError,
-    Reader,
-    Record,
-    default_root,
-    format_time,
-    parse_line,
-    parse_time,
-)
+from flightlog.protocol import FileFormatError, Reader, Record, format_time, parse_time
+from flightlog.protocol.format import parse_line
+from flightlog.protocol.wire import default_root
 
 from ._blobs import resolving
 from ._compression import open_session_file

@@ -1,7 +1,7 @@
 """A daemon in memory, for tests: the real server connection, sessions as lists of lines.
 
 :class:`MemoryDaemon` is what the mock transports talk to.  Each connection is a
-:class:`flightlog.protocol.ServerConnection`, so every rule (hello first, one writer per
+:class:`flightlog.protocol.wire.ServerConnection`, so every rule (hello first, one writer per
 session, one open run, the sticky failure, what a record must be) is the one flightlogd
 applies; this module only stores: it numbers and keeps lines, answers checkpoints and
 status, and feeds tails.  Tests break it on purpose with :meth:`MemoryDaemon.hold` (a
@@ -12,17 +12,30 @@ session fails).
 from __future__ import annotations
 
 import os
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from flightlog.protocol import (
     CHECKPOINT,
-    DEFAULT_MAX_FRAME_SIZE,
-    RUN_CLOSE,
-    RUN_RESUME,
-    RUN_START,
     SESSION_START,
+    ErrorCode,
+    FlightlogError,
+    LocalProtocolError,
+    Origin,
+    Record,
+    new_id,
+    now,
+)
+from flightlog.protocol.format import (
+    Entry,
+    RunLedger,
+    encode_line,
+    event_id_key,
+    session_start_line,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_FRAME_SIZE,
     SUPPORTED_VERSIONS,
     Ack,
     CheckpointLoaded,
@@ -30,18 +43,9 @@ from flightlog.protocol import (
     CloseSession,
     ConnectionClosed,
     Create,
-    ErrorCode,
-    FlightlogError,
     LoadCheckpoint,
-    LocalProtocolError,
     Open,
-    Origin,
-    Record,
     RecordEvent,
-    RunCloseData,
-    RunResumeData,
-    RunStartData,
-    RunStarted,
     SaveCheckpoint,
     ServerConnection,
     ServerEvent,
@@ -58,18 +62,10 @@ from flightlog.protocol import (
     TailBatch,
     TailEnd,
     Unsubscribe,
-    check_run_start,
-    encode_line,
-    event_id_key,
     line_bound,
-    new_id,
-    now,
-    session_start_line,
 )
 
 __all__ = ["MemoryConnection", "MemoryDaemon", "MemorySession"]
-
-_encode_json: Final = msgspec.json.Encoder().encode
 
 
 class MemorySession:
@@ -85,22 +81,12 @@ class MemorySession:
         self.lines: list[bytes] = [line[:-1]]
         self.rules: SessionMachine[FlightlogError] = SessionMachine()
         self.writer: MemoryConnection | None = None
-        self.open_run: str | None = None
-        #: Agent facts and checkpoints of the open run: what a resumed run starts from.
-        self.run_items = 0
-        #: The last run, when it has no run_close (a writer may resume it), and its items.
-        self.last_run: str | None = None
-        self.last_run_items = 0
-        #: Runs left without run_close (a writer gone, or the session closed).
-        self.interrupted_runs: list[str] = []
-        #: Every run the session holds, closed or not.
-        self.runs: set[str] = set()
+        #: Its runs: every run id, the interrupted runs, the last run and its items.
+        self.ledger = RunLedger()
         #: Set by :meth:`MemoryDaemon.break_disk`: every later write fails with it.
         self.broken: FlightlogError | None = None
-        #: The event ids its records carry (``event_id_key``), and how many records of
-        #: the open run were dropped for carrying one of them.
+        #: The event ids its records carry (``event_id_key``).
         self.event_ids: set[bytes] = set()
-        self.run_duplicates = 0
         # (type, run_id) of each line
         self._kinds: list[tuple[str, str | None]] = [(SESSION_START, None)]
         self._checkpoint: Record | None = None
@@ -119,8 +105,7 @@ class MemorySession:
         among its items: its writer numbered it), as flightlogd does."""
         key = event_id_key(event_id)
         if key in self.event_ids:
-            self.run_duplicates += 1
-            self.run_items += 1
+            self.ledger.dropped(1)
             return False
         self.event_ids.add(key)
         return True
@@ -139,13 +124,6 @@ class MemorySession:
         )
         self.lines.append(encode_line(record)[:-1])
         self._kinds.append((type, run_id))
-        if type in (RUN_START, RUN_RESUME):
-            self.open_run, self.last_run = run_id, None
-            self.run_items = self.run_duplicates = 0
-        elif type == RUN_CLOSE:
-            self.open_run = self.last_run = None
-        elif run_id is not None:
-            self.run_items += 1
         if type == CHECKPOINT:
             self._checkpoint = record
         return record
@@ -153,10 +131,7 @@ class MemorySession:
     def release(self) -> None:
         """The writer is gone: a run it left open stays without run_close."""
         self.writer = None
-        if self.open_run is not None:
-            self.interrupted_runs.append(self.open_run)
-            self.last_run, self.last_run_items = self.open_run, self.run_items
-            self.open_run = None
+        self.ledger.release()
 
     def records(self) -> list[Record]:
         """Every record, decoded."""
@@ -318,55 +293,30 @@ class MemoryDaemon:
             case Open(id=request_id, path=path):
                 session = self._open(path)
                 self._opened(conn, request_id, session)
-            case StartRun(request=request, run_id=run_id) if request.resume is not None:
+            case StartRun(request=request):
                 session = self._by_id(request.session_id)
-                check_run_start(event, session.last_run, session.runs)
-                items = session.last_run_items
-                data = _encode_json(
-                    RunResumeData(pid=request.pid, client=request.client, items=items)
-                )
-                record = self._write(
-                    conn, request.session_id, RUN_RESUME, request.time, data, run_id
-                )
-                session.run_items = items
-                if run_id in session.interrupted_runs:
-                    session.interrupted_runs.remove(run_id)
-                server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
-            case StartRun(request=request, run_id=run_id):
-                session = self._by_id(request.session_id)
-                check_run_start(event, session.last_run, session.runs)
-                session.runs.add(run_id)
+                self._check_disk(conn, session)
                 # Its peers live in this very process: these are what the kernel
                 # would say of them.
-                data = _encode_json(
-                    RunStartData(
-                        pid=request.pid,
-                        client=request.client,
-                        peer_pid=os.getpid(),
-                        uid=os.getuid(),
-                        gid=os.getgid(),
-                    )
+                entry = session.ledger.begin_run(
+                    event, peer_pid=os.getpid(), uid=os.getuid(), gid=os.getgid()
                 )
-                record = self._write(
-                    conn, request.session_id, RUN_START, request.time, data, run_id
-                )
-                server.send(RunStarted(id=request.id, run_id=run_id, seq=record.seq))
+                self._entry(conn, session, entry)
             case RecordEvent(session_id=session_id, event_type=type, time=time, data=data):
+                session = self._by_id(session_id)
+                self._check_disk(conn, session)
                 event_id = event.event_id
-                if event_id is None or self._by_id(session_id).first_time(event_id):
-                    self._write(conn, session_id, type, time, data, event.run_id, event_id)
-            case SaveCheckpoint(session_id=session_id, snapshot=snapshot):
-                data = b'{"snapshot":' + snapshot + b"}"
-                record = self._write(conn, session_id, CHECKPOINT, event.time, data, event.run_id)
-                server.send(Ack(id=event.id, seq=record.seq))
-            case CloseRun(session_id=session_id, run_id=run_id, time=time, error=error):
-                dropped = self._by_id(session_id).run_duplicates
-                closing = RunCloseData(error=error)
-                if dropped:
-                    closing = RunCloseData(error=error, duplicates=dropped)
-                data = _encode_json(closing)
-                record = self._write(conn, session_id, RUN_CLOSE, time, data, run_id)
-                server.send(Ack(id=event.id, seq=record.seq))
+                if event_id is None or session.first_time(event_id):
+                    self._append(session, type, time, data, event.run_id, event_id)
+                    session.ledger.wrote(1)
+            case SaveCheckpoint(session_id=session_id):
+                session = self._by_id(session_id)
+                self._check_disk(conn, session)
+                self._entry(conn, session, session.ledger.checkpoint(event))
+            case CloseRun(session_id=session_id):
+                session = self._by_id(session_id)
+                self._check_disk(conn, session)
+                self._entry(conn, session, session.ledger.close_run(event))
             case Sync(id=request_id, session_id=session_id):
                 session = self._by_id(session_id)
                 self._sync(conn, session)
@@ -422,29 +372,33 @@ class MemoryDaemon:
             path=session.path,
             last_seq=session.last_seq,
             meta=session.meta,
-            interrupted_runs=list(session.interrupted_runs),
-            last_run=session.last_run,
-            last_run_items=session.last_run_items,
+            interrupted_runs=session.ledger.interrupted_runs,
+            last_run=session.ledger.last_run,
+            last_run_items=session.ledger.last_run_items,
         )
         conn.server.opened(reply, session.rules)
 
     def _by_id(self, session_id: str) -> MemorySession:
         return next(s for s in self.sessions.values() if s.session_id == session_id)
 
-    def _write(
+    def _check_disk(self, conn: MemoryConnection, session: MemorySession) -> None:
+        if session.broken is not None:
+            conn.server.fail(session.session_id, session.broken)
+            raise session.broken
+
+    def _entry(self, conn: MemoryConnection, session: MemorySession, entry: Entry) -> None:
+        record = self._append(session, entry.type, entry.time, entry.data, entry.run_id)
+        conn.server.send(entry.reply(record.seq))
+
+    def _append(
         self,
-        conn: MemoryConnection,
-        session_id: str,
+        session: MemorySession,
         type: str,
         time: str,
         data: bytes,
         run_id: str | None,
         event_id: str | None = None,
     ) -> Record:
-        session = self._by_id(session_id)
-        if session.broken is not None:
-            conn.server.fail(session_id, session.broken)
-            raise session.broken
         record = session.append(type, time, data, run_id, event_id)
         self._count(session.lines[-1])
         self._publish(session, record.seq - 1)

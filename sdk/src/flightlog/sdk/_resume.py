@@ -16,8 +16,12 @@ from typing import Any
 
 import msgspec
 
-from flightlog.protocol import CheckpointLoaded, Execution, TextPart, ToolExecEnd
+from flightlog.protocol import (
+    Execution,
+)
 from flightlog.protocol._calls import CallLedger, Calls, OpenCall, open_calls
+from flightlog.protocol.events import TextPart, ToolExecEnd
+from flightlog.protocol.wire import CheckpointLoaded
 
 __all__ = [
     "CallLedger",

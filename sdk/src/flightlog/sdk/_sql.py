@@ -32,7 +32,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from flightlog.protocol import default_root
+from flightlog.protocol.wire import (
+    default_root,
+)
 
 from ._compression import is_compressed
 from ._exceptions import MissingExtra

@@ -21,22 +21,24 @@ from time import monotonic, monotonic_ns
 from typing import Any, Final, TypeVar
 
 from flightlog.protocol import (
-    DEFAULT_MAX_UNACKED,
-    ClientConnection,
     Codec,
     ErrorCode,
     Event,
     Execution,
     FlightlogError,
     Origin,
-    Pending,
     Record,
     RecordingError,
+    default_codec,
+)
+from flightlog.protocol.wire import (
+    DEFAULT_MAX_UNACKED,
+    ClientConnection,
+    Pending,
     RunStarted,
     SessionOpened,
     StatusReply,
     Welcome,
-    default_codec,
     default_socket_path,
     sticky_of,
 )

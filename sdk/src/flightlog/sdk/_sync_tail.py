@@ -11,7 +11,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Generic, Self, TypeVar
 
-from flightlog.protocol import ErrorCode, Pending, Record, TailEnd
+from flightlog.protocol import (
+    ErrorCode,
+    Record,
+)
+from flightlog.protocol.wire import (
+    Pending,
+    TailEnd,
+)
 
 from ._exceptions import ConnectionLost
 from ._sync_link import Link, Resource

@@ -14,7 +14,7 @@ Both ask the daemon for a ring of shared memory (``wants_ring``; docs/protocol.m
 sound (:func:`~flightlog.protocol.ring_supported`).  Until the client has the
 daemon's Welcome (:meth:`welcomed`), the socket is read with room for the memfd the
 daemon passes with it; from then on ``send`` copies into the ring and publishes
-(:class:`~flightlog.protocol.RingWriter`), and writes a poke byte to the socket only
+(:class:`~flightlog.protocol.ring.RingWriter`), and writes a poke byte to the socket only
 when the daemon said it sleeps.  A ring with no room makes the sender say it waits
 and wait on the eventfd the daemon passed with the ring, which it signals once it
 took bytes from a ring whose client waits: a full ring holds the sender as a full
@@ -56,13 +56,17 @@ import anyio.abc
 import anyio.lowlevel
 
 from flightlog.protocol import (
-    RING_HEADER,
-    Message,
     RemoteProtocolError,
+)
+from flightlog.protocol.ring import (
+    RING_HEADER,
     RingWriter,
-    encode_frame,
     ring_supported,
     ring_writer,
+)
+from flightlog.protocol.wire import (
+    Message,
+    encode_frame,
     server_decoder,
 )
 
@@ -85,7 +89,7 @@ _NOT_LISTENING: Final = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.ENOTD
 #: Seconds a sender waits for room on the daemon's eventfd before it looks again.
 _ROOM_RECHECK: Final = 0.01
 _POKE: Final = b"\x00"
-#: The rings' fence (flightlog.protocol.FenceLock): never held, so never contended.
+#: The rings' fence (flightlog.protocol.ring.FenceLock): never held, so never contended.
 _FENCE: Final = threading.Lock()
 _RINGS: Final = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
 #: The seals a ring's memfd must hold before it is mapped: no shrinking (a mapping

@@ -23,7 +23,9 @@ import stat
 import struct
 from collections.abc import Iterable, Mapping
 
-from flightlog.protocol import socket_directory_problem
+from flightlog.protocol.wire import (
+    socket_directory_problem,
+)
 
 from ._exceptions import ConnectError, UntrustedDaemon
 

@@ -1,0 +1,181 @@
+"""The runs of one session, kept once for every writer and reader: :class:`RunLedger`.
+
+Theory of operation
+-------------------
+
+A session file's runs are what a writer must know to open it again: every run id it
+holds (a new run's must be fresh), the runs left without ``run_close`` (*interrupted*),
+and its *last run* when that has no ``run_close``, with how many *items* (agent facts
+and checkpoints) it holds, so that a writer cut by a restart may continue it after a
+``run_resume`` and send again only what the file lacks.
+
+The ledger is fed in one of two ways, and both give the same state:
+
+* *records*, in file order (:meth:`RunLedger.add`): the daemon's open-time scan and the
+  reader's :func:`~._reader.check`.  A ``run_resume`` only continues the run it names;
+  the file says nothing of writers coming and going, so a run without ``run_close`` is
+  simply interrupted once the records are all read.
+* *requests*, as a writer makes them (the daemon's session actor, the SDK's
+  ``MemoryDaemon``): :meth:`~RunLedger.begin_run`, :meth:`~RunLedger.checkpoint` and
+  :meth:`~RunLedger.close_run` apply the rule only the file can (``check_run_start``)
+  and say what to write, an :class:`Entry` that gives the reply once written;
+  :meth:`~RunLedger.wrote` counts records written (:meth:`~RunLedger.dropped` those
+  not written for an event id the session held), :meth:`~RunLedger.release` the
+  writer gone.  The owner adds only how lines are encoded, batched, written and synced.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+import msgspec
+
+from ._records import (
+    CHECKPOINT,
+    RUN_CLOSE,
+    RUN_RESUME,
+    RUN_START,
+    RunCloseData,
+    RunResumeData,
+    RunStartData,
+)
+from ._server import StartRun, check_run_start
+from ._wire import Ack, CloseRun, Message, RunStarted, SaveCheckpoint
+
+__all__ = ["MAX_CLIENT_NAME", "Entry", "RunLedger"]
+
+#: A ``run_start`` keeps at most this many characters of the client's name.
+MAX_CLIENT_NAME: Final = 200
+
+_encode_json: Final = msgspec.json.Encoder().encode
+
+
+class Entry(NamedTuple):
+    """One line a request writes (its type, time, data and run) and how its reply is
+    made once the line has its seq."""
+
+    type: str
+    time: str
+    data: bytes
+    run_id: str
+    #: The request's id; a ``begin_run`` is answered with ``run_started``, the rest
+    #: with ``ack``.
+    request_id: int
+
+    def reply(self, seq: int) -> Message:
+        """The reply to the request, its line written at ``seq``."""
+        if self.type in (RUN_START, RUN_RESUME):
+            return RunStarted(id=self.request_id, run_id=self.run_id, seq=seq)
+        return Ack(id=self.request_id, seq=seq)
+
+
+class RunLedger:
+    """The runs of one session (see the module docstring)."""
+
+    __slots__ = ("_last", "_open", "duplicates", "items", "runs", "writing")
+
+    def __init__(self) -> None:
+        #: Every run the session holds, closed or not.
+        self.runs: set[str] = set()
+        #: Runs without run_close, in the order they started.
+        self._open: dict[str, None] = {}
+        #: The last run started, while it has no run_close.
+        self._last: str | None = None
+        #: Items (agent facts and checkpoints) of the last run.
+        self.items = 0
+        #: The run a writer has open now (requests only).
+        self.writing: str | None = None
+        #: Records of the open run dropped for an event id the session held (requests
+        #: only): its ``run_close`` counts them.
+        self.duplicates = 0
+
+    @property
+    def interrupted_runs(self) -> list[str]:
+        """Runs without ``run_close`` and no writer writing them, in start order."""
+        return [run for run in self._open if run != self.writing]
+
+    @property
+    def last_run(self) -> str | None:
+        """The last run when it has no ``run_close`` and no writer has it open: the one
+        a ``begin_run`` may resume."""
+        return self._last if self.writing is None else None
+
+    @property
+    def last_run_items(self) -> int:
+        """The items of :attr:`last_run` (0 when there is none)."""
+        return self.items if self.last_run is not None else 0
+
+    # ------------------------------------------------------------ fed records
+
+    def add(self, type: str, run_id: str | None) -> None:
+        """Take in the next record of the file, of ``type`` in run ``run_id``."""
+        if not run_id:
+            return
+        if type == RUN_START:
+            self._open[run_id] = None
+            self.runs.add(run_id)
+            self._last, self.items = run_id, 0
+        elif type == RUN_CLOSE:
+            self._open.pop(run_id, None)
+            self._last = None
+        elif type != RUN_RESUME and run_id == self._last:
+            self.items += 1
+
+    # ------------------------------------------------------------ fed requests
+
+    def begin_run(
+        self, start: StartRun, *, peer_pid: int | None, uid: int | None, gid: int | None
+    ) -> Entry:
+        """What a ``begin_run`` that passed the connection's rules writes: a
+        ``run_start`` (``peer_pid``, ``uid``, ``gid``: what the kernel says of the
+        writer), or a ``run_resume`` of the last run, continued after its items.
+        Raises :class:`LocalProtocolError` as :func:`check_run_start` does."""
+        check_run_start(start, self.last_run, self.runs)
+        request, run_id = start.request, start.run_id
+        self.writing = run_id
+        self.duplicates = 0
+        if request.resume is not None:
+            data = RunResumeData(pid=request.pid, client=request.client, items=self.items)
+            return Entry(RUN_RESUME, request.time, _encode_json(data), run_id, request.id)
+        self.runs.add(run_id)
+        self._open[run_id] = None
+        self._last, self.items = run_id, 0
+        started = RunStartData(
+            pid=request.pid,
+            client=request.client[:MAX_CLIENT_NAME],
+            peer_pid=peer_pid,
+            uid=uid,
+            gid=gid,
+        )
+        return Entry(RUN_START, request.time, _encode_json(started), run_id, request.id)
+
+    def wrote(self, count: int) -> None:
+        """``count`` records of the open run were written."""
+        self.items += count
+
+    def dropped(self, count: int) -> None:
+        """``count`` records of the open run were not written, for an event id the
+        session held: items still (their writer numbered them), and counted."""
+        self.items += count
+        self.duplicates += count
+
+    def checkpoint(self, message: SaveCheckpoint) -> Entry:
+        """What a ``save_checkpoint`` writes (an item of the run)."""
+        self.items += 1
+        data = b'{"snapshot":' + message.snapshot + b"}"
+        return Entry(CHECKPOINT, message.time, data, message.run_id, message.id)
+
+    def close_run(self, message: CloseRun) -> Entry:
+        """What a ``close_run`` writes."""
+        self._open.pop(message.run_id, None)
+        self._last = self.writing = None
+        closing = RunCloseData(error=message.error)
+        if self.duplicates:
+            closing = RunCloseData(error=message.error, duplicates=self.duplicates)
+        data = _encode_json(closing)
+        return Entry(RUN_CLOSE, message.time, data, message.run_id, message.id)
+
+    def release(self) -> None:
+        """The writer is gone: a run it left open stays without ``run_close``, the
+        session's last run, which a later writer may resume."""
+        self.writing = None

@@ -1,0 +1,40 @@
+"""Finding records across session files: the one search behind ``flightlog find`` and
+:func:`flightlog.sdk.find`, its matching rules, the text search, and the reading of
+every session from a cursor behind ``tail --all`` and ``tail_all(after=...)``.
+
+``from flightlog.sdk import search`` and use ``search.Query``, ``search.search``.
+"""
+
+from __future__ import annotations
+
+from ._cursor import (
+    AllSessions,
+    Doorbell,
+    Rescan,
+    SessionFile,
+    format_cursor,
+    parse_cursor,
+    session_files,
+)
+from ._find import Found, Query, search
+from ._match import failed, meta_matches, moment, record_data
+from ._text import first_match, snippet
+
+__all__ = [
+    "AllSessions",
+    "Doorbell",
+    "Found",
+    "Query",
+    "Rescan",
+    "SessionFile",
+    "failed",
+    "first_match",
+    "format_cursor",
+    "meta_matches",
+    "moment",
+    "parse_cursor",
+    "record_data",
+    "search",
+    "session_files",
+    "snippet",
+]

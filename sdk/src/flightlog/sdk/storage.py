@@ -1,0 +1,54 @@
+"""How session files are kept at rest: compressed in place, blobs stored once, removed
+within limits.  The code both ``flightlog compress`` / ``flightlog vacuum`` and
+flightlogd's own sweeps run, so that the two can never disagree.
+
+``from flightlog.sdk import storage`` and use ``storage.compress_path``,
+``storage.survey``; see docs/format.md (the compressed form, blob references) and
+docs/operations.md (limits).
+"""
+
+from __future__ import annotations
+
+from ._blobs import resolving
+from ._compression import (
+    Compressed,
+    FileBusy,
+    InflatedFile,
+    compress_at,
+    compress_path,
+    decompress_at,
+    is_compressed,
+    open_session_file,
+)
+from ._retention import (
+    Limits,
+    Removal,
+    StoredFile,
+    available,
+    parse_age,
+    parse_size,
+    plan,
+    remove,
+    survey,
+)
+
+__all__ = [
+    "Compressed",
+    "FileBusy",
+    "InflatedFile",
+    "Limits",
+    "Removal",
+    "StoredFile",
+    "available",
+    "compress_at",
+    "compress_path",
+    "decompress_at",
+    "is_compressed",
+    "open_session_file",
+    "parse_age",
+    "parse_size",
+    "plan",
+    "remove",
+    "resolving",
+    "survey",
+]

@@ -30,6 +30,7 @@ from ._reader import CALL_END_TYPES, CALL_START_TYPES, ReusedExecutions
 from ._records import (
     NEVER_WRITTEN_TYPES,
     STRUCTURAL_TYPES,
+    ForkStartData,
     LineEncoder,
     append_line,
     check_event_id,
@@ -52,6 +53,7 @@ __all__ = [
     "STRUCTURAL_TYPES",
     "TYPE_KEY",
     "UNENCODABLE",
+    "ForkStartData",
     "LineEncoder",
     "ReusedExecutions",
     "append_line",

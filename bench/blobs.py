@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     steps = 10 if args.quick else 50
     shots = [_screenshot(i) for i in range(20)]
-    with tempfile.TemporaryDirectory(prefix="flb-", dir="/tmp") as base, Daemon(Path(base)) as d:
+    with (
+        tempfile.TemporaryDirectory(prefix="flb-", dir="/tmp") as base,
+        Daemon(Path(base), "--blobs") as d,
+    ):
         history: list[events.ChatMessage] = []
         begin = time.perf_counter()
         with connect(d.socket) as client:

@@ -39,7 +39,7 @@ def daemon(
     without (records come one by one): both ways take payloads out."""
     base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
     env = {"FLIGHTLOG_NO_SPEEDUPS": "1"} if request.param == "python" else {}
-    proc = DaemonProcess(base, env=env).start()
+    proc = DaemonProcess(base, "--blobs", env=env).start()
     try:
         yield proc
     finally:
@@ -189,7 +189,7 @@ def test_a_uids_blobs_live_in_its_own_directory() -> None:
                 run.record(request(0))
             session.close()
 
-    with shared_daemon() as shared:
+    with shared_daemon("--blobs") as shared:
         as_uid(uid, lambda: agent(shared.socket))
         own = shared.root / "uid" / str(uid)
         files = blob_files(own)

@@ -50,7 +50,7 @@ def stored(root: Path) -> list[Path]:
 
 
 def test_the_daemon_killed_while_storing_a_blob_loses_nothing(short_tmp: Path) -> None:
-    daemon = DaemonProcess(short_tmp).start()
+    daemon = DaemonProcess(short_tmp, "--blobs").start()
     stop = threading.Event()
 
     def agent() -> None:
@@ -96,7 +96,7 @@ def test_the_daemon_killed_while_storing_a_blob_loses_nothing(short_tmp: Path) -
     )
 
     # A new daemon opens the session and goes on after what was written.
-    daemon = DaemonProcess(short_tmp).start()
+    daemon = DaemonProcess(short_tmp, "--blobs").start()
     try:
         with connect(daemon.socket) as client:
             session = client.open("shots.jsonl")

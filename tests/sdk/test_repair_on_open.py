@@ -32,7 +32,7 @@ from flightlog.sdk import connect
 
 with connect(sys.argv[1]) as client:
     session = client.open(sys.argv[2])
-    client._call(client._conn.continue_run(session.session_id, session.last_run))
+    client._link.call(client._conn.continue_run(session.session_id, session.last_run))
     session.sync()
     os.kill(os.getpid(), signal.SIGKILL)
 """

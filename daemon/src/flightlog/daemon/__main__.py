@@ -232,6 +232,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--blobs",
+        action="store_true",
+        help="store base64 payloads of 4,096+ characters once, by their SHA-256, beside "
+        "the sessions, and write a reference in the record (default: off)",
+    )
+    parser.add_argument(
         "--max-open-files",
         type=_count(1),
         default=defaults.max_open_files,
@@ -493,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_frame_size=args.max_frame_size,
         idle_timeout=args.idle_timeout,
         compress_after=args.compress_after,
+        blobs=args.blobs,
         max_open_files=args.max_open_files,
         max_connections=args.max_connections,
         read_window=args.read_window,

@@ -45,6 +45,10 @@ class Config:
     #: Seconds after a session closed with every run closed (and was not opened
     #: again) before it is compressed in place (0: never).
     compress_after: float = 600.0
+    #: Whether base64 payloads of 4,096+ characters are taken out of records and
+    #: stored once in the blob store (docs/format.md): off unless asked for, since a
+    #: reader without the store sees the reference where the payload was.
+    blobs: bool = False
     #: Session files kept open at once; the least recently used idle one is closed.
     max_open_files: int = 512
     #: Seconds a connection that streams records, and has made no request for 40 of

@@ -113,7 +113,7 @@ class Sessions:
         self.by_uid: dict[int, Figures] = {}
         #: The owner of each session written, by path (until it finishes).
         self._owners: dict[str, Figures] = {}
-        self._blob_store = BlobStore(roots)
+        self._blob_store = BlobStore(roots) if config.blobs else None
         #: Compresses the sessions closed here, a while later (its task: ``run``).
         self.compressor = Compressor(
             roots,

@@ -307,11 +307,6 @@ def test_an_archive_inside_the_root_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2 and "is inside the data root" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 29): once in two full runs a .vacuum-partial copy was left in the "
-    "archive after the restarted daemon finished the sweep",
-)
 @needs_root
 def test_sigkill_mid_sweep_leaves_every_file_whole(base: Path) -> None:
     from support.daemon import begin, create, fact, synced_seq

@@ -12,7 +12,15 @@ import pytest
 
 from flightlog.protocol import format_time, parse_time
 from flightlog.sdk import read
-from flightlog.sdk._retention import Limits, StoredFile, last_activity, parse_age, parse_size, plan
+from flightlog.sdk._retention import (
+    Limits,
+    StoredFile,
+    _link_or_copy,
+    last_activity,
+    parse_age,
+    parse_size,
+    plan,
+)
 
 _BASE = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -125,3 +133,20 @@ def test_each_owner_is_planned_alone() -> None:
         protected=lambda f: f.owner == 2,
     )
     assert {r.owner for r in held} == {1}
+
+
+def test_an_archived_copy_a_killed_vacuum_left_behind_is_removed_when_it_is_done_again(
+    tmp_path: Path,
+) -> None:
+    # Killed after its copy was linked into place and before the copy was removed: the
+    # next vacuum finds the target there (link() says EEXIST first) and cleans up.
+    source = tmp_path / "root" / "s.jsonl"
+    source.parent.mkdir()
+    source.write_bytes(b"same\n")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "s.jsonl").write_bytes(b"same\n")
+    stale = archive / ".s.jsonl.1391.vacuum-partial"
+    stale.write_bytes(b"same\n")
+    _link_or_copy(str(source), str(archive / "s.jsonl"))
+    assert sorted(p.name for p in archive.iterdir()) == ["s.jsonl"]

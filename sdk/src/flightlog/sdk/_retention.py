@@ -403,24 +403,33 @@ def _same_content(a: str, b: str) -> bool:
     return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
 
 
+def _remove_partials(directory: str, prefix: str) -> None:
+    """Remove the copies a killed vacuum left unfinished (the caller holds the source's
+    lock: no other vacuum is copying it)."""
+    for stale in os.listdir(directory):
+        if stale.startswith(prefix) and stale.endswith(_PARTIAL):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, stale))
+
+
 def _link_or_copy(source: str, target: str) -> None:
     """Put ``source``'s content at ``target`` (never overwriting), durably."""
     directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
+    prefix = f".{os.path.basename(target)}."
     try:
         os.link(source, target)
     except FileExistsError:
         if not _same_content(source, target):
             raise
-        return  # an earlier run linked or copied it, then was stopped
+        # An earlier run linked or copied it, then was stopped (perhaps before it
+        # removed its copy: link() says EEXIST before EXDEV).
+        _remove_partials(directory, prefix)
+        return
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP):
             raise
-        prefix = f".{os.path.basename(target)}."
-        for stale in os.listdir(directory):  # a copy a killed vacuum left unfinished
-            if stale.startswith(prefix) and stale.endswith(_PARTIAL):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(directory, stale))
+        _remove_partials(directory, prefix)
         temporary = os.path.join(directory, f"{prefix}{os.getpid()}{_PARTIAL}")
         try:
             with open(source, "rb") as src, open(temporary, "xb") as dst:

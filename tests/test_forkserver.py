@@ -4,6 +4,7 @@ to the process itself; and it starts a fresh one where a fork could differ."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flightlog.sdk import connect
-from support import DaemonProcess
+from support import DaemonProcess, wait_for
 from support.daemon import log_events
 from support.forkserver import DaemonHandle
 
@@ -82,3 +83,20 @@ def test_a_daemon_whose_start_up_could_differ_is_started_fresh(short_tmp: Path) 
     finally:
         for daemon in (pure, other, runtime, limited):
             daemon.stop()
+
+
+def test_a_daemon_dropped_while_it_runs_is_killed_not_leaked(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test that fails before it stops its daemon drops the DaemonProcess later, in
+    another test: its daemon is killed then, and a fresh one's Popen is not collected
+    while its process runs (a ResourceWarning, an error in whichever test ran)."""
+    forked = DaemonProcess(short_tmp / "forked").start()
+    monkeypatch.setenv("FLIGHTLOG_TEST_EXEC", "1")
+    fresh = DaemonProcess(short_tmp / "fresh").start()
+    assert isinstance(forked.proc, DaemonHandle)
+    assert isinstance(fresh.proc, subprocess.Popen)
+    pids = [forked.pid, fresh.pid]
+    del forked, fresh
+    gc.collect()
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids))

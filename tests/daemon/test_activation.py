@@ -96,6 +96,8 @@ def _activate(base: Path, notify: NotifySocket, *env: str) -> subprocess.Popen[b
     deadline = time.monotonic() + 20
     while True:
         if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            proc.wait()
             raise RuntimeError((base / "daemon.log").read_text())
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:

@@ -102,6 +102,7 @@ def test_a_streaming_agent_killed_mid_hold_loses_nothing(windowed: DaemonProcess
     finally:
         if agent.poll() is None:
             agent.kill()
+            agent.wait()
         for stream in (agent.stdin, agent.stdout, agent.stderr):
             if stream is not None:
                 stream.close()

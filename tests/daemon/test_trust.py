@@ -455,6 +455,7 @@ def test_a_client_connecting_in_a_tight_loop_never_sees_econnrefused(short_tmp: 
             assert out.strip() == "connected", out
         finally:
             prober.kill()
+            prober.communicate()
             proc.stop()
 
 

@@ -68,6 +68,7 @@ class Phoenix:
                         return self
             except OSError:
                 time.sleep(0.25)
+        self.stop()
         raise TimeoutError(f"phoenix did not start within {START_TIMEOUT}s:\n{self.log}")
 
     @property

@@ -208,6 +208,7 @@ def test_pydantic_ai_run_sync_interrupted_by_ctrl_c(daemon: DaemonProcess) -> No
         _, err = agent.communicate(timeout=60)
     finally:
         agent.kill()
+        agent.wait()
     assert b"KeyboardInterrupt" in err
     wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)))
     check(path, "tool")

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,11 @@ class DaemonProcess:
             *self.args,
         ]
         self.proc = spawn_daemon(command, self.log_path, self.env, preexec_fn=preexec_fn)
+        # A test that fails before it stops its daemon drops this object later (pytest
+        # keeps the failure's frames in sys.last_traceback until the next failure): the
+        # daemon is killed then, not left running (or, for a Popen, warned about in
+        # whichever test is running when it is collected).
+        weakref.finalize(self, _reap, self.proc)
         if wait:
             try:
                 self.wait_ready()
@@ -138,6 +144,15 @@ class DaemonProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _reap(proc: subprocess.Popen[bytes] | DaemonHandle) -> None:
+    """SIGKILL the daemon of a :class:`DaemonProcess` dropped while it may still run."""
+    if isinstance(proc, DaemonHandle):
+        proc.abandon()
+    elif proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 class RawClient:

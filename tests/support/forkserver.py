@@ -180,6 +180,13 @@ class DaemonHandle:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
+    def abandon(self) -> None:
+        """SIGKILL without asking the server first (its lock may be held by the
+        thread a garbage collection interrupted); the server reaps the child."""
+        if self.returncode is None and self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
     def _done(self, code: int | None) -> None:
         self.returncode = code
         if code is not None and self._pidfd is not None:

@@ -38,6 +38,8 @@ restart each run goes on where it was cut and each record is written exactly onc
 :class:`~._tails.TailRouter` keeps the tails, across the daemon's subscriptions and
 restarts.  The connection builds them and hands them only request ids, a way to frame or
 queue a message, and its failure.
+The session machines, their sticky errors and the connection's failure are its base,
+:class:`~._client_sessions.ClientSessions` (:mod:`._client_sessions`).
 
 After a reconnect (:meth:`~ClientConnection.reset`), :meth:`~ClientConnection.reopen`
 opens each session again, :meth:`~ClientConnection.resume` continues its run, the
@@ -53,6 +55,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar, cast
 
+from ._client_sessions import ClientSessions
 from ._codec import Codec
 from ._diagnostics import joined
 from ._errors import (
@@ -67,7 +70,7 @@ from ._errors import (
 from ._events import Event
 from ._framer import RecordFramer
 from ._framing import FrameEncoder, client_decoder
-from ._pending import Pending, settled, sticky_of
+from ._pending import Pending, ack_seq, same, settled, sticky_of
 from ._records import Origin, new_id, now
 from ._replay import DEFAULT_MAX_UNACKED, ReplayLog
 from ._state import SessionMachine, SessionOp, SessionState
@@ -104,7 +107,7 @@ T = TypeVar("T")
 _ReplyT = TypeVar("_ReplyT", bound=Message)
 
 
-class ClientConnection:
+class ClientConnection(ClientSessions):
     """The client's protocol state: request ids, pending replies, sticky errors, and
     its :attr:`replay_log` and :attr:`tails`.
 
@@ -124,6 +127,7 @@ class ClientConnection:
         clock: Callable[[], float],
         max_unacked: int = DEFAULT_MAX_UNACKED,
     ) -> None:
+        super().__init__()
         self.codec = codec
         self.client_name = client_name
         self.pid = pid
@@ -136,8 +140,6 @@ class ClientConnection:
         self._decoder = client_decoder()
         self._waiting: set[int] = set()
         self._replies: dict[int, Message] = {}
-        self._failure: FlightlogError | None = None
-        self._sessions: dict[str, SessionMachine[RecordingError]] = {}
         self._outbox = bytearray()
         self._framer = RecordFramer(codec, self._encoder)
         self.replay_log = ReplayLog(
@@ -169,11 +171,6 @@ class ClientConnection:
 
     # ------------------------------------------------------------------ receiving
 
-    @property
-    def failure(self) -> FlightlogError | None:
-        """Why the connection cannot be used any more, or None while it can."""
-        return self._failure
-
     def receive_data(self, data: bytes) -> None:
         """Digest bytes received from the daemon; ``b""`` means it closed the connection."""
         if self._failure is not None:
@@ -188,11 +185,6 @@ class ClientConnection:
         except RemoteProtocolError as exc:
             # A reply we cannot read would leave its caller waiting forever: give up.
             self.connection_lost(exc)
-
-    def connection_lost(self, error: FlightlogError) -> None:
-        """Fail the connection: every wait and every later request raises ``error``."""
-        if self._failure is None:
-            self._failure = error
 
     def answered(self, request: Pending[Any]) -> bool:
         """Whether ``request`` has its reply, or will never get one."""
@@ -265,42 +257,6 @@ class ClientConnection:
                 # Replies to requests given up on are dropped, never mismatched.
                 if isinstance(request_id, int) and request_id in self._waiting:
                     self._replies[request_id] = message
-
-    def _refusal(self, reply: ErrorReply, session_id: str | None) -> FlightlogError:
-        session_id = reply.session_id or session_id
-        if reply.code == ErrorCode.WRITE_FAILED:
-            error = RecordingError(reply.message, code=reply.code)
-            if session_id is not None:
-                self._stick(session_id, None, error)
-                # The first failure explains the rest (the daemon pushed it before this).
-                return self.sticky_error(session_id, None) or error
-            return error
-        return DaemonError(reply.message, code=reply.code, session_id=session_id)
-
-    def _stick(self, session_id: str, run_id: str | None, error: RecordingError) -> None:
-        session = self._sessions.get(session_id)
-        if session is None:
-            return  # not a session this client writes (any more)
-        # The first error is the one that explains the rest: later ones do not replace it.
-        if run_id is None or error.code == ErrorCode.WRITE_FAILED:
-            session.fail(error)
-        else:
-            session.run_failed(run_id, error)
-
-    def refuse_run(self, session_id: str, run_id: str, error: RecordingError) -> None:
-        """An event of the run was refused here (the codec could not encode it): the
-        run's error is sticky, as one the daemon pushed: every later write of the run
-        raises it, and ``run_close`` carries it."""
-        self._stick(session_id, run_id, error)
-
-    def sticky_error(self, session_id: str, run_id: str | None) -> RecordingError | None:
-        """The error pushed for this run, else the session's failure, else None."""
-        return sticky_of(self._sessions.get(session_id), run_id)
-
-    def session_state(self, session_id: str) -> SessionMachine[RecordingError] | None:
-        """The rules and sticky errors of a session this client writes (None when it
-        does not), which outlive its closing: a run keeps its own."""
-        return self._sessions.get(session_id)
 
     # ------------------------------------------------------------------ requests
 
@@ -462,7 +418,7 @@ class ClientConnection:
             lambda id: SaveCheckpoint(
                 id=id, session_id=session_id, run_id=run_id, time=now(), snapshot=data
             ),
-            _ack_seq,
+            ack_seq,
             Ack,
             session_id,
         )
@@ -513,7 +469,7 @@ class ClientConnection:
         """Make everything sent so far durable; the result is the last seq written."""
         self._check(session_id, None, SessionOp.SYNC)
         pending = self._request(
-            lambda id: Sync(id=id, session_id=session_id), _ack_seq, Ack, session_id
+            lambda id: Sync(id=id, session_id=session_id), ack_seq, Ack, session_id
         )
         pending.acks = True
         return pending
@@ -569,7 +525,7 @@ class ClientConnection:
 
     def status(self) -> Pending[StatusReply]:
         """What the daemon holds."""
-        return self._request(lambda id: Status(id=id), _same, StatusReply)
+        return self._request(lambda id: Status(id=id), same, StatusReply)
 
     # ------------------------------------------------------------------ tails
 
@@ -614,7 +570,7 @@ class ClientConnection:
     def reopen(self, session_id: str) -> Pending[SessionOpened]:
         """Open a session this client writes again, on a new connection."""
         path = self.replay_log.path(session_id)
-        return self._request(lambda id: Open(id=id, path=path), _same_opened, SessionOpened)
+        return self._request(lambda id: Open(id=id, path=path), same, SessionOpened)
 
     def resume(self, session_id: str, opened: SessionOpened) -> Pending[RunStarted] | None:
         """Continue the session's run after :meth:`reopen`; None when there is none.
@@ -627,7 +583,7 @@ class ClientConnection:
         run_id = self.replay_log.run_of(session_id)
         if self.replay_log.reopened(session_id, opened):
             assert run_id is not None
-            return self._begin(session_id, _same_started, resume=run_id)
+            return self._begin(session_id, same, resume=run_id)
         session = self._sessions.get(session_id)
         if run_id is not None and session is not None and session.run_id == run_id:
             session.run_failed(
@@ -673,7 +629,7 @@ class ClientConnection:
             assert request.run_id is not None
             resumed = cast(
                 "Pending[T]",
-                self._begin(request.session_id or "", _same_started, resume=request.run_id),
+                self._begin(request.session_id or "", same, resume=request.run_id),
             )
             # The same request, resumed: its reply finishes as the begin_run's would have.
             resumed.finish = request.finish
@@ -692,36 +648,3 @@ class ClientConnection:
             return None
         assert request.path is not None
         return cast("Pending[T]", self.open(request.path))
-
-    # ------------------------------------------------------------------ rules
-
-    def _check(self, session_id: str, run_id: str | None, op: SessionOp) -> None:
-        if self._failure is not None:
-            raise self._failure
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = SessionMachine()
-            session.state = SessionState.CLOSED
-        if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
-            raise sticky
-        session.check(op, run_id)
-
-
-def _ack_seq(reply: Ack) -> int:
-    return reply.seq
-
-
-def _ack_none(reply: Ack) -> None:
-    return None
-
-
-def _same_opened(reply: SessionOpened) -> SessionOpened:
-    return reply
-
-
-def _same_started(reply: RunStarted) -> RunStarted:
-    return reply
-
-
-def _same(reply: StatusReply) -> StatusReply:
-    return reply

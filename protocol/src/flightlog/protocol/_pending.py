@@ -7,9 +7,9 @@ from typing import Any, Generic, TypeVar
 
 from ._errors import RecordingError
 from ._state import SessionMachine
-from ._wire import ErrorReply, Message
+from ._wire import Ack, ErrorReply, Message
 
-__all__ = ["Pending", "settled", "sticky_of"]
+__all__ = ["Pending", "ack_none", "ack_seq", "same", "settled", "sticky_of"]
 
 T = TypeVar("T")
 
@@ -84,3 +84,18 @@ def sticky_of(
     if run_id is not None and (sticky := session.run_failure(run_id)) is not None:
         return sticky
     return session.failure
+
+
+def ack_seq(reply: Ack) -> int:
+    """The result of a request answered with the seq it made durable."""
+    return reply.seq
+
+
+def ack_none(reply: Ack) -> None:
+    """The result of a request whose ``Ack`` says only that it was done."""
+    return None
+
+
+def same(reply: T) -> T:
+    """The result of a request that is its reply."""
+    return reply

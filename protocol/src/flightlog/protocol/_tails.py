@@ -47,7 +47,7 @@ from typing import Protocol, TypeVar
 import msgspec
 
 from ._errors import ConnectionLost, DaemonError, ErrorCode, FlightlogError, RemoteProtocolError
-from ._pending import Pending
+from ._pending import Pending, ack_none
 from ._records import Record
 from ._wire import (
     Ack,
@@ -240,7 +240,7 @@ class TailRouter:
                 raise self._refusal(reply)
 
         pending = self._request(
-            lambda id: Unsubscribe(id=id, subscription=route), _ack_none, Ack, None, over
+            lambda id: Unsubscribe(id=id, subscription=route), ack_none, Ack, None, over
         )
         pending.kind = "unsubscribe"
         return pending
@@ -523,10 +523,6 @@ class TailRouter:
 
 def _number(tail: TailState, reply: Subscribed) -> int:
     return tail.number
-
-
-def _ack_none(reply: Ack) -> None:
-    return None
 
 
 def _decode_line(line: bytes) -> Record:

@@ -30,6 +30,10 @@ AGENT = Path(__file__).resolve().parents[1] / "export" / "agent_runs.py"
 class TailAll:
     """``flightlog tail --all --json ARGS`` with its output lines read in a thread."""
 
+    #: Every one started: a test that fails before it stops one leaves none running
+    #: (:func:`_no_tail_left_running`).
+    started: list[TailAll] = []
+
     def __init__(self, daemon: DaemonProcess, *args: str) -> None:
         env = {
             **os.environ,
@@ -46,6 +50,7 @@ class TailAll:
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        TailAll.started.append(self)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -65,6 +70,16 @@ class TailAll:
         self.proc.stdout.close()
         return status, stderr
 
+    def kill(self) -> None:
+        """SIGKILL if it still runs, then its reader ends and its pipes are closed."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
     def rest(self) -> list[dict[str, Any]]:
         found = []
         while not self.lines.empty():
@@ -79,6 +94,13 @@ def resume_cursor(stderr: str) -> str:
 
 def key(line: dict[str, Any]) -> tuple[str, int]:
     return line["session_id"], line["seq"]
+
+
+@pytest.fixture(autouse=True)
+def _no_tail_left_running() -> Iterator[None]:
+    yield
+    while TailAll.started:
+        TailAll.started.pop().kill()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from flightlog.protocol import LocalProtocolError, Record, events
 from flightlog.protocol.format import encode_line, parse_line
 from flightlog.sdk import MemoryDaemon, MockTransport, check, connect, read
-from support import DaemonProcess, run_python
+from support import DaemonProcess, communicate, run_python
 
 #: An agent that records turns ``first`` to ``last`` with ids ``turn-N`` (and one event
 #: without an id per turn), then either closes or kills itself with SIGKILL after a sync.
@@ -44,7 +44,7 @@ with connect(socket) as client:
 
 def agent(daemon: DaemonProcess, path: str, first: int, last: int, end: str) -> int:
     proc = run_python(AGENT, daemon.socket, path, str(first), str(last), end)
-    out, err = proc.communicate(timeout=60)
+    out, err = communicate(proc, timeout=60)
     assert out.decode().strip() == ("synced" if end == "kill" else "closed"), err.decode()
     return proc.returncode
 

@@ -23,7 +23,7 @@ import pytest
 
 from flightlog.cli._main import build_parser
 from flightlog.sdk import check
-from support import DaemonProcess, run_python
+from support import DaemonProcess, communicate, run_python
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = [
@@ -88,7 +88,7 @@ def _env(daemon: DaemonProcess) -> dict[str, str]:
 def test_a_python_example_runs_twice(block: Block, daemon: DaemonProcess) -> None:
     for attempt in (1, 2):
         proc = run_python(block.code, env=_env(daemon))
-        _, err = proc.communicate(timeout=120)
+        _, err = communicate(proc, timeout=120)
         assert proc.returncode == 0, f"run {attempt} of {block.id}:\n{err.decode()}"
         assert b"Traceback" not in err
         # An integration reports a recording problem instead of raising it: none here.
@@ -155,7 +155,7 @@ def test_the_jq_recipes_of_docs_format_md_skip_an_unfinished_tail(
         "    client.create('jq.jsonl', meta={'app': 'jq'}).close()\n",
         env=_env(daemon),
     )
-    _, err = recorded.communicate(timeout=60)
+    _, err = communicate(recorded, timeout=60)
     assert recorded.returncode == 0, err.decode()
     complete = path.read_bytes()
     expected = _shell(daemon, f"jq . {path}", tmp_path).stdout

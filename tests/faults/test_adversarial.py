@@ -22,7 +22,7 @@ from flightlog.protocol.wire import (
     Status,
     StatusReply,
 )
-from support import DaemonProcess, RawClient
+from support import DaemonProcess, RawClient, reaped
 from support.daemon import begin, create, fact, proc_status_kb, synced_seq
 
 from .harness import assert_every_file_sound
@@ -51,25 +51,26 @@ def test_a_bystander_records_and_syncs_through_every_attack_at_once(short_tmp: P
         stderr=subprocess.PIPE,
         text=True,
     )
-    # A status request is answered on the event loop alone; a sync also waits for the
-    # disk (an fsync of the bystander's file, which on ext4 may wait for the journal
-    # to take the attackers' megabytes too).
-    loop: list[float] = []
-    synced: list[float] = []
-    with RawClient(daemon.socket, client="bystander") as bystander:
-        opened = create(bystander, "bystander.jsonl")
-        run = begin(bystander, opened.session_id)
-        sent = 0
-        while adversary.poll() is None:
-            started = time.perf_counter()
-            assert isinstance(bystander.request(Status(id=bystander.next_id())), StatusReply)
-            loop.append(time.perf_counter() - started)
-            bystander.send(fact(opened.session_id, run.run_id, sent))
-            sent += 1
-            started = time.perf_counter()
-            assert synced_seq(bystander, opened.session_id) == 2 + sent
-            synced.append(time.perf_counter() - started)
-    out, err = adversary.communicate(timeout=120)
+    with reaped(adversary):
+        # A status request is answered on the event loop alone; a sync also waits for the
+        # disk (an fsync of the bystander's file, which on ext4 may wait for the journal
+        # to take the attackers' megabytes too).
+        loop: list[float] = []
+        synced: list[float] = []
+        with RawClient(daemon.socket, client="bystander") as bystander:
+            opened = create(bystander, "bystander.jsonl")
+            run = begin(bystander, opened.session_id)
+            sent = 0
+            while adversary.poll() is None:
+                started = time.perf_counter()
+                assert isinstance(bystander.request(Status(id=bystander.next_id())), StatusReply)
+                loop.append(time.perf_counter() - started)
+                bystander.send(fact(opened.session_id, run.run_id, sent))
+                sent += 1
+                started = time.perf_counter()
+                assert synced_seq(bystander, opened.session_id) == 2 + sent
+                synced.append(time.perf_counter() - started)
+        out, err = adversary.communicate(timeout=120)
     assert adversary.returncode == 0, err
     attacks = json.loads(out)
     peak_kb = proc_status_kb(daemon.pid, "VmHWM")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flightlog.sdk import check, read
-from support import DaemonProcess
+from support import DaemonProcess, reaped
 
 from .load_agent import CHECKPOINT_EVERY
 
@@ -32,9 +32,10 @@ def _load(daemon: DaemonProcess, agents: int, sessions: int, events: int) -> Non
         )
         for a in range(agents)
     ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=1800)
-        assert proc.returncode == 0 and out == b"ok\n", err.decode()
+    with reaped(*procs):
+        for proc in procs:
+            out, err = proc.communicate(timeout=1800)
+            assert proc.returncode == 0 and out == b"ok\n", err.decode()
     half = events // 2
     for a in range(agents):
         for n in range(sessions):

@@ -43,7 +43,7 @@ from flightlog.integrations import Recorder
 from flightlog.integrations.langchain import FlightlogCallbackHandler
 from flightlog.integrations.openai_agents import FlightlogProcessor
 from flightlog.integrations.pydantic_ai import Flightlog
-from support import DaemonProcess, read_lines, run_python, wait_for
+from support import DaemonProcess, communicate, read_lines, run_python, wait_for
 
 from .helpers import (
     assert_cancelled,
@@ -443,7 +443,7 @@ def test_the_shared_recorder_closes_an_open_run_at_the_interpreters_exit(
     daemon: DaemonProcess,
 ) -> None:
     proc = run_python(EXITS, env={"FLIGHTLOG_SOCKET": daemon.socket})
-    _, err = proc.communicate(timeout=60)
+    _, err = communicate(proc, timeout=60)
     assert proc.returncode == 0, err.decode()
     path = daemon.root / "exits.jsonl"
     wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)))

@@ -24,7 +24,7 @@ from langgraph.prebuilt import ToolNode, create_react_agent
 
 from flightlog.integrations import Recorder
 from flightlog.integrations.langchain import FlightlogCallbackHandler
-from support import DaemonProcess, read_lines, run_python, wait_for
+from support import DaemonProcess, communicate, read_lines, run_python, wait_for
 
 from .helpers import (
     assert_every_call_ended,
@@ -374,7 +374,7 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
         "DAEMON_PID": str(daemon.pid),
     }
     proc = run_python(SCRIPT, "daemon", env=env)
-    out, err = proc.communicate(timeout=60)
+    out, err = communicate(proc, timeout=60)
     assert proc.returncode == 0, err.decode()
     assert out.decode().startswith("output done ")
     assert "daemon_unreachable" in out.decode()
@@ -389,7 +389,7 @@ def test_flightlog_tracing_is_not_a_switch(daemon: DaemonProcess) -> None:
     proc = run_python(
         SCRIPT, "plain", env={"FLIGHTLOG_SOCKET": daemon.socket, "FLIGHTLOG_TRACING": "1"}
     )
-    out, err = proc.communicate(timeout=60)
+    out, err = communicate(proc, timeout=60)
     assert proc.returncode == 0, err.decode()
     assert out.decode().startswith("output done {}")
     assert not (daemon.root / "langchain").exists()

@@ -36,7 +36,7 @@ from openai import AsyncOpenAI
 
 from flightlog.integrations import Recorder
 from flightlog.integrations.openai_agents import FlightlogProcessor
-from support import DaemonProcess, read_lines, run_python, wait_for
+from support import DaemonProcess, communicate, read_lines, run_python, wait_for
 
 from .helpers import (
     assert_every_call_ended,
@@ -630,7 +630,7 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
         *TWO_TURNS,
         env={"FLIGHTLOG_SOCKET": daemon.socket, "DAEMON_PID": str(daemon.pid)},
     )
-    out, err = agent.communicate(timeout=60)
+    out, err = communicate(agent, timeout=60)
     assert agent.returncode == 0, err.decode()
     assert out.decode().startswith("output done ")
     assert "daemon_unreachable" in out.decode()

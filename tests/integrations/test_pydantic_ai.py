@@ -23,7 +23,7 @@ from pydantic_ai.models.test import TestModel
 
 from flightlog.integrations import Recorder
 from flightlog.integrations.pydantic_ai import Flightlog
-from support import DaemonProcess, read_lines, run_python, wait_for
+from support import DaemonProcess, communicate, read_lines, run_python, wait_for
 
 from .helpers import assert_every_call_ended, calls, finish, gaps, of_type, records, texts
 
@@ -430,7 +430,7 @@ def test_the_daemon_killed_mid_run_does_not_break_the_agent(daemon: DaemonProces
         "daemon",
         env={"FLIGHTLOG_SOCKET": daemon.socket, "DAEMON_PID": str(daemon.pid)},
     )
-    out, err = agent.communicate(timeout=60)
+    out, err = communicate(agent, timeout=60)
     assert agent.returncode == 0, err.decode()
     assert out.decode().startswith('output {"quick":0,"slow":0}')
     assert "daemon_unreachable" in out.decode()

@@ -13,7 +13,7 @@ from pydantic_ai.models.test import TestModel
 
 from flightlog.integrations import Recorder
 from flightlog.integrations.pydantic_ai import Flightlog
-from support import DaemonProcess, run_python
+from support import DaemonProcess, communicate, run_python
 
 from .helpers import finish, of_type, records
 
@@ -38,7 +38,7 @@ async def test_the_recorder_repairs_a_session_as_it_opens_it(
     daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     proc = run_python(CUT, daemon.socket, "agent.jsonl")
-    proc.communicate(timeout=60)
+    communicate(proc, timeout=60)
     assert proc.returncode == -signal.SIGKILL
     if how == "environment":
         monkeypatch.setenv("FLIGHTLOG_REPAIR", "1")

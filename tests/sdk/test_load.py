@@ -16,7 +16,7 @@ from flightlog.protocol.events import (
     UserMessage,
 )
 from flightlog.sdk import CallRef, check, connect, read
-from support import DaemonProcess, run_python
+from support import DaemonProcess, reaped, run_python
 
 AGENTS = 20
 SESSIONS_PER_AGENT = 2
@@ -52,10 +52,11 @@ def test_twenty_agents_two_sessions_each_every_event_once_in_order(
         run_python(AGENT, daemon.socket, str(agent), str(EVENTS_PER_SESSION))
         for agent in range(AGENTS)
     ]
-    for agent in agents:
-        out, err = agent.communicate(timeout=240)
-        assert agent.returncode == 0, err.decode()
-        assert out == b"ok\n"
+    with reaped(*agents):
+        for agent in agents:
+            out, err = agent.communicate(timeout=240)
+            assert agent.returncode == 0, err.decode()
+            assert out == b"ok\n"
     for agent in range(AGENTS):
         for n in range(SESSIONS_PER_AGENT):
             path = daemon.root / "load" / f"agent-{agent}-{n}.jsonl"

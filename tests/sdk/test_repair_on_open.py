@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from flightlog.sdk import connect, read
-from support import DaemonProcess, run_python
+from support import DaemonProcess, communicate, run_python
 
 #: Starts a tool call and dies before it returns.
 CUT = """
@@ -50,7 +50,7 @@ with connect(sys.argv[1]) as client:
 
 def run(code: str, daemon: DaemonProcess, path: str) -> tuple[int, str]:
     proc = run_python(code, daemon.socket, path)
-    out, err = proc.communicate(timeout=60)
+    out, err = communicate(proc, timeout=60)
     assert proc.returncode in (0, -signal.SIGKILL), err.decode()
     return proc.returncode, out.decode().strip()
 

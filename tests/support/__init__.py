@@ -10,6 +10,7 @@ in a temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import signal
@@ -20,7 +21,7 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
@@ -32,6 +33,8 @@ from flightlog.protocol.wire import (
 )
 
 from .forkserver import DaemonHandle, spawn_daemon
+
+T = TypeVar("T")
 
 #: A deadline, not a measurement: a loaded machine (a second copy of the suite beside
 #: this one) can take many seconds to start a Python.
@@ -255,6 +258,36 @@ def run_python(code: str, *args: str, env: dict[str, str] | None = None) -> subp
     )
 
 
+def reap(proc: subprocess.Popen[Any]) -> None:
+    """Kill (SIGKILL), reap and close the pipes of ``proc`` if it still runs: a test
+    that fails or times out leaves no process behind, nor a ``Popen`` collected while
+    its process runs (a ResourceWarning, which fails whichever test is running then)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+@contextlib.contextmanager
+def reaped(*procs: subprocess.Popen[Any]) -> Iterator[None]:
+    """:func:`reap` each of ``procs`` when the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            reap(proc)
+
+
+def communicate(proc: subprocess.Popen[T], timeout: float) -> tuple[T, T]:
+    """``proc.communicate(timeout=timeout)``, the process killed and reaped if it
+    outlives the timeout (as :func:`subprocess.run` does) before the error is raised."""
+    with reaped(proc):
+        return proc.communicate(timeout=timeout)
+
+
 def chunks(data: bytes, size: int) -> Iterator[bytes]:
     for start in range(0, len(data), size):
         yield data[start : start + size]
@@ -265,7 +298,10 @@ __all__: Sequence[str] = [
     "DaemonProcess",
     "RawClient",
     "chunks",
+    "communicate",
     "read_lines",
+    "reap",
+    "reaped",
     "run_python",
     "wait_for",
     "with_support",
@@ -275,8 +311,10 @@ __all__: Sequence[str] = [
 def on_a_terminal(command: Sequence[str], env: dict[str, str]) -> bytes:
     """What ``command`` writes to its standard output when that is a terminal (a pty)."""
     controller, terminal = pty.openpty()
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(os.close, controller)
         proc = subprocess.Popen(command, stdout=terminal, stderr=subprocess.DEVNULL, env=env)
+        stack.enter_context(reaped(proc))
         os.close(terminal)
         chunks = []
         while True:
@@ -288,6 +326,4 @@ def on_a_terminal(command: Sequence[str], env: dict[str, str]) -> bytes:
                 break
             chunks.append(chunk)
         proc.wait(timeout=30)
-    finally:
-        os.close(controller)
     return b"".join(chunks)

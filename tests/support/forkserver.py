@@ -142,6 +142,8 @@ class ForkServer:
                 self.proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 class DaemonHandle:

@@ -30,6 +30,34 @@ print(faults() - before)
 """
 
 
+# Threads that each read a few checkpoint lines (2 MiB buffers), all alive at once
+# like a data root's disk threads, then free them: RSS growth at the peak and after.
+_THREADS = """
+import sys, threading
+from flightlog.daemon.__main__ import tune_malloc
+assert tune_malloc()
+def rss():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+threads = 8
+barrier = threading.Barrier(threads + 1)
+def work():
+    held = [b"x" * (2 << 20) for _ in range(8)]
+    barrier.wait(); barrier.wait()
+    held.clear()
+    barrier.wait(); barrier.wait()
+before = rss()
+pool = [threading.Thread(target=work) for _ in range(threads)]
+for thread in pool:
+    thread.start()
+barrier.wait(); peak = rss(); barrier.wait(); barrier.wait()
+after = rss(); barrier.wait()
+for thread in pool:
+    thread.join()
+print(peak - before, after - before)
+"""
+
+
 def _faults(mode: str) -> int:
     done = subprocess.run(
         [sys.executable, "-c", _ROUNDS, mode], capture_output=True, text=True, timeout=60
@@ -44,6 +72,21 @@ def test_freed_buffers_are_reused_without_faulting_them_in_again() -> None:
     # 20 rounds of 8 MiB: ~40,000 pages faulted in again when glibc trims them.
     assert untuned > 10_000, untuned
     assert tuned < untuned // 100, (tuned, untuned)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_what_threads_freed_is_kept_once_not_in_an_arena_per_thread() -> None:
+    """Before, each thread had its own arena, each keeping up to 32 MiB of what it freed
+    at the thresholds flightlogd sets: 8 threads freeing 16 MiB each kept all 128 MiB
+    (the slow checkpoint reader's excess over ``--max-buffered``, issue 27)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    peak_kb, after_kb = map(int, done.stdout.split())
+    assert peak_kb > 100 * 1024, peak_kb
+    # What one arena keeps at its top at most (MALLOC_THRESHOLD).
+    assert after_kb < 32 * 1024, (peak_kb, after_kb)
 
 
 def test_the_budget_trims_once_use_falls_after_a_high_and_again_at_zero() -> None:

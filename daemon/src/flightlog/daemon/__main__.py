@@ -538,6 +538,7 @@ def _raise_descriptor_limit() -> None:
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
+_M_ARENA_MAX: Final = -8
 #: Allocations up to this size come from the heap, and this much freed memory at its
 #: top is kept: glibc's dynamic thresholds reach as much by themselves on 64-bit
 #: systems (an mmap threshold of up to 32 MiB), but only after freeing a mapped block
@@ -546,9 +547,18 @@ _M_MMAP_THRESHOLD: Final = -3
 MALLOC_THRESHOLD: Final = 32 * 1024 * 1024
 
 
+#: Arenas malloc may use.  One: every thread allocates from the main arena, so the
+#: freed memory kept at the top (up to :data:`MALLOC_THRESHOLD`) is kept once, not once
+#: per disk thread: 40 sessions' checkpoints read back by their disk threads for a slow
+#: reader grew the peak RSS by 164 MiB for a budget of 64 MiB with an arena per thread,
+#: 76 MiB with one (docs/reliability.md).  The threads allocate with the GIL held
+#: (bytes of a read, a line): they would rarely contend for the arena's lock anyway.
+MALLOC_ARENAS: Final = 1
+
+
 def tune_malloc() -> bool:
-    """Set glibc's thresholds to :data:`MALLOC_THRESHOLD`; whether they were set
-    (False under another C library)."""
+    """Set glibc's thresholds to :data:`MALLOC_THRESHOLD` and its arenas to
+    :data:`MALLOC_ARENAS`; whether they were set (False under another C library)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
@@ -556,6 +566,7 @@ def tune_malloc() -> bool:
     return bool(
         mallopt(_M_MMAP_THRESHOLD, MALLOC_THRESHOLD)
         and mallopt(_M_TRIM_THRESHOLD, MALLOC_THRESHOLD)
+        and mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
     )
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flightlog.sdk import check, read
+from flightlog.sdk import check, read, sql
 from support import DaemonProcess, run_python
 
 #: Opens the file (or creates it), begins a run, and kills itself at ``argv[3]``:
@@ -154,6 +154,16 @@ def test_every_cut_run_is_mended_and_a_second_repair_writes_nothing(
     before = path.read_bytes()
     assert run(REPAIR, daemon, "many.jsonl") == (0, "0 0")
     assert path.read_bytes() == before
+    # SQL reads the repair as such: no open call, each run closed as repaired.
+    statuses = sql("SELECT kind, status, count(*) FROM calls GROUP BY ALL ORDER BY ALL", [path])
+    assert statuses.rows == [
+        ("model", "cancelled", 1),
+        ("model", "ok", 3),
+        ("tool", "ok", 1),
+        ("tool", "repaired", 2),
+    ]
+    repaired = sql("SELECT count(*) FROM runs WHERE closed AND repaired", [path])
+    assert repaired.rows == [(4,)]
 
 
 def test_a_repair_killed_half_way_is_finished_once(daemon: DaemonProcess) -> None:

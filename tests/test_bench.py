@@ -387,3 +387,22 @@ def test_resume_probe_prints_every_step_and_agrees_with_the_full_scan() -> None:
     out = _python_m("bench.resume", "--mb", "2", "--runs", "1", timeout=300).stdout
     for step in ("open (the daemon checks every line)", "resume() after open", "as it was"):
         assert step in out, out
+
+
+def test_sql_probe_answers_every_question_as_find_and_grep_do() -> None:
+    """The probe docs/benchmarks.md quotes for SQL (it exits non-zero when a tool's
+    answer differs from the corpus's count)."""
+    out = _python_m("bench.sql", "--gigabytes", "0.005", "--runs", "1", timeout=600).stdout
+    rows = [line.split(" | ")[:2] for line in out.splitlines() if line.startswith("| ")]
+    tools = {(question.lstrip("| "), tool) for question, tool in rows[2:]}
+    assert tools == {
+        ("failing tool calls", "sql (records)"),
+        ("failing tool calls", "sql (calls)"),
+        ("failing tool calls", "find"),
+        ("failing tool calls", "grep"),
+        ("records mentioning 'timed out'", "sql (records)"),
+        ("records mentioning 'timed out'", "find"),
+        ("records mentioning 'timed out'", "grep"),
+        ("input tokens by model", "sql (calls)"),
+        ("input tokens by model", "find"),
+    }, out

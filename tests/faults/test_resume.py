@@ -86,11 +86,15 @@ def test_resume_after_kill_9_in_a_tool_call_repairs_it_once(short_tmp: Path) -> 
             ]
             assert found.repaired == []
             repaired = session.resume(repair=True)
-            assert [(c.run_id, c.tool_call_id) for c in repaired.repaired] == [(run_id, "c1")]
+            assert [(c.run_id, c.execution.id) for c in repaired.repaired] == [
+                (run_id, "m1"),
+                (run_id, "t1"),
+            ]
+            assert repaired.repaired_runs == [run_id]
             again = session.resume(repair=True)
             assert again.repaired == [] and again.cut_runs == []
-            # The model call stays open: it is listed, never answered by a repair.
-            assert [c.execution.id for c in again.open_calls] == ["m1"]
+            # The model call is answered too, as cancelled: no call is left open.
+            assert again.open_calls == []
             session.close()
     finally:
         daemon.stop()
@@ -101,9 +105,17 @@ def test_resume_after_kill_9_in_a_tool_call_repairs_it_once(short_tmp: Path) -> 
     assert repair["disposition"] == "repaired" and repair["is_error"] is True
     assert repair["execution"]["id"] == "t1"
     # Every tool call of the run is paired, within the run, after its run_resume.
-    assert [line["type"] for line in lines[-3:]] == ["run_resume", "tool_exec_end", "run_close"]
+    assert [line["type"] for line in lines[-4:]] == [
+        "run_resume",
+        "model_exec_end",
+        "tool_exec_end",
+        "run_close",
+    ]
+    assert lines[-4]["data"]["repair"] is True and lines[-1]["data"]["repaired"] is True
+    model = lines[-3]["data"]
+    assert model["disposition"] == "cancelled" and "repair" in model["error"]
     assert {line["run_id"] for line in lines[1:]} == {run_id}
-    assert "resume(repair=True)" in lines[-1]["data"]["error"]
+    assert "repaired by flightlog" in lines[-1]["data"]["error"]
     # show prints the disposition, inspect names the repair apart from failures.
     assert "repaired" in cli("show", path)
     inspected = cli("inspect", path)

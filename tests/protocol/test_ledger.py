@@ -32,7 +32,10 @@ A, B = "a" * 32, "b" * 32
 TIME = "2026-11-29T20:00:00.000000Z"
 
 
-def begin(ledger: RunLedger, run_id: str, *, resume: bool = False) -> tuple[str, bytes]:
+def begin(
+    ledger: RunLedger, run_id: str, *, resume: bool = False, repair: bool = False
+) -> tuple[str, bytes]:
+    resume = resume or repair
     request = BeginRun(
         id=1,
         session_id="s" * 32,
@@ -41,6 +44,7 @@ def begin(ledger: RunLedger, run_id: str, *, resume: bool = False) -> tuple[str,
         pid=7,
         run_id=None if resume else run_id,
         resume=run_id if resume else None,
+        repair=repair,
     )
     entry = ledger.begin_run(StartRun(request, run_id), peer_pid=8, uid=9, gid=10)
     return entry.type, entry.data
@@ -84,9 +88,61 @@ def test_begin_run_applies_the_files_rule() -> None:
     assert resumed.value.code == ErrorCode.RUN_NOT_OPEN
 
 
+def test_a_repair_continues_an_earlier_cut_run_and_closes_it_as_repaired() -> None:
+    ledger = RunLedger()
+    begin(ledger, A)
+    ledger.wrote(2)
+    ledger.release()
+    begin(ledger, B)
+    ledger.wrote(3)
+    ledger.release()
+    # A plain resume continues only the last run; a repair any cut run.
+    with pytest.raises(LocalProtocolError) as refused:
+        begin(ledger, A, resume=True)
+    assert refused.value.code == ErrorCode.RUN_NOT_OPEN
+    kind, data = begin(ledger, A, repair=True)
+    resumed = msgspec.json.decode(data, type=RunResumeData)
+    assert kind == RUN_RESUME and resumed.repair is True and resumed.items == 2
+    assert ledger.interrupted_runs == [B]
+    ledger.wrote(1)  # a repair's end: an item of A, not of the last run B
+    entry = ledger.close_run(CloseRun(id=3, session_id="s", run_id=A, time=TIME))
+    assert msgspec.json.decode(entry.data) == {"error": None, "repaired": True}
+    assert (ledger.interrupted_runs, ledger.last_run, ledger.last_run_items) == ([B], B, 3)
+    with pytest.raises(LocalProtocolError) as closed:
+        begin(ledger, A, repair=True)  # closed now: nothing to repair
+    assert closed.value.code == ErrorCode.RUN_NOT_OPEN
+    # The last run resumed after its own items; a plain run_close is not marked.
+    assert msgspec.json.decode(begin(ledger, B, resume=True)[1], type=RunResumeData).items == 3
+    entry = ledger.close_run(CloseRun(id=4, session_id="s", run_id=B, time=TIME))
+    assert msgspec.json.decode(entry.data) == {"error": None}
+
+
 @pytest.mark.parametrize(
     "script",
     [
+        [
+            "begin A",
+            "write 2",
+            "release",
+            "begin B",
+            "write 3",
+            "release",
+            "repair A",
+            "write 1",
+            "close A",
+        ],
+        [
+            "begin A",
+            "release",
+            "begin B",
+            "write 1",
+            "release",
+            "repair A",
+            "close A",
+            "repair B",
+            "write 1",
+            "release",
+        ],
         ["begin A", "write 2", "release", "begin B", "write 1", "release"],
         ["begin A", "write 2", "release", "resume A", "write 3", "release"],
         ["begin A", "write 2", "close A", "begin B", "checkpoint", "release"],
@@ -100,8 +156,8 @@ def test_records_and_requests_give_the_same_ledger(script: list[str]) -> None:
     for step in script:
         op, _, arg = step.partition(" ")
         name = {"A": A, "B": B}.get(arg, "")
-        if op in ("begin", "resume"):
-            kind, _ = begin(by_requests, name, resume=op == "resume")
+        if op in ("begin", "resume", "repair"):
+            kind, _ = begin(by_requests, name, resume=op == "resume", repair=op == "repair")
             written.append((kind, name))
             run = name
         elif op == "write":

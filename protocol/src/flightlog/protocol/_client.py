@@ -336,8 +336,10 @@ class ClientConnection(ClientSessions):
         *,
         run_id: str | None = None,
         resume: str | None = None,
+        repair: bool = False,
     ) -> Pending[RunStarted]:
-        """A ``begin_run``: of the new run ``run_id``, or continuing ``resume``."""
+        """A ``begin_run``: of the new run ``run_id``, or continuing ``resume`` (to
+        ``repair`` it)."""
         pending = self._request(
             lambda id: BeginRun(
                 id=id,
@@ -347,6 +349,7 @@ class ClientConnection(ClientSessions):
                 pid=self.pid,
                 run_id=run_id,
                 resume=resume,
+                repair=repair,
             ),
             finish,
             RunStarted,
@@ -362,11 +365,15 @@ class ClientConnection(ClientSessions):
             self.replay_log.started(session_id, reply.run_id, continued=continued)
         return reply
 
-    def continue_run(self, session_id: str, run_id: str) -> Pending[RunStarted]:
+    def continue_run(
+        self, session_id: str, run_id: str, *, repair: bool = False
+    ) -> Pending[RunStarted]:
         """Continue the session's last run, cut without ``run_close`` when it was
-        opened (``SessionOpened.last_run``): ``begin_run`` with ``resume``."""
+        opened (``SessionOpened.last_run``): ``begin_run`` with ``resume``.  With
+        ``repair``, any run the file left without ``run_close``, to repair it."""
         self._check(session_id, None, SessionOp.BEGIN_RUN)
-        return self._begin(session_id, partial(self._started, session_id, True), resume=run_id)
+        started = partial(self._started, session_id, True)
+        return self._begin(session_id, started, resume=run_id, repair=repair)
 
     def begin_run(self, session_id: str) -> Pending[RunStarted]:
         """Start a run; raises the session's sticky error or a local refusal."""

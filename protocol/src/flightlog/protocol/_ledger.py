@@ -14,7 +14,9 @@ The ledger is fed in one of two ways, and both give the same state:
 * *records*, in file order (:meth:`RunLedger.add`): the daemon's open-time scan and the
   reader's :func:`~._reader.check`.  A ``run_resume`` only continues the run it names;
   the file says nothing of writers coming and going, so a run without ``run_close`` is
-  simply interrupted once the records are all read.
+  simply interrupted once the records are all read.  A *repair* (a ``run_resume``
+  marked ``repair``) may continue any interrupted run, not only the last, to answer its
+  open calls and close it: its records count for the run they are in.
 * *requests*, as a writer makes them (the daemon's session actor, the SDK's
   ``MemoryDaemon``): :meth:`~RunLedger.begin_run`, :meth:`~RunLedger.checkpoint` and
   :meth:`~RunLedger.close_run` apply the rule only the file can (``check_run_start``)
@@ -72,22 +74,24 @@ class Entry(NamedTuple):
 class RunLedger:
     """The runs of one session (see the module docstring)."""
 
-    __slots__ = ("_last", "_open", "duplicates", "items", "runs", "writing")
+    __slots__ = ("_last", "_open", "duplicates", "repairing", "runs", "writing")
 
     def __init__(self) -> None:
         #: Every run the session holds, closed or not.
         self.runs: set[str] = set()
-        #: Runs without run_close, in the order they started.
-        self._open: dict[str, None] = {}
+        #: Runs without run_close, in the order they started, with their items
+        #: (agent facts and checkpoints).
+        self._open: dict[str, int] = {}
         #: The last run started, while it has no run_close.
         self._last: str | None = None
-        #: Items (agent facts and checkpoints) of the last run.
-        self.items = 0
         #: The run a writer has open now (requests only).
         self.writing: str | None = None
         #: Records of the open run dropped for an event id the session held (requests
         #: only): its ``run_close`` counts them.
         self.duplicates = 0
+        #: Whether the open run is a repair's (requests only): its ``run_close`` says
+        #: ``repaired``.
+        self.repairing = False
 
     @property
     def interrupted_runs(self) -> list[str]:
@@ -101,6 +105,11 @@ class RunLedger:
         return self._last if self.writing is None else None
 
     @property
+    def items(self) -> int:
+        """The items of the last run (0 once it has a ``run_close``)."""
+        return self._open.get(self._last, 0) if self._last is not None else 0
+
+    @property
     def last_run_items(self) -> int:
         """The items of :attr:`last_run` (0 when there is none)."""
         return self.items if self.last_run is not None else 0
@@ -112,14 +121,15 @@ class RunLedger:
         if not run_id:
             return
         if type == RUN_START:
-            self._open[run_id] = None
+            self._open[run_id] = 0
             self.runs.add(run_id)
-            self._last, self.items = run_id, 0
+            self._last = run_id
         elif type == RUN_CLOSE:
             self._open.pop(run_id, None)
-            self._last = None
-        elif type != RUN_RESUME and run_id == self._last:
-            self.items += 1
+            if run_id == self._last:  # a repair may close an earlier run
+                self._last = None
+        elif type != RUN_RESUME and run_id in self._open:
+            self._open[run_id] += 1
 
     # ------------------------------------------------------------ fed requests
 
@@ -128,18 +138,25 @@ class RunLedger:
     ) -> Entry:
         """What a ``begin_run`` that passed the connection's rules writes: a
         ``run_start`` (``peer_pid``, ``uid``, ``gid``: what the kernel says of the
-        writer), or a ``run_resume`` of the last run, continued after its items.
-        Raises :class:`LocalProtocolError` as :func:`check_run_start` does."""
-        check_run_start(start, self.last_run, self.runs)
+        writer), or a ``run_resume`` of the last run, continued after its items, or of
+        any interrupted run for a repair.  Raises :class:`LocalProtocolError` as
+        :func:`check_run_start` does."""
+        check_run_start(start, self.last_run, self.runs, self.interrupted_runs)
         request, run_id = start.request, start.run_id
         self.writing = run_id
         self.duplicates = 0
+        self.repairing = request.resume is not None and request.repair
         if request.resume is not None:
-            data = RunResumeData(pid=request.pid, client=request.client, items=self.items)
+            data = RunResumeData(
+                pid=request.pid,
+                client=request.client,
+                items=self._open[run_id],
+                repair=self.repairing or msgspec.UNSET,
+            )
             return Entry(RUN_RESUME, request.time, _encode_json(data), run_id, request.id)
         self.runs.add(run_id)
-        self._open[run_id] = None
-        self._last, self.items = run_id, 0
+        self._open[run_id] = 0
+        self._last = run_id
         started = RunStartData(
             pid=request.pid,
             client=request.client[:MAX_CLIENT_NAME],
@@ -151,27 +168,33 @@ class RunLedger:
 
     def wrote(self, count: int) -> None:
         """``count`` records of the open run were written."""
-        self.items += count
+        if self.writing in self._open:
+            self._open[self.writing] += count
 
     def dropped(self, count: int) -> None:
         """``count`` records of the open run were not written, for an event id the
         session held: items still (their writer numbered them), and counted."""
-        self.items += count
+        self.wrote(count)
         self.duplicates += count
 
     def checkpoint(self, message: SaveCheckpoint) -> Entry:
         """What a ``save_checkpoint`` writes (an item of the run)."""
-        self.items += 1
+        self.wrote(1)
         data = b'{"snapshot":' + message.snapshot + b"}"
         return Entry(CHECKPOINT, message.time, data, message.run_id, message.id)
 
     def close_run(self, message: CloseRun) -> Entry:
         """What a ``close_run`` writes."""
         self._open.pop(message.run_id, None)
-        self._last = self.writing = None
-        closing = RunCloseData(error=message.error)
-        if self.duplicates:
-            closing = RunCloseData(error=message.error, duplicates=self.duplicates)
+        if message.run_id == self._last:
+            self._last = None
+        self.writing = None
+        closing = RunCloseData(
+            error=message.error,
+            duplicates=self.duplicates or msgspec.UNSET,
+            repaired=self.repairing or msgspec.UNSET,
+        )
+        self.repairing = False
         data = _encode_json(closing)
         return Entry(RUN_CLOSE, message.time, data, message.run_id, message.id)
 
@@ -179,3 +202,4 @@ class RunLedger:
         """The writer is gone: a run it left open stays without ``run_close``, the
         session's last run, which a later writer may resume."""
         self.writing = None
+        self.repairing = False

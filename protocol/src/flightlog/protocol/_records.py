@@ -12,6 +12,7 @@ import hashlib
 import re
 import struct
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final
 
@@ -43,6 +44,7 @@ __all__ = [
     "SessionStartData",
     "append_line",
     "check_event_id",
+    "check_event_ids",
     "encode_line",
     "event_id_key",
     "format_time",
@@ -159,6 +161,24 @@ def check_event_id(event_id: object) -> str:
     )
 
 
+def check_event_ids(event_ids: Iterable[str | None] | None, count: int) -> list[str | None]:
+    """``event_ids`` as a list, one per event of ``count`` (None: all without one), each
+    an id a record may carry or None.  Raises :class:`LocalProtocolError`
+    (``bad_event``) for another count or an invalid id."""
+    if event_ids is None:
+        return [None] * count
+    ids = list(event_ids)
+    if len(ids) != count:
+        raise LocalProtocolError(
+            f"{len(ids)} event ids for {count} events: give one per event (None for none)",
+            code=ErrorCode.BAD_EVENT,
+        )
+    for event_id in ids:
+        if event_id is not None:
+            check_event_id(event_id)
+    return ids
+
+
 def event_id_key(event_id: str) -> bytes:
     """What a writer keeps of an event id to know it again: 16 bytes whatever its length
     (a 128-bit BLAKE2b digest: two ids that differ share one by chance with odds of
@@ -216,12 +236,14 @@ class RunResumeData(msgspec.Struct, kw_only=True, frozen=True):
     """``data`` of ``run_resume``: who continued a cut run, and what it held then.
 
     ``items`` is how many agent facts and checkpoints the run held before this line:
-    the writer resends only what came after them.
+    the writer resends only what came after them.  ``repair`` (absent when false) says
+    that a repair continues the run, to answer its open calls and close it.
     """
 
     pid: int = 0
     client: str = ""
     items: int = 0
+    repair: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class CheckpointData(msgspec.Struct, kw_only=True, frozen=True):
@@ -233,10 +255,11 @@ class CheckpointData(msgspec.Struct, kw_only=True, frozen=True):
 class RunCloseData(msgspec.Struct, kw_only=True, frozen=True):
     """``data`` of ``run_close``: the run's sticky error text, or None; and, when the
     daemon dropped records of the run whose event id the session already held, how
-    many (absent when none)."""
+    many (absent when none); ``repaired`` (absent when false): a repair closed it."""
 
     error: str | None = None
     duplicates: int | msgspec.UnsetType = msgspec.UNSET
+    repaired: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 _encode_json: Final = msgspec.json.Encoder().encode

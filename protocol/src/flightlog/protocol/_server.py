@@ -677,16 +677,28 @@ def line_bound(max_frame_size: int) -> int:
     return min(max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES)
 
 
-def check_run_start(start: StartRun, last_run: str | None, runs: Collection[str]) -> None:
+def check_run_start(
+    start: StartRun,
+    last_run: str | None,
+    runs: Collection[str],
+    interrupted: Collection[str] = (),
+) -> None:
     """The rule of a ``begin_run`` that only the session's file can apply: ``last_run``
     is the file's last run when it has no ``run_close``, ``runs`` every run it holds
-    (closed or not).  Raises :class:`LocalProtocolError`: ``run_not_open`` for a resume
-    of any other run, ``bad_message`` for a new run whose id is one of ``runs``.  The
-    owner refuses it with :meth:`ServerConnection.refuse` (or answers it itself and
+    (closed or not), ``interrupted`` its runs without ``run_close`` that no writer has
+    open.  A resume continues ``last_run``; a repair (``resume`` with ``repair``) any
+    of ``interrupted``.  Raises :class:`LocalProtocolError`: ``run_not_open`` for a
+    resume of any other run, ``bad_message`` for a new run whose id is one of ``runs``.
+    The owner refuses it with :meth:`ServerConnection.refuse` (or answers it itself and
     calls :meth:`ServerConnection.run_not_opened`)."""
-    run_id = start.run_id
-    if start.request.resume is not None:
-        if run_id != last_run:
+    run_id, request = start.run_id, start.request
+    if request.resume is not None:
+        if request.repair and run_id not in interrupted:
+            raise LocalProtocolError(
+                f"run {run_id[:32]} is not a run of the session left without run_close",
+                code=ErrorCode.RUN_NOT_OPEN,
+            )
+        if not request.repair and run_id != last_run:
             raise LocalProtocolError(
                 f"run {run_id[:32]} is not the session's last run left without run_close",
                 code=ErrorCode.RUN_NOT_OPEN,

@@ -112,7 +112,9 @@ class BeginRun(Request, tag="begin_run", frozen=True):
     the daemon makes one when it is None), so that a client whose connection broke
     before the reply can find the run in the file.  With ``resume``, continue that run
     instead: it must be the session's last run, cut without ``run_close``
-    (``SessionOpened.last_run``); the daemon writes ``run_resume``.
+    (``SessionOpened.last_run``); the daemon writes ``run_resume``.  With ``resume`` and
+    ``repair``, it may be any run the file left without ``run_close`` (a *repair*: the
+    ``run_resume`` says ``repair``, and the run's ``run_close`` says ``repaired``).
     """
 
     session_id: str
@@ -121,6 +123,7 @@ class BeginRun(Request, tag="begin_run", frozen=True):
     pid: int = 0
     run_id: str | None = None
     resume: str | None = None
+    repair: bool = False
 
 
 class RecordEvent(Message, tag="record", frozen=True, omit_defaults=True):

@@ -10,8 +10,8 @@ conversation: the prompt of its last top-level model call, the response and the 
 results recorded for it.  A tool call of that conversation with no result is
 *unpaired*: a provider refuses such a history ("tool_use ids without tool_result").
 
-``--repair`` writes through the daemon.  ``Session.resume(repair=True)`` answers the
-tool calls the SDK repairs (those a cut run left open) in their own run; a tool call the
+``--repair`` writes through the daemon.  ``Session.resume(repair=True)`` mends every cut
+run: the calls each left open are answered in their own run; a tool call the
 conversation still holds without a result (the model asked for it, and the agent died
 before it started, or in an earlier cut run) is answered in a run of its own, by a
 ``tool_exec_end`` marked the same way (``disposition`` ``repaired``, an error, never

@@ -145,8 +145,9 @@ class Recorder:
     socket); ``client_name`` is written in every ``run_start``; ``reconnect_grace`` is
     how long its client waits for a restarted daemon (see the module docstring).  With
     ``repair`` (default: ``$FLIGHTLOG_REPAIR`` set to ``1``), each session is repaired
-    as it is opened (``client.session(path, repair=True)``): a tool call a crash left
-    without a result in the file's last run gets a result marked ``repaired``.
+    as it is opened (``client.session(path, repair=True)``): every run a crash left
+    without ``run_close`` is mended, a tool call without a result getting one marked
+    ``repaired``.
     """
 
     def __init__(

@@ -46,7 +46,16 @@ from ._async_tail import AsyncTail
 from ._cursor import AsyncCursorTail
 from ._exceptions import ConnectionLost, DaemonError
 from ._models import CallRef
-from ._resume import Resumption, open_calls, repair_event, reply_calls
+from ._resume import (
+    OpenCall,
+    Resumption,
+    check_event_ids,
+    open_calls,
+    repair_event,
+    repair_id,
+    repair_note,
+    reply_calls,
+)
 from ._synchronization import AwaitableContext
 from ._transport import AsyncSocketTransport, AsyncTransport
 
@@ -442,12 +451,17 @@ class AsyncSession(AsyncResource):
         """What a restarted agent needs, in one call: the latest checkpoint, the runs
         that were cut (no ``run_close``) and the calls left without an end.
 
-        With ``repair``, each tool call of the file's last run, when it was cut, gets a
-        ``tool_exec_end`` marked as a repair (``disposition`` ``repaired``, an error, not
-        a genuine result): the run is continued after a ``run_resume``, the repairs
-        recorded, and the run closed; so a history rebuilt from the file pairs every
-        tool call.  Calling it again repairs nothing new.  Open calls of earlier cut
-        runs, and model calls, are listed, not repaired.
+        With ``repair``, every run the file left without ``run_close`` when the session
+        was opened is mended, in the order they started: it is continued after a
+        ``run_resume`` marked ``repair`` (any cut run, not only the last), each call it
+        left open gets an end marked as a repair (:func:`repair_event`: a tool call a
+        ``tool_exec_end`` with ``disposition`` ``repaired``, a model call a
+        ``model_exec_end`` with ``disposition`` ``cancelled``; errors, never genuine
+        results), recorded with an event id, and the run is closed (its ``run_close``
+        says ``repaired``).  So a history rebuilt from the file pairs every call, and
+        ``check`` finds no open run.  Calling it again writes nothing; a repair cut
+        short (its process killed) and called again writes each end once.  Raises the
+        daemon's error (``run_not_open`` from a daemon that repairs only the last run).
 
         The daemon gathers the cut runs and open calls while it checks the file at
         open, and catches up with what was written since: nothing is read twice.
@@ -458,20 +472,23 @@ class AsyncSession(AsyncResource):
         if found is None:  # a daemon that does not gather them: read the whole file
             found = open_calls([record async for record in self.client.tail(self.path)])
         cut_runs, calls = found
-        last = self.last_run
-        tools = [c for c in calls if c.run_id == last and c.execution.kind == "tool"]
-        if not repair or last is None or not tools:
+        cut_at_open = set(self.interrupted_runs)
+        mend = [run_id for run_id in cut_runs if run_id in cut_at_open]
+        if not repair or not mend:
             return Resumption(checkpoint, cut_runs, calls)
-        await self._link.ready()
-        pending = self._conn.continue_run(self.session_id, last)
-        run = AsyncRun(self, self._link, await self._link.call(pending))
-        await run.record_many([repair_event(call) for call in tools])
-        await run.aclose(
-            error=f"cut; resume(repair=True) answered {len(tools)} tool call(s) left "
-            "without a result"
-        )
+        repaired: list[OpenCall] = []
+        for run_id in mend:
+            answered = [call for call in calls if call.run_id == run_id]
+            pending = self._conn.continue_run(self.session_id, run_id, repair=True)
+            run = AsyncRun(self, self._link, await self._link.call(pending))
+            await run.record_many(
+                [repair_event(call) for call in answered],
+                event_ids=[repair_id(call) for call in answered],
+            )
+            await run.aclose(error=repair_note(answered))
+            repaired += answered
         self.last_run = None
-        return Resumption(checkpoint, cut_runs, calls, tools)
+        return Resumption(checkpoint, cut_runs, calls, repaired, mend)
 
     async def aclose(self) -> None:
         """Sync and release the session; safe to call again.
@@ -586,11 +603,16 @@ class AsyncRun(AsyncResource):
             self._drop_reason = f"{exc.code}: {exc.message}"
         self._link.count_dropped(exc, count)
 
-    async def record_many(self, events: Iterable[Event]) -> None:
+    async def record_many(
+        self, events: Iterable[Event], *, event_ids: Iterable[str | None] | None = None
+    ) -> None:
         """Record ``events`` in order, as :meth:`record` does each, with one send.
 
-        An event the codec cannot encode raises after the events before it were sent
-        (sticky, as from :meth:`record`); the ones after it are not recorded.  Best
+        ``event_ids``, one per event (None for an event without one), makes each event
+        idempotent as :meth:`record`'s ``event_id`` does.  A count that is not the
+        events' or an invalid id raises :class:`LocalProtocolError` before anything is
+        sent.  An event the codec cannot encode raises after the events before it were
+        sent (sticky, as from :meth:`record`); the ones after it are not recorded.  Best
         effort drops that event alone (counted, as :meth:`record` does) and records the
         rest.
         """
@@ -598,13 +620,14 @@ class AsyncRun(AsyncResource):
         if monotonic_ns() >= link.poll_due:
             link.poll()
         events = list(events)
+        ids = check_event_ids(event_ids, len(events))
         frames: list[bytes] = []
         done = 0
         try:
             await link.ready()
-            for event in events:
+            for event, event_id in zip(events, ids, strict=True):
                 try:
-                    data = self._conn.record(self.session_id, self.run_id, event, None)
+                    data = self._conn.record(self.session_id, self.run_id, event, None, event_id)
                 except FlightlogError as exc:
                     if not (link.best_effort and exc.code in _ONE_EVENT_ERRORS):
                         raise

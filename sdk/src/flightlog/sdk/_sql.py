@@ -91,6 +91,8 @@ SELECT path, session_id, run_id,
     max(time) FILTER (WHERE type = 'run_close') AS closed_at,
     max(time) AS last_time,
     bool_or(type = 'run_close') AS closed,
+    coalesce(bool_or(TRY_CAST(data->>'repaired' AS BOOLEAN)) FILTER (WHERE type = 'run_close'),
+        false) AS repaired,
     any_value(data->>'error') FILTER (WHERE type = 'run_close') AS error,
     any_value(TRY_CAST(data->>'pid' AS BIGINT)) FILTER (WHERE type = 'run_start') AS pid,
     any_value(data->>'client') FILTER (WHERE type = 'run_start') AS client,
@@ -133,7 +135,8 @@ WITH facts AS (
         any_value(data->>'error') FILTER (WHERE type = 'model_exec_end') AS model_error,
         any_value(TRY_CAST(data->>'is_error' AS BOOLEAN)) FILTER (WHERE type = 'tool_exec_end')
             AS tool_failed,
-        any_value(data->>'disposition') FILTER (WHERE type = 'tool_exec_end') AS disposition,
+        any_value(data->>'disposition')
+            FILTER (WHERE type IN ('tool_exec_end', 'model_exec_end')) AS disposition,
         any_value(array_to_string(json_extract_string(data, '$.content[*].text'), ''))
             FILTER (WHERE type = 'tool_exec_end') AS tool_text,
         any_value(data->'arguments') FILTER (WHERE type IN ('tool_queued', 'tool_exec_start'))
@@ -149,7 +152,7 @@ SELECT path, session_id, run_id, execution_id, attempt, kind, name, agent, paren
     date_diff('microsecond', started, ended) / 1000.0 AS duration_ms,
     CASE
         WHEN NOT has_end THEN 'open'
-        WHEN kind = 'tool' AND disposition IS NOT NULL AND disposition <> 'ran' THEN disposition
+        WHEN disposition IS NOT NULL AND disposition <> 'ran' THEN disposition
         WHEN model_error IS NOT NULL OR coalesce(tool_failed, false) THEN 'error'
         ELSE 'ok'
     END AS status,

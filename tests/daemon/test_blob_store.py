@@ -81,7 +81,7 @@ def record(daemon: DaemonProcess, path: str, recorded: list[events.Event]) -> Pa
 
 
 def blob_files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / BLOB_DIR).rglob("*") if p.is_file())
+    return sorted(p for p in (root / BLOB_DIR / "sha256").rglob("*") if p.is_file())
 
 
 def data_of(records: list[Record]) -> list[bytes]:

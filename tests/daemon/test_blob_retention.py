@@ -210,7 +210,13 @@ def test_a_blob_whose_line_is_on_its_way_is_kept(base: Path) -> None:
     try:
         collector.start()
         # The collection has scanned (the blob unreferenced) and waits for the lock.
-        wait_for(lambda: "-> FLOCK" in Path("/proc/locks").read_text())
+        waiting = f":{os.stat(root / BLOB_DIR / 'lock').st_ino} "
+        wait_for(
+            lambda: any(
+                "->" in line and waiting in line
+                for line in Path("/proc/locks").read_text().splitlines()
+            )
+        )
         with open(root / "s.jsonl", "ab") as session:
             session.write(changed + b"\n")
     finally:

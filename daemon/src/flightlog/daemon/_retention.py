@@ -19,9 +19,10 @@ limit is set unless the operator sets one.
   again.  A session active within ``protect`` is never removed either.
 * Every removal, and every file kept that was planned to go, is one log line with its
   path, size, age, reason and owner.
-* With a limit set, each sweep then removes the blobs no remaining session refers to
-  (``collect_blobs``: race-free against the writers by the store's lock), one
-  ``blob_removed`` line each with its path and size; ``retention_sweep`` counts them.
+* With a limit set, the first sweep and each sweep that removed a session then remove
+  the blobs no remaining session refers to (``collect_blobs``: race-free against the
+  writers by the store's lock), one ``blob_removed`` line each with its path and size;
+  ``retention_sweep`` counts them.
 
 The survey's figures (files and bytes per uid, the filesystem's available bytes) are
 what ``status`` shows each uid of its own.
@@ -150,7 +151,10 @@ class Retention:
                 tally.removed_bytes += removal.size
                 if free is not None:
                     free += removal.freed
-        blobs = self._collect() if limits.any and not self._stop.is_set() else []
+        # Blobs are left unreferenced by a removal (or by a store a kill cut short, or a
+        # file removed by hand): collected after a sweep removed something, and at start.
+        collect = limits.any and (gone or self.sweeps == 0) and not self._stop.is_set()
+        blobs = self._collect() if collect else []
         usage: dict[int, _Usage] = {}
         for f in files:
             if f.path in gone:

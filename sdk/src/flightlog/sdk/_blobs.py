@@ -48,6 +48,7 @@ from ._compression import compressed_reader, is_compressed, open_session_file
 __all__ = [
     "BlobReader",
     "BlobRemoval",
+    "TailResolver",
     "blob_problems",
     "blob_stores",
     "collect_blobs",
@@ -111,11 +112,39 @@ def resolving(
         if has_references(record.data):
             if blobs is None:
                 blobs = BlobReader(find_blob_store(session_path))
-            data = bytes(record.data)
-            resolved = resolve(data, blobs.load)
-            if resolved != data:
-                record = msgspec.structs.replace(record, data=msgspec.Raw(resolved))
+            record = _resolved(record, blobs)
         yield record
+
+
+def _resolved(record: Record, blobs: BlobReader) -> Record:
+    data = bytes(record.data)
+    resolved = resolve(data, blobs.load)
+    if resolved == data:
+        return record
+    return msgspec.structs.replace(record, data=msgspec.Raw(resolved))
+
+
+class TailResolver:
+    """Puts the payloads back in records that come with their session file's path (a
+    tail through the daemon), from the store found from each path where the caller
+    can read it; a record whose blobs it cannot load keeps its references."""
+
+    #: Directories whose store is remembered (then forgotten all at once).
+    MOST: Final = 1024
+
+    def __init__(self) -> None:
+        self._stores: dict[str, BlobReader] = {}
+
+    def __call__(self, path: str | None, record: Record) -> Record:
+        if not path or not has_references(record.data):
+            return record
+        directory = os.path.dirname(path)
+        blobs = self._stores.get(directory)
+        if blobs is None:
+            if len(self._stores) >= self.MOST:
+                self._stores.clear()
+            blobs = self._stores[directory] = BlobReader(find_blob_store(path))
+        return _resolved(record, blobs)
 
 
 def blob_problems(

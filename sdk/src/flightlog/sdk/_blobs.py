@@ -24,7 +24,8 @@ A line written before the exclusive lock was taken is seen by one of the two sca
 writer that comes after finds the blob gone and stores it again.  Each blob goes with
 one ``unlink``: a kill at any moment leaves every referred blob in place.  The scan
 finds references in the raw bytes (compressed files decompressed), so a damaged line
-keeps its blobs, and a file that cannot be read stops the collection of its store.
+keeps its blobs, and a file (or directory) that cannot be read stops the collection of
+its store; a file removed while it is scanned refers to nothing.
 """
 
 from __future__ import annotations
@@ -263,8 +264,9 @@ def blob_stores(tops: Iterable[str | os.PathLike[str]]) -> list[str]:
 
 
 def _domain_sessions(domain: str) -> Iterator[str]:
-    """The session files whose references resolve to the store in ``domain``."""
-    for directory, subdirs, files in os.walk(domain):
+    """The session files whose references resolve to the store in ``domain``; a
+    directory that cannot be listed raises (:class:`OSError`)."""
+    for directory, subdirs, files in os.walk(domain, onerror=_raise):
         subdirs[:] = sorted(
             d
             for d in subdirs
@@ -273,6 +275,10 @@ def _domain_sessions(domain: str) -> Iterator[str]:
         for name in sorted(files):
             if name.endswith(_SUFFIX):
                 yield os.path.join(directory, name)
+
+
+def _raise(error: OSError) -> None:
+    raise error
 
 
 class _Scanned(NamedTuple):
@@ -354,7 +360,8 @@ def collect_blobs(
     scanned: dict[str, _Scanned] = {}
     for path in _domain_sessions(domain):
         if path not in exclude:
-            scanned[path] = _scan(path, digests)
+            with contextlib.suppress(FileNotFoundError):  # removed since it was listed
+                scanned[path] = _scan(path, digests)
     if all(digest in digests for digest in stored):
         return []
     if dry_run:
@@ -367,7 +374,8 @@ def collect_blobs(
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # writers hold it only around a write
         for path in _domain_sessions(domain):
-            _scan(path, digests, scanned.get(path))
+            with contextlib.suppress(FileNotFoundError):
+                _scan(path, digests, scanned.get(path))
         removals: list[BlobRemoval] = []
         for digest, path in stored.items():
             if digest in digests:

@@ -81,7 +81,7 @@ def record(daemon: DaemonProcess, path: str, recorded: list[events.Event]) -> Pa
 
 
 def blob_files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / BLOB_DIR).rglob("*") if p.is_file())
+    return sorted(p for p in (root / BLOB_DIR / "sha256").rglob("*") if p.is_file())
 
 
 def data_of(records: list[Record]) -> list[bytes]:
@@ -124,6 +124,24 @@ def test_payloads_are_stored_once_and_read_back_exactly(daemon: DaemonProcess) -
         check=True,
     ).stdout
     assert shown.count(SCREENSHOT64.encode()) == 2 and PDF_URL.encode() in shown
+
+
+def test_tails_through_the_daemon_give_the_payloads_back(daemon: DaemonProcess) -> None:
+    """A subscriber of ``tail`` and ``tail_all`` over the socket reads what read()
+    reads: the payloads, not the references the file holds."""
+    recorded: list[events.Event] = [request(0), tool_result(0)]
+    expected = [bytes(default_codec.encode_event(e).data) for e in recorded]
+    with connect(daemon.socket) as client, client.tail_all(follow=True) as live:
+        path = record(daemon, "blobs/tailed.jsonl", recorded)
+        assert b'"$flightlog":"blob"' in path.read_bytes()
+        assert data_of(list(client.tail(str(path)))) == expected
+        seen: list[Record] = []
+        for at, found in live:
+            if at == str(path):
+                seen.append(found)
+                if found.type == "tool_exec_end":
+                    break
+        assert data_of(seen) == expected
 
 
 def test_small_events_are_written_as_they_were(daemon: DaemonProcess) -> None:

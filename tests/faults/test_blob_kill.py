@@ -46,7 +46,7 @@ def stored(root: Path) -> list[Path]:
     store = root / BLOB_DIR
     if not store.exists():
         return []
-    return [p for p in store.rglob("*") if p.is_file() and not p.name.startswith(".")]
+    return [p for p in (store / "sha256").rglob("*") if p.is_file() and not p.name.startswith(".")]
 
 
 def test_the_daemon_killed_while_storing_a_blob_loses_nothing(short_tmp: Path) -> None:
@@ -87,7 +87,7 @@ def test_the_daemon_killed_while_storing_a_blob_loses_nothing(short_tmp: Path) -
     path = daemon.root / "shots.jsonl"
     report = check(path)
     assert report.sound, report  # every reference's blob is there, whole
-    for blob in (daemon.root / BLOB_DIR).rglob("*"):
+    for blob in (daemon.root / BLOB_DIR / "sha256").rglob("*"):
         if blob.is_file() and not blob.name.startswith("."):
             assert hashlib.sha256(blob.read_bytes()).hexdigest() == blob.name
     referred = referenced_blobs([path])

@@ -8,9 +8,16 @@ protocol's server connection itself, this keeps the two from drifting apart.
 
 from __future__ import annotations
 
+import base64
+import json
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Protocol
 
 from flightlog.protocol import (
+    Record,
+    events,
     now,
 )
 from flightlog.protocol.wire import (
@@ -32,7 +39,7 @@ from flightlog.protocol.wire import (
     client_decoder,
     encode_frame,
 )
-from flightlog.sdk import MemoryDaemon
+from flightlog.sdk import Client, MemoryDaemon, MockTransport, connect
 from flightlog.sdk._memory import MemoryConnection
 from support import DaemonProcess, RawClient, read_lines
 
@@ -250,3 +257,46 @@ def test_a_new_run_under_the_id_of_a_run_in_the_file_is_refused(daemon: DaemonPr
     assert answers[10] == [("RunStarted", None)]
     lines = read_lines(daemon.root / "reuse.jsonl")
     assert [line["type"] for line in lines].count("run_start") == 3
+
+
+def test_the_memory_daemon_takes_blobs_out_as_flightlogd_does() -> None:
+    """With blobs on, a MemoryDaemon holds the line a flightlogd ``--blobs`` writes (the
+    reference in the payload's place), and a tail gives the payload back in both."""
+    data = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40).decode()
+    event = events.ToolExecEnd(
+        execution=events.Execution(id="t1", kind="tool"),
+        tool_call_id="c1",
+        name="screenshot",
+        content=[{"type": "image", "data": data}],
+    )
+
+    def played(client: Client) -> list[Record]:
+        session = client.create("shots.jsonl")
+        with session.begin_run() as run:
+            run.record(event)
+        session.close()
+        return [r for r in client.tail("shots.jsonl") if r.type == "tool_exec_end"]
+
+    memory = MemoryDaemon(blobs=True)
+    with connect(transport=MockTransport(memory)) as client:
+        [from_memory] = played(client)
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))  # a short socket path
+    proc = DaemonProcess(base, "--blobs").start()
+    try:
+        with connect(proc.socket) as client:
+            [from_daemon] = played(client)
+    finally:
+        proc.stop()
+    [written] = [r for r in read_lines(proc.root / "shots.jsonl") if r["type"] == "tool_exec_end"]
+    [held] = [
+        r
+        for r in map(json.loads, memory.session("shots.jsonl").lines)
+        if r["type"] == "tool_exec_end"
+    ]
+    assert held["data"] == written["data"] and data not in json.dumps(held)
+    assert memory.blobs is not None and list(memory.blobs) == [
+        held["data"]["content"][0]["data"]["sha256"]
+    ]
+    assert bytes(from_memory.data) == bytes(from_daemon.data)
+    assert data.encode() in bytes(from_memory.data)
+    shutil.rmtree(base, ignore_errors=True)

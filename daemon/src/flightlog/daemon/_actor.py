@@ -23,6 +23,8 @@ reaches connections, tails and its registry through the Protocols of :mod:`._pee
 
 from __future__ import annotations
 
+import os
+
 import anyio
 import msgspec
 import structlog
@@ -536,20 +538,29 @@ class SessionActor:
     # ----------------------------------------------------------------- storage
 
     async def _flush(self, batch: Batch) -> None:
-        count, buf = batch.count, batch.buf
-        if not count or self.error is not None:
+        if not batch.count or self.error is not None:
             return
+        if not self._blobs:
+            await self._write(batch)
+            return
+        # The blobs the lines refer to are on disk before the lines, and the store's
+        # lock is held until the lines are written: no collection takes them between.
+        blobs, self._blobs = self._blobs, []
+        assert self._blob_store is not None
+        try:
+            lock = await self._disk.run(self._blob_store.save, self.file.resolved, blobs)
+        except (OSError, FlightlogError) as exc:
+            reason = exc if isinstance(exc, OSError) else exc.message
+            self._fail(StorageError(self.path, "storing a blob", reason))
+            return
+        try:
+            await self._write(batch)
+        finally:
+            os.close(lock)
+
+    async def _write(self, batch: Batch) -> None:
+        count, buf = batch.count, batch.buf
         offset = self.file.size
-        if self._blobs:
-            # The blobs the lines refer to are on disk before the lines.
-            blobs, self._blobs = self._blobs, []
-            assert self._blob_store is not None
-            try:
-                await self._disk.run(self._blob_store.save, self.file.resolved, blobs)
-            except (OSError, FlightlogError) as exc:
-                reason = exc if isinstance(exc, OSError) else exc.message
-                self._fail(StorageError(self.path, "storing a blob", reason))
-                return
         try:
             if len(buf) > _WRITE_ON_THE_LOOP:
                 # Megabytes: copied into the page cache by a disk thread, while the

@@ -14,17 +14,24 @@ directory synced, before the line that refers to it is written: a crash never le
 reference whose blob is missing or partial (a temporary it leaves is removed by the next
 store of that blob, once it is ten minutes old).  A blob already there, of the right
 size, is not written again.
+
+:meth:`BlobStore.save` returns the store's lock file (``BLOB_LOCK``), held shared: the
+caller closes it once the lines that refer to the blobs are written.  A collection of
+the blobs nobody refers to (``flightlog.sdk._blobs.collect_blobs``) removes only under
+that lock held exclusive, after scanning again what was written meanwhile, so a blob
+whose line is on its way is never taken (docs/operations.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
 import time
 
-from flightlog.protocol._blobs import BLOB_DIR, Blob
+from flightlog.protocol._blobs import BLOB_DIR, BLOB_LOCK, Blob
 
 from ._paths import USERS_DIR, ResolvedPath, Roots
 
@@ -49,23 +56,43 @@ class BlobStore:
         self.roots = roots
 
     def save(self, resolved: ResolvedPath, blobs: list[Blob]) -> int:
-        """Store ``blobs`` (of the session at ``resolved``) durably; how many were new.
-        Raises :class:`OSError` and :class:`PathRefused`."""
-        written = 0
-        done: set[str] = set()
-        for blob in blobs:
-            if blob.sha256 in done:
-                continue
-            done.add(blob.sha256)
-            where = ResolvedPath(
-                resolved.root, (*store_parts(resolved), blob.sha256[:2], blob.sha256)
-            )
-            with self.roots.parent_dir(where, create=True) as dir_fd:
-                if _present(dir_fd, blob):
+        """Store ``blobs`` (of the session at ``resolved``) durably; the store's lock
+        file, held shared, for the caller to close once the lines that refer to them
+        are written.  Raises :class:`OSError` and :class:`PathRefused`."""
+        lock = self._lock(resolved)
+        try:
+            done: set[str] = set()
+            for blob in blobs:
+                if blob.sha256 in done:
                     continue
-                _write(dir_fd, blob)
-                written += 1
-        return written
+                done.add(blob.sha256)
+                where = ResolvedPath(
+                    resolved.root, (*store_parts(resolved), blob.sha256[:2], blob.sha256)
+                )
+                with self.roots.parent_dir(where, create=True) as dir_fd:
+                    if not _present(dir_fd, blob):
+                        _write(dir_fd, blob)
+        except BaseException:
+            os.close(lock)
+            raise
+        return lock
+
+    def _lock(self, resolved: ResolvedPath) -> int:
+        where = ResolvedPath(resolved.root, (*store_parts(resolved)[:-1], BLOB_LOCK))
+        with self.roots.parent_dir(where, create=True) as dir_fd:
+            lock = os.open(
+                BLOB_LOCK,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dir_fd,
+            )
+        try:
+            # Waits only while a collection removes blobs (it rescans what changed).
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(lock)
+            raise
+        return lock
 
 
 def _present(dir_fd: int, blob: Blob) -> bool:

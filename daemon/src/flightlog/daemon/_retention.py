@@ -19,6 +19,10 @@ limit is set unless the operator sets one.
   again.  A session active within ``protect`` is never removed either.
 * Every removal, and every file kept that was planned to go, is one log line with its
   path, size, age, reason and owner.
+* With a limit set, the first sweep and each sweep that removed a session then remove
+  the blobs no remaining session refers to (``collect_blobs``: race-free against the
+  writers by the store's lock), one ``blob_removed`` line each with its path and size;
+  ``retention_sweep`` counts them.
 
 The survey's figures (files and bytes per uid, the filesystem's available bytes) are
 what ``status`` shows each uid of its own.
@@ -39,9 +43,19 @@ import anyio.from_thread
 import anyio.to_thread
 import structlog
 
-from flightlog.protocol import format_time
+from flightlog.protocol import FlightlogError, format_time
 from flightlog.protocol.wire import UidStorage
-from flightlog.sdk.storage import Limits, Removal, available, plan, remove, survey
+from flightlog.sdk.storage import (
+    BlobRemoval,
+    Limits,
+    Removal,
+    available,
+    blob_stores,
+    collect_blobs,
+    plan,
+    remove,
+    survey,
+)
 
 __all__ = ["Retention", "RetentionSettings", "archive_problem"]
 
@@ -137,6 +151,10 @@ class Retention:
                 tally.removed_bytes += removal.size
                 if free is not None:
                     free += removal.freed
+        # Blobs are left unreferenced by a removal (or by a store a kill cut short, or a
+        # file removed by hand): collected after a sweep removed something, and at start.
+        collect = limits.any and (gone or self.sweeps == 0) and not self._stop.is_set()
+        blobs = self._collect() if collect else []
         usage: dict[int, _Usage] = {}
         for f in files:
             if f.path in gone:
@@ -155,16 +173,36 @@ class Retention:
             mine.removed_bytes += tally.removed_bytes
         self._usage, self._available, self._surveyed = usage, free, now
         self.sweeps += 1
-        if removals:
+        if removals or blobs:
             log.info(
                 "retention_sweep",
                 files=len(files),
                 removed=len(gone),
                 kept=len(removals) - len(gone),
                 freed=sum(r.size for r in removals if r.path in gone),
+                blobs_removed=sum(b.error is None for b in blobs),
+                blob_bytes_freed=sum(b.size for b in blobs if b.error is None),
                 seconds=round(time.monotonic() - started, 3),
             )
         return removals
+
+    def _collect(self) -> list[BlobRemoval]:
+        """Remove the blobs no remaining session refers to, each logged."""
+        removed: list[BlobRemoval] = []
+        for store in blob_stores([self.root]):
+            try:
+                found = collect_blobs(store)
+            except (OSError, FlightlogError) as exc:
+                reason = exc.message if isinstance(exc, FlightlogError) else str(exc)
+                log.warning("blobs_kept", store=store, error=reason)
+                continue
+            for blob in found:
+                if blob.error is not None:
+                    log.warning("blob_kept", path=blob.path, size=blob.size, error=blob.error)
+                else:
+                    log.info("blob_removed", path=blob.path, size=blob.size, reason="unreferenced")
+            removed += found
+        return removed
 
     def _busy(self, path: str) -> bool:
         if self._stop.is_set():

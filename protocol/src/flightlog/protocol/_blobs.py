@@ -38,6 +38,7 @@ import msgspec
 
 __all__ = [
     "BLOB_DIR",
+    "BLOB_LOCK",
     "BLOB_MARK",
     "BLOB_MIN",
     "Blob",
@@ -54,6 +55,10 @@ __all__ = [
 #: The directory of a blob store, beside the session files (docs/format.md): each blob is
 #: ``BLOB_DIR/sha256/<first 2 hex>/<64 hex>``.
 BLOB_DIR: Final = ".flightlog-blobs"
+#: The lock file of a blob store (``BLOB_DIR/lock``): a writer holds it shared from
+#: storing a blob until the line that refers to it is written, a collection of the
+#: blobs nobody refers to holds it exclusive while it removes them (docs/operations.md).
+BLOB_LOCK: Final = "lock"
 #: Characters a base64 string has at least to be stored as a blob (3 KiB decoded).
 BLOB_MIN: Final = 4096
 #: What a line holding a reference contains: a cheap test before any parsing.

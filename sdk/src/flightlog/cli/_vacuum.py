@@ -9,7 +9,9 @@ session whose last run has no ``run_close`` and that no writer holds (interrupte
 not being written: outside the protected window it is removable like any other.
 ``--dry-run`` prints the plan; a real run carries out the same plan, made by the same
 code.  A file that cannot be removed is reported and skipped, and the exit status
-says so.
+says so.  Then the blobs no remaining session refers to go (``collect_blobs``, from
+every blob store the PATHs use); a dry run lists those the planned removals would
+leave unreferenced.
 """
 
 from __future__ import annotations
@@ -24,9 +26,20 @@ from typing import Final
 
 import msgspec
 
+from flightlog.protocol import FlightlogError
 from flightlog.protocol.wire import default_root
 from flightlog.sdk import _retention
-from flightlog.sdk.storage import Limits, Removal, StoredFile, available, remove, survey
+from flightlog.sdk.storage import (
+    BlobRemoval,
+    Limits,
+    Removal,
+    StoredFile,
+    available,
+    blob_stores,
+    collect_blobs,
+    remove,
+    survey,
+)
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
 from ._listing import _held
@@ -205,12 +218,14 @@ def cmd_vacuum(args: argparse.Namespace, style: Style) -> int:
     out = sys.stdout
     status = EXIT_OK
     count = total = 0
+    gone: list[str] = []
     for removal, done in run_vacuum(args, _socket(args), now):
         if removal.error is not None:
             status = EXIT_REFUSED
         else:
             count += 1
             total += removal.size
+            gone.append(removal.path)
         if args.json:
             out.write(msgspec.json.encode(removal.as_json(now, done=done)).decode() + "\n")
             continue
@@ -224,7 +239,36 @@ def cmd_vacuum(args: argparse.Namespace, style: Style) -> int:
             line += f"  -> {removal.archived_to}"
         out.write(line + "\n")
         out.flush()
+    blob_count = blob_total = 0
+    for blob in _collect(_tops(args), dry_run=args.dry_run, gone=gone):
+        if blob.error is not None:
+            status = EXIT_REFUSED
+        else:
+            blob_count += 1
+            blob_total += blob.size
+        if args.json:
+            out.write(msgspec.json.encode(blob.as_json(done=not args.dry_run)).decode() + "\n")
+        elif blob.error is not None:
+            say(f"flightlog: {blob.path}: {blob.error}", sys.stderr)
+        else:
+            verb = "would remove" if args.dry_run else "removed"
+            out.write(f"{verb}  {blob.path}  {_text_size(blob.size)}  unreferenced blob\n")
     if not args.json:
         verb = "would free" if args.dry_run else "freed"
-        out.write(style.dim(f"{count} files, {verb} {_text_size(total)}") + "\n")
+        summary = f"{count} files, {verb} {_text_size(total)}"
+        if blob_count:
+            summary += f"; {blob_count} blobs, {verb} {_text_size(blob_total)}"
+        out.write(style.dim(summary) + "\n")
     return status
+
+
+def _collect(tops: Sequence[str], *, dry_run: bool, gone: list[str]) -> Iterator[BlobRemoval]:
+    """The blobs no remaining session refers to, removed unless ``dry_run`` (then as if
+    the files ``gone`` were removed); a store that could not be collected is an
+    error entry."""
+    for store in blob_stores(tops):
+        try:
+            yield from collect_blobs(store, dry_run=dry_run, exclude=set(gone))
+        except (OSError, FlightlogError) as exc:
+            reason = exc.message if isinstance(exc, FlightlogError) else str(exc)
+            yield BlobRemoval(store, "", 0, 0, error=f"{reason}: its blobs kept")

@@ -20,6 +20,7 @@ from flightlog.protocol.wire import (
 )
 
 from ._async_link import AsyncLink, AsyncResource
+from ._blobs import TailResolver
 from ._exceptions import ConnectionLost
 
 __all__ = ["AsyncTail"]
@@ -32,6 +33,8 @@ class AsyncTail(AsyncResource, Generic[T]):
 
     Use it in ``async with`` (or call :meth:`aclose`) to unsubscribe from a follow
     before its end; an abandoned tail is unsubscribed with the client's next request.
+    Blob references are put back as their payloads, as :func:`read` does, where the
+    caller can read the session's blob store (docs/format.md).
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class AsyncTail(AsyncResource, Generic[T]):
         self._conn = link.conn
         self._subscribe = subscribe
         self._convert = convert
+        self._resolve = TailResolver()
         self._subscription: int | None = None
         self._buffer: deque[T] = deque()
         self._done = False
@@ -93,7 +97,10 @@ class AsyncTail(AsyncResource, Generic[T]):
             if batch is None:
                 self._done = True
             else:
-                self._buffer.extend(self._convert(path, record) for path, record in batch)
+                resolve = self._resolve
+                self._buffer.extend(
+                    self._convert(path, resolve(path, record)) for path, record in batch
+                )
         return self._buffer.popleft()
 
     def _give_up(self) -> None:

@@ -8,36 +8,61 @@ they can load it (and its digest matches): a session reads as it was recorded.  
 reader without the store still reads every line, with the references as they are.
 
 :func:`referenced_blobs` lists every digest the session files of some paths refer to,
-:func:`stored_blobs` every blob of a store: a blob is never to be removed while one of
-the sessions refers to it (retention takes the difference, scanning every session file
-under the store's directory).
+:func:`stored_blobs` every blob of a store.
+
+**Collecting.**  :func:`collect_blobs` removes the blobs of a store that no session file
+of its *domain* refers to: the files at any depth under the store's directory, except
+below a directory with a store of its own (their references resolve there).  It never
+removes one a session refers to, nor one a writer has stored for a line not yet
+written: flightlogd holds the store's lock file (``BLOB_LOCK``) shared from storing a
+blob until the line that refers to it is written.  The collection scans every session
+file of the domain without the lock, noting for each how far it read (the end of its
+last complete line) and its identity; then it takes the lock exclusive, scans again
+what changed since (the lines appended behind that point, or the whole of a file that
+was replaced), and removes only what neither scan found, before letting go of the lock.
+A line written before the exclusive lock was taken is seen by one of the two scans; a
+writer that comes after finds the blob gone and stores it again.  Each blob goes with
+one ``unlink``: a kill at any moment leaves every referred blob in place.  The scan
+finds references in the raw bytes (compressed files decompressed), so a damaged line
+keeps its blobs, and a file (or directory) that cannot be read stops the collection of
+its store; a file removed while it is scanned refers to nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator
-from typing import Final
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, Final, NamedTuple
 
 import msgspec
 
 from flightlog.protocol import FileFormatError, Reader, Record
-from flightlog.protocol._blobs import BLOB_DIR, has_references, references, resolve
+from flightlog.protocol._blobs import BLOB_DIR, BLOB_LOCK, has_references, references, resolve
 
-from ._compression import open_session_file
+from ._compression import compressed_reader, is_compressed, open_session_file
 
 __all__ = [
     "BlobReader",
+    "BlobRemoval",
+    "TailResolver",
     "blob_problems",
+    "blob_stores",
+    "collect_blobs",
     "find_blob_store",
     "referenced_blobs",
+    "referred_blob_paths",
     "resolving",
     "stored_blobs",
 ]
 
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
+_SUFFIX: Final = ".jsonl"
+_CHUNK: Final = 1024 * 1024
 
 
 def find_blob_store(session_path: str | os.PathLike[str]) -> str | None:
@@ -88,11 +113,39 @@ def resolving(
         if has_references(record.data):
             if blobs is None:
                 blobs = BlobReader(find_blob_store(session_path))
-            data = bytes(record.data)
-            resolved = resolve(data, blobs.load)
-            if resolved != data:
-                record = msgspec.structs.replace(record, data=msgspec.Raw(resolved))
+            record = _resolved(record, blobs)
         yield record
+
+
+def _resolved(record: Record, blobs: BlobReader) -> Record:
+    data = bytes(record.data)
+    resolved = resolve(data, blobs.load)
+    if resolved == data:
+        return record
+    return msgspec.structs.replace(record, data=msgspec.Raw(resolved))
+
+
+class TailResolver:
+    """Puts the payloads back in records that come with their session file's path (a
+    tail through the daemon), from the store found from each path where the caller
+    can read it; a record whose blobs it cannot load keeps its references."""
+
+    #: Directories whose store is remembered (then forgotten all at once).
+    MOST: Final = 1024
+
+    def __init__(self) -> None:
+        self._stores: dict[str, BlobReader] = {}
+
+    def __call__(self, path: str | None, record: Record) -> Record:
+        if not path or not has_references(record.data):
+            return record
+        directory = os.path.dirname(path)
+        blobs = self._stores.get(directory)
+        if blobs is None:
+            if len(self._stores) >= self.MOST:
+                self._stores.clear()
+            blobs = self._stores[directory] = BlobReader(find_blob_store(path))
+        return _resolved(record, blobs)
 
 
 def blob_problems(
@@ -167,3 +220,192 @@ def stored_blobs(store: str | os.PathLike[str]) -> Iterator[tuple[str, str, int]
             if _DIGEST.fullmatch(name) and name.startswith(prefix):
                 path = os.path.join(directory, name)
                 yield name, path, os.stat(path, follow_symlinks=False).st_size
+
+
+# ------------------------------------------------------------------------ collecting
+
+
+@dataclass
+class BlobRemoval:
+    """One blob a collection removes (or would): no session of its store refers to it."""
+
+    path: str
+    sha256: str
+    size: int
+    freed: int  # bytes of disk its removal gives back
+    error: str | None = None
+
+    def as_json(self, *, done: bool) -> dict[str, Any]:
+        return {
+            "blob": self.sha256,
+            "path": self.path,
+            "size": self.size,
+            "reason": "unreferenced",
+            "removed": done and self.error is None,
+            "error": self.error,
+        }
+
+
+def blob_stores(tops: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The blob stores the session files under ``tops`` use: each store found in them,
+    and the one above each top (its sessions' references resolve there)."""
+    stores: dict[str, str] = {}
+    for top in (os.path.abspath(t) for t in tops):
+        found = [find_blob_store(os.path.join(top, "-") if os.path.isdir(top) else top)]
+        if os.path.isdir(top):
+            for directory, subdirs, _ in os.walk(top):
+                if BLOB_DIR in subdirs:
+                    found.append(os.path.join(directory, BLOB_DIR))
+                subdirs[:] = sorted(d for d in subdirs if d != BLOB_DIR)
+        for store in found:
+            if store is not None:
+                stores.setdefault(os.path.realpath(store), store)
+    return list(stores.values())
+
+
+def _domain_sessions(domain: str) -> Iterator[str]:
+    """The session files whose references resolve to the store in ``domain``; a
+    directory that cannot be listed raises (:class:`OSError`)."""
+    for directory, subdirs, files in os.walk(domain, onerror=_raise):
+        subdirs[:] = sorted(
+            d
+            for d in subdirs
+            if d != BLOB_DIR and not os.path.isdir(os.path.join(directory, d, BLOB_DIR))
+        )
+        for name in sorted(files):
+            if name.endswith(_SUFFIX):
+                yield os.path.join(directory, name)
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+class _Scanned(NamedTuple):
+    """How far a scan read a session file, and the file it read."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    end: int | None  # a plain file: the offset after its last complete line read
+
+
+def _scan(path: str, digests: set[str], before: _Scanned | None = None) -> _Scanned:
+    """Add the digests the session file at ``path`` refers to to ``digests``: only what
+    was appended since ``before`` when it is the same plain file, grown."""
+    fileobj = open(path, "rb")  # noqa: SIM115 - closed below
+    with contextlib.ExitStack() as stack:
+        stack.callback(fileobj.close)
+        st = os.fstat(fileobj.fileno())
+        same = before is not None and (before.dev, before.ino) == (st.st_dev, st.st_ino)
+        if (
+            same
+            and before is not None
+            and (before.size, before.mtime_ns)
+            == (
+                st.st_size,
+                st.st_mtime_ns,
+            )
+        ):
+            return before
+        reader: IO[bytes] = fileobj
+        start = 0
+        if is_compressed(fileobj.read(4)):
+            reader = stack.enter_context(compressed_reader(fileobj))
+            end: int | None = None
+        else:
+            if same and before is not None and before.end is not None:
+                start = before.end if st.st_size >= before.end else 0
+            fileobj.seek(start)
+            end = start
+        held = b""
+        while chunk := reader.read(_CHUNK):
+            held += chunk
+            cut = held.rfind(b"\n") + 1
+            if cut:
+                digests.update(ref.sha256 for ref in references(held[:cut]))
+                held = held[cut:]
+                if end is not None:
+                    end += cut
+        # An unfinished tail may be a line being written: its references count too.
+        digests.update(ref.sha256 for ref in references(held))
+        return _Scanned(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, end)
+
+
+def referred_blob_paths(session_path: str) -> list[str]:
+    """The paths of the blobs the session file at ``session_path`` refers to that its
+    store holds."""
+    store = BlobReader(find_blob_store(session_path))
+    if store.store is None:
+        return []
+    digests: set[str] = set()
+    _scan(session_path, digests)
+    found = (store.path(digest) for digest in sorted(digests))
+    return [path for path in found if path is not None and os.path.isfile(path)]
+
+
+def collect_blobs(
+    store: str, *, dry_run: bool = False, exclude: Collection[str] = ()
+) -> list[BlobRemoval]:
+    """Remove the blobs of ``store`` that no session file of its domain refers to (see
+    the module docstring); with ``dry_run``, only list them, as if the files
+    ``exclude`` names were gone.  Raises :class:`OSError` (and :class:`MissingExtra`)
+    when a session file cannot be read: then nothing is removed."""
+    stored = {digest: path for digest, path, _ in stored_blobs(store)}
+    if not stored:
+        return []
+    domain = os.path.dirname(store)
+    digests: set[str] = set()
+    scanned: dict[str, _Scanned] = {}
+    for path in _domain_sessions(domain):
+        if path not in exclude:
+            with contextlib.suppress(FileNotFoundError):  # removed since it was listed
+                scanned[path] = _scan(path, digests)
+    if all(digest in digests for digest in stored):
+        return []
+    if dry_run:
+        return [_removal(d, p) for d, p in stored.items() if d not in digests]
+    lock = os.open(
+        os.path.join(store, BLOB_LOCK),
+        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # writers hold it only around a write
+        for path in _domain_sessions(domain):
+            with contextlib.suppress(FileNotFoundError):
+                _scan(path, digests, scanned.get(path))
+        removals: list[BlobRemoval] = []
+        for digest, path in stored.items():
+            if digest in digests:
+                continue
+            removal = _removal(digest, path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                removal.error = f"{exc.strerror or exc}: kept"
+            removals.append(removal)
+        for directory in {os.path.dirname(r.path) for r in removals if r.error is None}:
+            _fsync_dir(directory)
+        return removals
+    finally:
+        os.close(lock)
+
+
+def _removal(digest: str, path: str) -> BlobRemoval:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return BlobRemoval(path, digest, 0, 0)
+    return BlobRemoval(path, digest, st.st_size, st.st_blocks * 512)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

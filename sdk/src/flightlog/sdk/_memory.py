@@ -4,7 +4,11 @@
 :class:`flightlog.protocol.wire.ServerConnection`, so every rule (hello first, one writer per
 session, one open run, the sticky failure, what a record must be) is the one flightlogd
 applies; this module only stores: it numbers and keeps lines, answers checkpoints and
-status, and feeds tails.  Tests break it on purpose with :meth:`MemoryDaemon.hold` (a
+status, and feeds tails.  With ``blobs=True`` it takes payloads out of records by the
+rule flightlogd ``--blobs`` applies (``flightlog.protocol._blobs.extract``): the lines
+hold the references a file would, the blobs are kept in :attr:`MemoryDaemon.blobs`, and
+a tail gets the payloads back, as the SDK's tail puts them back from a store it can
+read.  Tests break it on purpose with :meth:`MemoryDaemon.hold` (a
 request never answered) and :meth:`MemoryDaemon.break_disk` (every later write of a
 session fails).
 """
@@ -27,6 +31,7 @@ from flightlog.protocol import (
     new_id,
     now,
 )
+from flightlog.protocol._blobs import BLOB_MIN, extract, resolve
 from flightlog.protocol.format import (
     Entry,
     RunLedger,
@@ -137,10 +142,13 @@ class MemorySession:
         """Every record, decoded."""
         return [msgspec.json.decode(line, type=Record) for line in self.lines]
 
-    def lines_for(self, tail: _Tail, after: int) -> list[bytes]:
-        """The lines after seq ``after`` that ``tail`` wants."""
+    def lines_for(
+        self, tail: _Tail, after: int, blobs: dict[str, bytes] | None = None
+    ) -> list[bytes]:
+        """The lines after seq ``after`` that ``tail`` wants, each reference put back as
+        its payload where ``blobs`` has it."""
         return [
-            line
+            line if blobs is None else resolve(line, blobs.get)
             for line, (type, run_id) in zip(self.lines[after:], self._kinds[after:], strict=True)
             if tail.wants(type, run_id)
         ]
@@ -225,8 +233,11 @@ class MemoryDaemon:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
         name: str = "flightlog memory daemon",
+        blobs: bool = False,
     ) -> None:
         self.max_frame_size = max_frame_size
+        #: With ``blobs``: the payloads taken out of records, by SHA-256 (else None).
+        self.blobs: dict[str, bytes] | None = {} if blobs else None
         self.versions = versions
         self.name = name
         #: Every session ever created, by path: the "files".
@@ -307,6 +318,9 @@ class MemoryDaemon:
                 self._check_disk(conn, session)
                 event_id = event.event_id
                 if event_id is None or session.first_time(event_id):
+                    if self.blobs is not None and len(data) >= BLOB_MIN:
+                        data, found = extract(bytes(data))
+                        self.blobs.update((blob.sha256, blob.data) for blob in found)
                     self._append(session, type, time, data, event.run_id, event_id)
                     session.ledger.wrote(1)
             case SaveCheckpoint(session_id=session_id):
@@ -420,7 +434,7 @@ class MemoryDaemon:
 
     def _publish(self, session: MemorySession, after: int) -> None:
         for tail in self._tails_of(session.path) + self._tails_of(None):
-            tail.batch(session.lines_for(tail, after), session.path)
+            tail.batch(session.lines_for(tail, after, self.blobs), session.path)
 
     def _subscribe(self, conn: MemoryConnection, request: Subscribe) -> None:
         self._subscriptions += 1
@@ -441,7 +455,7 @@ class MemoryDaemon:
             )
             return
         for session in sessions:
-            tail.batch(session.lines_for(tail, request.after), session.path)
+            tail.batch(session.lines_for(tail, request.after, self.blobs), session.path)
         if request.follow:
             self._tails[tail.number] = tail
         else:

@@ -32,6 +32,12 @@ original.  A kill at any moment leaves each file whole in place, whole in the ar
 or both; a later run that finds the same content at the target finishes the move.  An
 archive command gets the file's path as its last argument (the lock held meanwhile);
 the file is removed only once the command exits with status 0.
+
+**Blobs.**  Archiving to a directory first links or copies the blobs the file refers to
+into the archive's own blob store (the store's place relative to the tree), so the
+archived file reads whole; an archive command finds their paths in ``FLIGHTLOG_BLOBS``.
+Once the files are gone, :func:`~flightlog.sdk._blobs.collect_blobs` removes the blobs
+no remaining session refers to.
 """
 
 from __future__ import annotations
@@ -51,7 +57,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from flightlog.protocol import format_time, parse_time
+from flightlog.protocol._blobs import BLOB_DIR
 
+from ._blobs import _fsync_dir, find_blob_store, referred_blob_paths
 from ._sql import session_files
 
 __all__ = [
@@ -343,7 +351,8 @@ def remove(
             removal.error = "opened since it was planned: kept"
             return
         if command is not None:
-            error = _run_archive_command([*command, removal.path])
+            blobs = referred_blob_paths(removal.path)
+            error = _run_archive_command([*command, removal.path], blobs)
             if error is not None:
                 removal.error = f"{error}: kept"
                 return
@@ -353,6 +362,7 @@ def remove(
             if relative == ".":
                 relative = os.path.basename(removal.path)
             target = os.path.join(archive, relative)
+            _archive_blobs(removal, archive)  # before the file: it never lacks them
             _link_or_copy(removal.path, target)
             removal.archived_to = target
         os.unlink(removal.path)
@@ -369,11 +379,13 @@ def remove(
 ARCHIVE_COMMAND_TIMEOUT: Final = 3600.0
 
 
-def _run_archive_command(argv: list[str]) -> str | None:
-    """Run an archive command; None when it exited with 0, else why not."""
+def _run_archive_command(argv: list[str], blobs: list[str]) -> str | None:
+    """Run an archive command (``FLIGHTLOG_BLOBS`` in its environment: the paths of the
+    blobs the file refers to, one a line); None when it exited with 0, else why not."""
     try:
         done = subprocess.run(
             argv,
+            env={**os.environ, "FLIGHTLOG_BLOBS": "\n".join(blobs)},
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=ARCHIVE_COMMAND_TIMEOUT,
@@ -391,12 +403,23 @@ def _run_archive_command(argv: list[str]) -> str | None:
     return None
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _archive_blobs(removal: Removal, archive: str) -> None:
+    """Copy (or link) the blobs the file refers to into the archive's blob store, where
+    a reader of the archived file finds them: at the place of the store's directory
+    relative to the tree the file was found under (else the archive's top)."""
+    blobs = referred_blob_paths(removal.path)
+    if not blobs:
+        return
+    store = find_blob_store(removal.path)
+    assert store is not None
+    relative = os.path.relpath(os.path.dirname(store), removal.top)
+    within = relative != "." and not relative.startswith("..") and os.path.isdir(removal.top)
+    target_store = (
+        os.path.join(archive, relative, BLOB_DIR) if within else (os.path.join(archive, BLOB_DIR))
+    )
+    for blob in blobs:
+        digest = os.path.basename(blob)
+        _link_or_copy(blob, os.path.join(target_store, "sha256", digest[:2], digest))
 
 
 def _same_content(a: str, b: str) -> bool:

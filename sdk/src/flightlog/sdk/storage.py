@@ -9,7 +9,7 @@ docs/operations.md (limits).
 
 from __future__ import annotations
 
-from ._blobs import resolving
+from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving
 from ._compression import (
     Compressed,
     FileBusy,
@@ -33,6 +33,7 @@ from ._retention import (
 )
 
 __all__ = [
+    "BlobRemoval",
     "Compressed",
     "FileBusy",
     "InflatedFile",
@@ -40,6 +41,8 @@ __all__ = [
     "Removal",
     "StoredFile",
     "available",
+    "blob_stores",
+    "collect_blobs",
     "compress_at",
     "compress_path",
     "decompress_at",

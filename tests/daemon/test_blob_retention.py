@@ -1,0 +1,271 @@
+"""Blobs under retention: once sessions go (by flightlogd's sweep or ``flightlog
+vacuum``), the blobs no remaining session refers to go too, counted in the log and in
+``vacuum --dry-run``; a blob a session refers to never goes, nor one a writer has
+stored for a line not yet written; archiving carries a session's blobs; a SIGKILL in
+the middle of a vacuum leaves every remaining session whole, each reference resolved."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flightlog.daemon._blobstore import BlobStore
+from flightlog.daemon._paths import Roots
+from flightlog.protocol import events, format_time
+from flightlog.protocol._blobs import BLOB_DIR, extract
+from flightlog.sdk import check, connect, read
+from flightlog.sdk.storage import collect_blobs
+from support import DaemonProcess, wait_for
+from support.daemon import log_events
+
+SCREENSHOT = b"\x89PNG\r\n\x1a\n" + hashlib.sha256(b"screen").digest() * 700
+PDF = b"%PDF-1.7\n" + hashlib.sha256(b"doc").digest() * 400
+SHOT_SHA = hashlib.sha256(SCREENSHOT).hexdigest()
+PDF_SHA = hashlib.sha256(PDF).hexdigest()
+_TIME = re.compile(rb'"time":"[^"]*"')
+
+
+def image(data: bytes, i: int = 0) -> events.ModelRequest:
+    return events.ModelRequest(
+        execution=events.Execution(id=f"m{i}", kind="model"),
+        messages=[
+            events.UserMessage(
+                content=[
+                    events.TextPart(text=f"what is on screen {i}?"),
+                    events.ImagePart(media_type="image/png", data=base64.b64encode(data).decode()),
+                ]
+            )
+        ],
+    )
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="fl-", dir="/tmp"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def record(base: Path, sessions: dict[str, list[events.Event]]) -> None:
+    """Record each session through a real flightlogd with blobs on, then stop it."""
+    proc = DaemonProcess(base, "--blobs").start()
+    try:
+        with connect(proc.socket) as client:
+            for path, recorded in sessions.items():
+                session = client.create(path)
+                with session.begin_run() as run:
+                    for event in recorded:
+                        run.record(event)
+                session.close()
+    finally:
+        proc.stop()
+
+
+def age(path: Path, days: float) -> None:
+    """Make the session at ``path`` ``days`` old: its records' times and its mtime."""
+    moment = datetime.now(UTC) - timedelta(days=days)
+    stamp = b'"time":"%s"' % format_time(moment).encode()
+    path.write_bytes(_TIME.sub(stamp, path.read_bytes()))
+    os.utime(path, (moment.timestamp(), moment.timestamp()))
+
+
+def blob(root: Path, digest: str) -> Path:
+    return root / BLOB_DIR / "sha256" / digest[:2] / digest
+
+
+def whole(path: Path) -> bool:
+    """The session is sound and every blob reference in it resolves."""
+    report = check(path)
+    return report.sound and not [w for w in report.warnings if "blob" in w]
+
+
+def vacuum(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flightlog.cli", "vacuum", str(root), *args],
+        env={**os.environ, "FLIGHTLOG_SOCKET": str(root / "no-daemon.sock")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def two_sessions(base: Path) -> Path:
+    """``old.jsonl`` (10 days old: the screenshot and the PDF) and ``new.jsonl`` (the
+    screenshot): when old goes, only the PDF is left unreferenced."""
+    record(
+        base, {"old.jsonl": [image(SCREENSHOT), image(PDF, 1)], "new.jsonl": [image(SCREENSHOT)]}
+    )
+    root = base / "root"
+    age(root / "old.jsonl", 10)
+    assert blob(root, SHOT_SHA).is_file() and blob(root, PDF_SHA).is_file()
+    return root
+
+
+def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path) -> None:
+    root = two_sessions(base)
+    proc = DaemonProcess(
+        base, "--blobs", "--log-format", "json", "--max-age", "1d", "--vacuum-interval", "0.05"
+    ).start()
+    try:
+        wait_for(lambda: any(e.get("event") == "blob_removed" for e in log_events(proc)))
+        [removed] = [e for e in log_events(proc) if e.get("event") == "blob_removed"]
+        [sweep] = [e for e in log_events(proc) if e.get("event") == "retention_sweep"]
+    finally:
+        proc.stop()
+    assert not (root / "old.jsonl").exists()
+    assert removed["path"] == str(blob(root, PDF_SHA)) and removed["size"] == len(PDF)
+    assert sweep["blobs_removed"] == 1 and sweep["blob_bytes_freed"] == len(PDF)
+    assert not blob(root, PDF_SHA).exists()
+    assert blob(root, SHOT_SHA).is_file()  # new.jsonl refers to it
+    assert whole(root / "new.jsonl")
+    [request] = [r for r in read(root / "new.jsonl") if r.type == "model_request"]
+    assert base64.b64encode(SCREENSHOT) in bytes(request.data)
+
+
+def test_vacuum_dry_run_counts_the_blobs_a_run_removes(base: Path) -> None:
+    root = two_sessions(base)
+    dry = vacuum(root, "--max-age", "1d", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    planned = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert [p.get("path") for p in planned if "blob" not in p] == [str(root / "old.jsonl")]
+    [gone] = [p for p in planned if "blob" in p]
+    assert gone == {
+        "blob": PDF_SHA,
+        "path": str(blob(root, PDF_SHA)),
+        "size": len(PDF),
+        "reason": "unreferenced",
+        "removed": False,
+        "error": None,
+    }
+    assert blob(root, PDF_SHA).is_file() and (root / "old.jsonl").is_file()
+    done = vacuum(root, "--max-age", "1d")
+    assert done.returncode == 0, done.stderr
+    assert f"removed  {blob(root, PDF_SHA)}" in done.stdout
+    assert "1 files, freed" in done.stdout and "; 1 blobs, freed" in done.stdout
+    assert not blob(root, PDF_SHA).exists() and blob(root, SHOT_SHA).is_file()
+    assert whole(root / "new.jsonl")
+
+
+def test_an_archived_session_keeps_its_blobs_in_the_archive(base: Path) -> None:
+    root = two_sessions(base)
+    archive = Path(tempfile.mkdtemp(dir="/dev/shm")) / "archive"  # another filesystem
+    try:
+        done = vacuum(root, "--max-age", "1d", "--archive", str(archive))
+        assert done.returncode == 0, done.stderr
+        assert not (root / "old.jsonl").exists() and not blob(root, PDF_SHA).exists()
+        assert blob(archive, PDF_SHA).read_bytes() == PDF
+        assert blob(archive, SHOT_SHA).read_bytes() == SCREENSHOT
+        assert whole(archive / "old.jsonl") and whole(root / "new.jsonl")
+        data = b"".join(bytes(r.data) for r in read(archive / "old.jsonl"))
+        assert base64.b64encode(PDF) in data and base64.b64encode(SCREENSHOT) in data
+    finally:
+        shutil.rmtree(archive.parent, ignore_errors=True)
+
+
+def test_an_archive_command_is_told_the_blobs_of_the_session(base: Path) -> None:
+    root = two_sessions(base)
+    told = base / "told"
+    done = vacuum(
+        root, "--max-age", "1d", "--archive-command", f"sh -c 'echo \"$FLIGHTLOG_BLOBS\" > {told}'"
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(told.read_text().split()) == sorted(
+        [str(blob(root, SHOT_SHA)), str(blob(root, PDF_SHA))]
+    )
+
+
+def test_a_blob_whose_line_is_on_its_way_is_kept(base: Path) -> None:
+    """A writer (the daemon's own blob store) stored a blob nobody refers to yet and
+    holds the store's lock until its line is written: a collection running meanwhile
+    waits, sees the line, and keeps the blob."""
+    root = base / "root"
+    root.mkdir()
+    roots = Roots(str(root))
+    resolved = roots.resolve("s.jsonl")
+    line = b'{"image":"%s"}' % base64.b64encode(SCREENSHOT)
+    changed, blobs = extract(line)
+    (root / "s.jsonl").write_bytes(b"")
+    lock = BlobStore(roots).save(resolved, blobs)
+    removed: list[Any] = []
+    collector = threading.Thread(
+        target=lambda: removed.extend(collect_blobs(str(root / BLOB_DIR))), daemon=True
+    )
+    try:
+        collector.start()
+        # The collection has scanned (the blob unreferenced) and waits for the lock.
+        waiting = f":{os.stat(root / BLOB_DIR / 'lock').st_ino} "
+        wait_for(
+            lambda: any(
+                "->" in line and waiting in line
+                for line in Path("/proc/locks").read_text().splitlines()
+            )
+        )
+        with open(root / "s.jsonl", "ab") as session:
+            session.write(changed + b"\n")
+    finally:
+        os.close(lock)
+    collector.join(timeout=30)
+    assert not collector.is_alive()
+    assert removed == [] and blob(root, SHOT_SHA).read_bytes() == SCREENSHOT
+    # Once no line refers to it, it goes.
+    (root / "s.jsonl").write_bytes(b"")
+    [gone] = collect_blobs(str(root / BLOB_DIR))
+    assert gone.sha256 == SHOT_SHA and gone.size == len(SCREENSHOT) and gone.error is None
+    assert not blob(root, SHOT_SHA).exists()
+
+
+def test_sigkill_mid_vacuum_leaves_every_remaining_session_whole(base: Path) -> None:
+    shots = [hashlib.sha256(b"%d" % i).digest() * 200 for i in range(240)]
+    sessions = {
+        f"s{i:02}.jsonl": [image(shots[j], j) for j in range(i * 8, i * 8 + 16)] for i in range(29)
+    }
+    record(base, sessions)
+    root = base / "root"
+    for i in range(0, 29, 2):
+        age(root / f"s{i:02}.jsonl", 10)
+    killed = 0
+    for delay in (0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flightlog.cli", "vacuum", str(root), "--max-age", "1d"],
+            env={**os.environ, "FLIGHTLOG_SOCKET": str(root / "no-daemon.sock")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            killed += 1
+        for path in root.glob("*.jsonl"):
+            assert whole(path), path
+    done = vacuum(root, "--max-age", "1d")
+    assert done.returncode == 0, done.stderr
+    remaining = sorted(p.name for p in root.glob("*.jsonl"))
+    assert remaining == [f"s{i:02}.jsonl" for i in range(1, 29, 2)]
+    assert all(whole(root / name) for name in remaining)
+    referred = {
+        hashlib.sha256(shots[j]).hexdigest()
+        for i in range(1, 29, 2)
+        for j in range(i * 8, i * 8 + 16)
+    }
+    stored = {p.name for p in (root / BLOB_DIR / "sha256").rglob("*") if p.is_file()}
+    assert stored == referred
+    assert killed  # at least one vacuum was killed before it finished

@@ -11,7 +11,7 @@ is read in large blocks, and most lines are never decoded:
 1. Line 1 is read with the protocol's :class:`~flightlog.protocol.Reader`: a file that
    is not a session is refused, and a meta filter that does not match skips the whole
    file.
-2. **Prefilter, on bytes** (:class:`_Prefilter`).  Each filter says what bytes a
+2. **Prefilter, on bytes** (:class:`~._prefilter.Prefilter`).  Each filter says what bytes a
    matching line must hold: the quoted JSON string of a tool, a model, a run prefix or
    a single type (``"get_weather"``); a ``"type"`` member naming a type the question
    allows (``--tool`` allows ``tool_*``, ``--model`` the types that name one, several
@@ -74,6 +74,7 @@ from ._match import (
     record_data,
     value_text,
 )
+from ._prefilter import ESCAPE, Prefilter
 from ._sql import session_files
 from ._text import JOINED_PARTS, byte_test, first_match
 from ._transcript import origin_of
@@ -84,9 +85,6 @@ _BLOCK: Final = 8 * 1024 * 1024
 #: A line that names ``agent_start`` or ``agent_end``: decoded for ``agent`` whatever
 #: the tests say, so that :class:`Lineage` sees every agent begin and end.
 _AGENT_BOUNDS: Final = re.compile(rb'"agent_(?:start|end)"')
-#: A ``\u`` or ``\/`` escape: a line that holds one may spell a string otherwise than
-#: the writer does, so it skips the byte tests.
-_ESCAPE: Final = re.compile(rb"\\[u/]")
 #: A time in the writer's form, as the rest of a ``"time"`` member.  Its digits are
 #: not checked (quicker): a time with other characters there is no time at all.
 _WRITER_TIME: Final = rb':".{10}T.{8}(?:\.\d{1,9})?Z"'
@@ -219,7 +217,7 @@ class Query:
 
     def always(self) -> tuple[re.Pattern[bytes], ...]:
         """Lines decoded whatever :meth:`tests` says (theory of operation)."""
-        always = [_ESCAPE]
+        always = [ESCAPE]
         if self.text is not None:
             always.append(JOINED_PARTS)
         if self.agent is not None:
@@ -374,7 +372,7 @@ def search(
     or breaks a reading rule (:class:`FileFormatError`); the search goes on with the
     next file.  Without ``on_error`` the error is raised.
     """
-    prefilter = _Prefilter(query.tests(), query.always())
+    prefilter = Prefilter(query.tests(), query.always())
     files: Iterable[str] = session_files(paths)
     if query.tree is not None or query.fork_of is not None:
         files = _tree_files(query, list(files))
@@ -517,7 +515,7 @@ def _texts(wanted: Mapping[str, Any] | None) -> dict[str, str | None]:
     return {key: value_text(value) for key, value in (wanted or {}).items()}
 
 
-def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Record]:
+def _search_file(query: Query, prefilter: Prefilter, path: str) -> Iterator[Record]:
     with open_session_file(path) as fileobj:
         reader = Reader(fileobj)
         header = reader.read_header()
@@ -537,7 +535,7 @@ def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Rec
         yield from _scan(query, prefilter, fileobj, header.session_id)
 
 
-def _scan(query: Query, prefilter: _Prefilter, fileobj: Any, session_id: str) -> Iterator[Record]:
+def _scan(query: Query, prefilter: Prefilter, fileobj: Any, session_id: str) -> Iterator[Record]:
     offset = fileobj.tell()  # of the current block in the file
     rest = b""
     while block := fileobj.read(_BLOCK):
@@ -567,72 +565,3 @@ def _line_number(fileobj: Any, position: int) -> int:
         lines += chunk.count(b"\n")
         position -= len(chunk)
     return lines
-
-
-def _first(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
-    """Where ``test`` is first found in ``block[start:end]``; -1 if nowhere."""
-    if isinstance(test, bytes):
-        return block.find(test, start, end)
-    match = test.search(block, start, end)
-    return -1 if match is None else match.start()
-
-
-class _Prefilter:
-    """Step 2 of the theory of operation: the lines of a block that may match."""
-
-    def __init__(
-        self, tests: list[bytes | re.Pattern[bytes]], always: tuple[re.Pattern[bytes], ...]
-    ) -> None:
-        # The lines decoded whatever the tests say: another writer's escapes, and for
-        # text the lines that join text parts (_text's theory of operation), for agent
-        # the bounds of agents.
-        self._always = always
-        self._driver = tests[0] if tests else None
-        # Tested within one line each: as patterns, one call whatever the test.
-        self._others = [
-            re.compile(re.escape(test)) if isinstance(test, bytes) else test for test in tests[1:]
-        ]
-
-    def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        """(start, stop) of each line of ``block[:end]`` that may match, in order,
-        without its ``\\n``."""
-        always = self._always  # the escapes first (Query.always)
-        if block.find(b"\\", 0, end) == -1:  # one memchr: no escape to look for
-            always = always[1:]
-        escaped = list(self._escaped(always, block, end))
-        if not escaped:
-            return self._tested(block, end)
-        return iter(sorted({*escaped, *self._tested(block, end)}))
-
-    def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        driver, others = self._driver, self._others
-        if driver is None:
-            start = 0
-            while start < end:
-                stop = block.index(b"\n", start)
-                yield start, stop
-                start = stop + 1
-            return
-        at = _first(driver, block, 0, end)
-        while at != -1:
-            start = block.rfind(b"\n", 0, at) + 1
-            stop = block.index(b"\n", at)
-            for test in others:
-                if test.search(block, start, stop) is None:
-                    break
-            else:
-                yield start, stop
-            at = _first(driver, block, stop + 1, end)
-
-    @staticmethod
-    def _escaped(
-        always: tuple[re.Pattern[bytes], ...], block: bytes, end: int
-    ) -> Iterator[tuple[int, int]]:
-        """The lines of ``block[:end]`` decoded whatever the tests say."""
-        for pattern in always:  # one by one: each has a literal prefix to scan for
-            match = pattern.search(block, 0, end)
-            while match is not None:
-                start = block.rfind(b"\n", 0, match.start()) + 1
-                stop = block.index(b"\n", match.start())
-                yield start, stop
-                match = pattern.search(block, stop + 1, end)

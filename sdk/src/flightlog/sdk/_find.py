@@ -45,6 +45,7 @@ line 1 of every file first, then search the files of the tree.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -82,6 +83,8 @@ from ._transcript import origin_of
 __all__ = ["Found", "Query", "find", "search"]
 
 _BLOCK: Final = 8 * 1024 * 1024
+#: Map a file's pages in one call rather than one fault at a time (Linux).
+_POPULATE: Final = getattr(mmap, "MAP_POPULATE", 0)
 #: A line that names ``agent_start`` or ``agent_end``: decoded for ``agent`` whatever
 #: the tests say, so that :class:`Lineage` sees every agent begin and end.
 _AGENT_BOUNDS: Final = re.compile(rb'"agent_(?:start|end)"')
@@ -184,6 +187,8 @@ class Query:
         self._second = ""  # the seconds of the last record time known to be valid
         self._lineage: Lineage | None = None
         self._follows = self.agent is not None or self.under is not None
+        # The last record the text matched, and its match (:meth:`text_match`).
+        self._matched: tuple[Record, tuple[str, re.Match[str], int]] | None = None
 
     def tests(self) -> list[bytes | re.Pattern[bytes]]:
         """What every matching line holds, unless it has a ``\\u`` or ``\\/`` escape: a
@@ -272,7 +277,17 @@ class Query:
         """The exact test, on a decoded record (fed in file order)."""
         if not self._matches(record):
             return False
-        return self.text is None or first_match(self.text, record_data(record)) is not None
+        if self.text is None:
+            return True
+        found = first_match(self.text, record_data(record))
+        self._matched = None if found is None else (record, found)
+        return found is not None
+
+    def text_match(self, record: Record) -> tuple[str, re.Match[str], int] | None:
+        """The text's first match in ``record`` and how many texts match, when ``record``
+        is the last one :meth:`matches` accepted (so it is not decoded twice); else None."""
+        matched = self._matched
+        return matched[1] if matched is not None and matched[0] is record else None
 
     def _matches(self, record: Record) -> bool:
         if (
@@ -358,6 +373,9 @@ class Found:
 
     path: str
     record: Record
+    #: With a text: the first text that matched, the match and how many texts match
+    #: (None without a text, or where it must be found again: a blob put back).
+    match: tuple[str, re.Match[str], int] | None = None
 
 
 def search(
@@ -379,7 +397,7 @@ def search(
     for path in files:
         try:
             for record in resolving(_search_file(query, prefilter, path), path):
-                yield Found(path, record)
+                yield Found(path, record, query.text_match(record))
         except (OSError, FileFormatError) as exc:
             if on_error is None:
                 raise
@@ -526,32 +544,71 @@ def _search_file(query: Query, prefilter: Prefilter, path: str) -> Iterator[Reco
             yield header
         offset = reader.offset
         if fileobj.seekable():
+            mapped = _mapped(fileobj, offset)
+            if mapped is not None:
+                # The whole file in place: no copy, and no line waits for a next block.
+                with mapped:
+                    end = mapped.rfind(b"\n") + 1  # complete lines only
+                    found = _records(query, prefilter, mapped, offset, end, 0, fileobj, header)
+                    yield from found
+                return
             fileobj.seek(offset)
-            yield from _scan(query, prefilter, fileobj, header.session_id)
+            yield from _scan(query, prefilter, fileobj, header)
             return
     # A compressed file reads forward only: from its start again, to the same offset.
     with open_session_file(path) as fileobj:
         fileobj.seek(offset)
-        yield from _scan(query, prefilter, fileobj, header.session_id)
+        yield from _scan(query, prefilter, fileobj, header)
 
 
-def _scan(query: Query, prefilter: Prefilter, fileobj: Any, session_id: str) -> Iterator[Record]:
+def _mapped(fileobj: Any, offset: int) -> mmap.mmap | None:
+    """The file mapped for reading, when it is a plain file with lines after
+    ``offset``; else None."""
+    try:
+        fd = fileobj.fileno()
+        if os.fstat(fd).st_size <= offset:
+            return None
+        mapped = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return mapped
+
+
+def _scan(query: Query, prefilter: Prefilter, fileobj: Any, header: Record) -> Iterator[Record]:
     offset = fileobj.tell()  # of the current block in the file
     rest = b""
     while block := fileobj.read(_BLOCK):
         block = rest + block
         end = block.rfind(b"\n") + 1  # only complete lines; the rest waits for more
         rest = block[end:]
-        for start, stop in prefilter.lines(block, end):
-            line = block[start:stop]
-            try:
-                record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
-            except FileFormatError as exc:
-                # Lines are not counted while scanning: only an error needs its number.
-                raise FileFormatError(_line_number(fileobj, offset + start), exc.reason) from None
-            if query.matches(record):
-                yield record
+        yield from _records(query, prefilter, block, 0, end, offset, fileobj, header)
         offset += end
+
+
+def _records(
+    query: Query,
+    prefilter: Prefilter,
+    block: bytes | mmap.mmap,
+    begin: int,
+    end: int,
+    base: int,
+    fileobj: Any,
+    header: Record,
+) -> Iterator[Record]:
+    """The records of the lines of ``block[begin:end]`` (at ``base`` in the file) that
+    ``query`` matches."""
+    session_id = header.session_id
+    for start, stop in prefilter.lines(block, end):
+        if start < begin:
+            continue  # the lines before (line 1) were read already
+        line = block[start:stop]
+        try:
+            record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
+        except FileFormatError as exc:
+            # Lines are not counted while scanning: only an error needs its number.
+            raise FileFormatError(_line_number(fileobj, base + start), exc.reason) from None
+        if query.matches(record):
+            yield record
 
 
 def _line_number(fileobj: Any, position: int) -> int:

@@ -17,30 +17,34 @@ definition (tests/sdk/test_find_scan.py holds the two equal on random input); wi
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, TypeAlias
 
 from ._text import JOINED_PARTS
 
-__all__ = ["ESCAPE", "Prefilter", "lines_always", "lines_with"]
+__all__ = ["ESCAPE", "Block", "Prefilter", "lines_always", "lines_with"]
+
+#: Complete lines: read into memory, or a file mapped in place.
+Block: TypeAlias = bytes | mmap.mmap
 
 #: A ``\\u`` or ``\\/`` escape: a line that holds one may spell a string otherwise than
 #: the writer does, so it skips the byte tests.
 ESCAPE: Final = re.compile(rb"\\[u/]")
 
 
-def lines_with(block: bytes, end: int, needle: bytes) -> list[int]:
+def lines_with(block: Block, end: int, needle: bytes) -> list[int]:
     """The start of each line of ``block[:end]`` that holds ``needle``, in order."""
     starts = []
     at = block.find(needle, 0, end)
     while at != -1:
         starts.append(block.rfind(b"\n", 0, at) + 1)
-        at = block.find(needle, block.index(b"\n", at) + 1, end)
+        at = block.find(needle, block.find(b"\n", at) + 1, end)
     return starts
 
 
-def lines_always(block: bytes, end: int, joins: bool) -> list[int]:
+def lines_always(block: Block, end: int, joins: bool) -> list[int]:
     """The start of each line of ``block[:end]`` that holds :data:`ESCAPE`, or with
     ``joins`` :data:`~._text.JOINED_PARTS` (placed by the line of its first byte), in
     order."""
@@ -53,8 +57,8 @@ def lines_always(block: bytes, end: int, joins: bool) -> list[int]:
     return sorted(starts)
 
 
-_with: Callable[[bytes, int, bytes], list[int]] = lines_with
-_always: Callable[[bytes, int, bool], list[int]] = lines_always
+_with: Callable[[Block, int, bytes], list[int]] = lines_with
+_always: Callable[[Block, int, bool], list[int]] = lines_always
 try:
     # Its import fails when FLIGHTLOG_NO_SPEEDUPS is set, or it was not built.
     from flightlog.protocol._scan import lines_always as _always
@@ -80,7 +84,7 @@ class Prefilter:
             re.compile(re.escape(test)) if isinstance(test, bytes) else test for test in tests[1:]
         ]
 
-    def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+    def lines(self, block: Block, end: int) -> Iterator[tuple[int, int]]:
         """(start, stop) of each line of ``block[:end]`` that may match, in order,
         without its ``\\n``."""
         always = _always(block, end, self._joins)
@@ -88,25 +92,23 @@ class Prefilter:
             always += lines_of(pattern, block, end)
         if not always:
             return self._tested(block, end)
-        spans = {(start, block.index(b"\n", start)) for start in always}
+        spans = {(start, block.find(b"\n", start)) for start in always}
         return iter(sorted(spans.union(self._tested(block, end))))
 
-    def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
+    def _tested(self, block: Block, end: int) -> Iterator[tuple[int, int]]:
         driver, others = self._driver, self._others
         if driver is None:
             start = 0
             while start < end:
-                stop = block.index(b"\n", start)
+                stop = block.find(b"\n", start)
                 yield start, stop
                 start = stop + 1
             return
         starts = (
-            _with(block, end, driver)
-            if isinstance(driver, bytes)
-            else lines_of(driver, block, end)
+            _with(block, end, driver) if isinstance(driver, bytes) else lines_of(driver, block, end)
         )
         for start in starts:
-            stop = block.index(b"\n", start)
+            stop = block.find(b"\n", start)
             for test in others:
                 if test.search(block, start, stop) is None:
                     break
@@ -114,11 +116,11 @@ class Prefilter:
                 yield start, stop
 
 
-def lines_of(pattern: re.Pattern[bytes], block: bytes, end: int) -> list[int]:
+def lines_of(pattern: re.Pattern[bytes], block: Block, end: int) -> list[int]:
     """The start of each line of ``block[:end]`` where a match of ``pattern`` starts."""
     starts = []
     match = pattern.search(block, 0, end)
     while match is not None:
         starts.append(block.rfind(b"\n", 0, match.start()) + 1)
-        match = pattern.search(block, block.index(b"\n", match.start()) + 1, end)
+        match = pattern.search(block, block.find(b"\n", match.start()) + 1, end)
     return starts

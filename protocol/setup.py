@@ -15,6 +15,12 @@ setup(
             optional=True,
         ),
         Extension(
+            "flightlog.protocol._scan",
+            sources=["src/flightlog/protocol/_scan.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
+            optional=True,
+        ),
+        Extension(
             "flightlog.protocol._sender",
             sources=["src/flightlog/protocol/_sender.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra"],

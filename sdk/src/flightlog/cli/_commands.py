@@ -26,13 +26,12 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Final, TextIO
 
 import msgspec
 
 from flightlog.protocol import (
-    RECORD_TYPES,
     FileFormatError,
     Reader,
     Record,
@@ -42,7 +41,6 @@ from flightlog.protocol.format import (
 )
 from flightlog.protocol.wire import (
     StatusReply,
-    default_root,
     default_socket_path,
 )
 from flightlog.sdk import (
@@ -57,6 +55,21 @@ from flightlog.sdk import (
 from flightlog.sdk import check as check_file
 from flightlog.sdk.storage import open_session_file, resolving
 
+from ._exits import (
+    EXIT_CODES,
+    EXIT_DIFFERENT,
+    EXIT_GAPS,
+    EXIT_INTERRUPTED,
+    EXIT_NO_DAEMON,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNSOUND,
+    EXIT_USAGE,
+    CommandError,
+    installed_version,
+    local_path,
+)
+from ._exits import record_types as _record_types
 from ._inspect import SessionSummary
 from ._render import (
     Style,
@@ -72,6 +85,7 @@ from ._views import call_details, inspect_lines, origin_lines, prompt_lines, sho
 
 __all__ = [
     "EXIT_CODES",
+    "EXIT_DIFFERENT",
     "EXIT_GAPS",
     "EXIT_INTERRUPTED",
     "EXIT_NO_DAEMON",
@@ -90,39 +104,7 @@ __all__ = [
     "local_path",
 ]
 
-EXIT_OK: Final = 0
-EXIT_UNSOUND: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_GAPS: Final = 3
-EXIT_NO_DAEMON: Final = 4
-EXIT_REFUSED: Final = 5
-EXIT_DIFFERENT: Final = 6
-EXIT_INTERRUPTED: Final = 130
-
-#: Every exit status of ``flightlog`` and what it means (also in ``--help`` and docs/cli.md).
-EXIT_CODES: Final = {
-    EXIT_OK: "success (check: every file is sound; inspect: no run has gaps)",
-    EXIT_UNSOUND: "a session file breaks the reading rules (corrupt line, gap in seq, ...)",
-    EXIT_USAGE: "bad arguments, a file that cannot be read, or nothing matches --run/--call",
-    EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end, "
-    "an execution id used by two calls; resume: tool calls are left unpaired",
-    EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
-    EXIT_REFUSED: "the daemon refused the request or ended the tail with an error; "
-    "vacuum: a file could not be removed",
-    EXIT_DIFFERENT: "diff: the two runs differ",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-}
-
 _CLIENT_NAME: Final = "flightlog"
-
-
-class CommandError(Exception):
-    """A failure the command explains in one sentence and ends with ``code``."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
 
 
 # -------------------------------------------------------------------------- output
@@ -142,35 +124,6 @@ def _err(text: str) -> None:
 
 def _socket(args: argparse.Namespace) -> str:
     return args.socket or default_socket_path(os.environ, os.getuid())
-
-
-def _data_root() -> str:
-    return default_root(os.environ, os.path.expanduser("~"))
-
-
-def installed_version(missing: str) -> str:
-    """flightlog-sdk's installed version, or ``missing`` when it is not installed.
-
-    ``importlib.metadata`` is imported here, when a version is asked for: imported with
-    the CLI, it cost every command's start ~30 ms.
-    """
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("flightlog-sdk")
-    except PackageNotFoundError:
-        return missing
-
-
-def local_path(path: str) -> str:
-    """Where PATH is on this machine: in the current directory when it exists there
-    (made absolute), else under the data root for a relative path, else as given."""
-    if os.path.isabs(path):
-        return path
-    if os.path.lexists(path):
-        return os.path.abspath(path)
-    under_root = os.path.join(_data_root(), path)
-    return under_root if os.path.lexists(under_root) else path
 
 
 def daemon_path(path: str) -> str:
@@ -248,20 +201,6 @@ def _match_run(summary: SessionSummary, wanted: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------- tail
-
-
-def _record_types(values: Sequence[str] | None) -> list[str] | None:
-    if not values:
-        return None
-    types = [t.strip() for value in values for t in value.split(",") if t.strip()]
-    unknown = [t for t in types if t not in RECORD_TYPES]
-    if unknown:
-        known = ", ".join(sorted(RECORD_TYPES))
-        raise CommandError(
-            f"unknown record type {', '.join(map(repr, unknown))}; the types are: {known}",
-            EXIT_USAGE,
-        )
-    return types
 
 
 class _TailPrinter:

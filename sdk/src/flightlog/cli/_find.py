@@ -26,7 +26,7 @@ from flightlog.protocol.format import (
 from flightlog.protocol.wire import default_root
 from flightlog.sdk.search import Found, Query, meta_matches, moment, search
 
-from ._commands import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path
+from ._exits import EXIT_OK, EXIT_UNSOUND, EXIT_USAGE, CommandError, local_path, record_types
 from ._render import Style, one_line, say, tail_line
 from ._text import match_json, match_line
 
@@ -167,10 +167,8 @@ def _moment(text: str, option: str, now: datetime) -> datetime:
 
 def build_query(args: argparse.Namespace, now: datetime | None = None) -> Query:
     """The :class:`Query` of ``find``'s arguments; raises :class:`CommandError` (usage)."""
-    from ._commands import _record_types
-
     now = now or datetime.now(UTC)
-    types = _record_types(args.type)
+    types = record_types(args.type)
     meta = parse_meta(args.meta)
     if args.limit is not None and args.limit < 1:
         raise CommandError("--limit takes a number of records, 1 or more", EXIT_USAGE)
@@ -236,7 +234,7 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
                 path, head = found.path, b'{"path":' + msgspec.json.encode(found.path) + b","
             pending += head
             if query.text is not None:
-                pending += match_json(query.text, found.record)
+                pending += match_json(query.text, found.record, found.match)
             pending += memoryview(encode_line(found.record))[1:]
             if each_line or len(pending) >= _OUTPUT:
                 out.buffer.write(pending)
@@ -246,7 +244,7 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
             line = f"{style.bold(found.path)} {record.time[:10]} {tail_line(record, style)}"
             out.write(one_line(line) + "\n")
             if query.text is not None:
-                out.write(match_line(query.text, record, style))
+                out.write(match_line(query.text, record, style, found.match))
         if args.limit is not None and count >= args.limit:
             break
     out.buffer.write(pending)

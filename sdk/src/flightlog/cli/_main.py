@@ -20,14 +20,13 @@ from typing import Any, Final, NoReturn
 
 from flightlog.protocol import FileFormatError, FlightlogError
 from flightlog.sdk import (
-    DEFAULT_RECONNECT_GRACE,
     ConnectError,
     ConnectionLost,
     DaemonError,
     ErrorCode,
 )
 
-from ._commands import (
+from ._exits import (
     EXIT_CODES,
     EXIT_INTERRUPTED,
     EXIT_NO_DAEMON,
@@ -36,25 +35,9 @@ from ._commands import (
     EXIT_UNSOUND,
     EXIT_USAGE,
     CommandError,
-    cmd_check,
-    cmd_inspect,
-    cmd_show,
-    cmd_status,
-    cmd_tail,
     installed_version,
 )
-from ._compress import add_compress_arguments, cmd_compress, compress_epilog
-from ._demo import cmd_demo
-from ._diff import add_diff_arguments, cmd_diff, diff_epilog
-from ._export import add_export_arguments, cmd_export, export_epilog
-from ._find import add_find_arguments, cmd_find, find_epilog
-from ._html import cmd_show_html
-from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
 from ._render import Style, TerminalText, say
-from ._resume import add_resume_arguments, cmd_resume, resume_epilog
-from ._sql import add_sql_arguments, cmd_sql, sql_epilog
-from ._tail_all import after_value, tail_all_after
-from ._vacuum import add_vacuum_arguments, cmd_vacuum, vacuum_epilog
 
 __all__ = ["EXIT_CODES", "CommandError", "build_parser", "main", "run"]
 
@@ -64,7 +47,13 @@ def _err(text: str) -> None:
 
 
 def _show(args: argparse.Namespace, style: Style) -> int:
-    return cmd_show_html(args) if args.html else cmd_show(args, style)
+    if args.html:
+        from ._html import cmd_show_html
+
+        return cmd_show_html(args)
+    from ._commands import cmd_show
+
+    return cmd_show(args, style)
 
 
 _EXIT_HELP: Final = "exit status:\n" + "\n".join(
@@ -230,6 +219,9 @@ class _Version(argparse.Action):
 
 
 def _tail(args: argparse.Namespace, style: Style) -> int:
+    from ._commands import cmd_tail
+    from ._tail_all import tail_all_after
+
     if not args.reconnect_grace >= 0:
         raise CommandError("--reconnect-grace takes a number of seconds, 0 or more", EXIT_USAGE)
     # A cursor for --after (SESSION_ID:SEQ pairs) replays every session from it.
@@ -238,7 +230,170 @@ def _tail(args: argparse.Namespace, style: Style) -> int:
     return cmd_tail(args, style)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _tail_arguments(parser: argparse.ArgumentParser) -> None:
+    from flightlog.sdk import DEFAULT_RECONNECT_GRACE
+
+    from ._tail_all import after_value
+
+    parser.add_argument("path", metavar="PATH", nargs="?", help="the session file")
+    parser.add_argument(
+        "-f", "--follow", action="store_true", help="keep following until the session closes"
+    )
+    parser.add_argument(
+        "--after",
+        type=after_value,
+        default=0,
+        metavar="SEQ",
+        help="start after this seq (default: 0); with --all, after a CURSOR (docs/cli.md)",
+    )
+    parser.add_argument(
+        "--type",
+        action="append",
+        metavar="T",
+        help="only records of type T (repeatable, or comma-separated)",
+    )
+    parser.add_argument("--run", metavar="RUN", help="only records of this run (id or prefix)")
+    parser.add_argument("--json", action="store_true", help="print raw JSONL lines (for jq)")
+    parser.add_argument(
+        "--all", action="store_true", help="follow every session the daemon writes from now on"
+    )
+    parser.add_argument(
+        "--reconnect-grace",
+        type=float,
+        default=DEFAULT_RECONNECT_GRACE,
+        metavar="SECONDS",
+        help="with -f or --all, how long to wait for a daemon that went away (default: "
+        "%(default)g; 0: stop at once)",
+    )
+
+
+def _show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="PATH", help="the session file")
+    parser.add_argument("--run", metavar="RUN", help="only this run (id or prefix)")
+    parser.add_argument(
+        "--call",
+        metavar="ID[:ATTEMPT]",
+        help="one call's full request and result (every attempt unless ATTEMPT is given)",
+    )
+    parser.add_argument(
+        "--prompt",
+        action="store_true",
+        help="with --call: the full prompt the model was sent, rebuilt across continues",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="with --prompt: the prompt as JSON, one per line"
+    )
+    parser.add_argument(
+        "--html", action="store_true", help="one self-contained HTML page: a waterfall of the calls"
+    )
+
+
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", metavar="PATH", nargs="+", help="session files")
+
+
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="PATH", help="the session file")
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="the daemon's reply as JSON")
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--path",
+        default="demo/session.jsonl",
+        help="the session to record into (default: %(default)s, under the data root)",
+    )
+    parser.add_argument(
+        "--fast", action="store_true", help="no pauses (the recorded durations stay realistic)"
+    )
+    parser.add_argument(
+        "--no-start", action="store_true", help="do not start a daemon when none is running"
+    )
+
+
+_Handler = Callable[[argparse.Namespace, Style], int]
+
+
+def _setup(name: str) -> tuple[_Handler, str, Callable[[argparse.ArgumentParser], None]]:
+    """A command's handler, epilog and arguments, its modules imported only now."""
+    if name == "tail":
+        return _tail, _TAIL_EPILOG, _tail_arguments
+    if name == "show":
+        return _show, _SHOW_EPILOG, _show_arguments
+    if name in ("check", "inspect", "status"):
+        from . import _commands
+
+        handler = {"check": _commands.cmd_check, "inspect": _commands.cmd_inspect}
+        epilog = {"check": _CHECK_EPILOG, "inspect": _INSPECT_EPILOG}
+        arguments = {"check": _check_arguments, "inspect": _inspect_arguments}
+        return (
+            handler.get(name, _commands.cmd_status),
+            epilog.get(name, _STATUS_EPILOG),
+            arguments.get(name, _status_arguments),
+        )
+    if name == "demo":
+        from ._demo import cmd_demo
+
+        return cmd_demo, _DEMO_EPILOG, _demo_arguments
+    if name == "export":
+        from ._export import add_export_arguments, cmd_export, export_epilog
+
+        return cmd_export, export_epilog(_EXIT_HELP), add_export_arguments
+    if name == "find":
+        from ._find import add_find_arguments, cmd_find, find_epilog
+
+        return cmd_find, find_epilog(_EXIT_HELP), add_find_arguments
+    if name == "diff":
+        from ._diff import add_diff_arguments, cmd_diff, diff_epilog
+
+        return cmd_diff, diff_epilog(_EXIT_HELP), add_diff_arguments
+    if name == "sessions":
+        from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
+
+        return cmd_sessions, sessions_epilog(_EXIT_HELP), add_sessions_arguments
+    if name == "resume":
+        from ._resume import add_resume_arguments, cmd_resume, resume_epilog
+
+        return cmd_resume, resume_epilog(_EXIT_HELP), add_resume_arguments
+    if name == "sql":
+        from ._sql import add_sql_arguments, cmd_sql, sql_epilog
+
+        return cmd_sql, sql_epilog(_EXIT_HELP), add_sql_arguments
+    if name == "vacuum":
+        from ._vacuum import add_vacuum_arguments, cmd_vacuum, vacuum_epilog
+
+        return cmd_vacuum, vacuum_epilog(_EXIT_HELP), add_vacuum_arguments
+    from ._compress import add_compress_arguments, cmd_compress, compress_epilog
+
+    return cmd_compress, compress_epilog(_EXIT_HELP), add_compress_arguments
+
+
+#: Every command, in the order of ``--help``, with its one-line text.
+_COMMANDS: Final = {
+    "tail": "Print a session's records, and follow it live.",
+    "show": "A readable timeline of a session.",
+    "check": "Verify session files.",
+    "inspect": "Runs and their gaps.",
+    "status": "What the daemon holds.",
+    "demo": "Record a simulated agent session.",
+    "export": "Send sessions to an OTLP backend.",
+    "find": "Records across sessions.",
+    "diff": "Where two runs part ways.",
+    "sessions": "Every session, newest first.",
+    "resume": "What a program needs to continue a session; repair it, or fork it.",
+    "sql": "SQL over every session (DuckDB).",
+    "vacuum": "Remove old sessions, within limits.",
+    "compress": "Compress sessions nobody writes (zstd).",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; with ``command``, the others are named (for
+    ``--help``) but take no arguments, and their modules are not imported: a command
+    starts without the cost of the rest."""
     parser = _Parser(
         prog="flightlog",
         description=_DESCRIPTION,
@@ -248,124 +403,29 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser, suppress=False)
     parser.add_argument("--version", action=_Version, help="show the version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-
-    def command(
-        name: str, handler: Callable[[argparse.Namespace, Style], int], text: str, epilog: str
-    ) -> argparse.ArgumentParser:
+    for name, text in _COMMANDS.items():
+        if command is not None and name != command:
+            commands.add_parser(name, help=text)
+            continue
+        handler, epilog, add_arguments = _setup(name)
         sub = commands.add_parser(
             name, help=text, description=text, epilog=epilog, formatter_class=_Formatter
         )
         _common(sub, suppress=True)
         sub.set_defaults(handler=handler)
-        return sub
-
-    tail = command("tail", _tail, "Print a session's records, and follow it live.", _TAIL_EPILOG)
-    tail.add_argument("path", metavar="PATH", nargs="?", help="the session file")
-    tail.add_argument(
-        "-f", "--follow", action="store_true", help="keep following until the session closes"
-    )
-    tail.add_argument(
-        "--after",
-        type=after_value,
-        default=0,
-        metavar="SEQ",
-        help="start after this seq (default: 0); with --all, after a CURSOR (docs/cli.md)",
-    )
-    tail.add_argument(
-        "--type",
-        action="append",
-        metavar="T",
-        help="only records of type T (repeatable, or comma-separated)",
-    )
-    tail.add_argument("--run", metavar="RUN", help="only records of this run (id or prefix)")
-    tail.add_argument("--json", action="store_true", help="print raw JSONL lines (for jq)")
-    tail.add_argument(
-        "--all", action="store_true", help="follow every session the daemon writes from now on"
-    )
-    tail.add_argument(
-        "--reconnect-grace",
-        type=float,
-        default=DEFAULT_RECONNECT_GRACE,
-        metavar="SECONDS",
-        help="with -f or --all, how long to wait for a daemon that went away (default: "
-        "%(default)g; 0: stop at once)",
-    )
-
-    show = command("show", _show, "A readable timeline of a session.", _SHOW_EPILOG)
-    show.add_argument("path", metavar="PATH", help="the session file")
-    show.add_argument("--run", metavar="RUN", help="only this run (id or prefix)")
-    show.add_argument(
-        "--call",
-        metavar="ID[:ATTEMPT]",
-        help="one call's full request and result (every attempt unless ATTEMPT is given)",
-    )
-    show.add_argument(
-        "--prompt",
-        action="store_true",
-        help="with --call: the full prompt the model was sent, rebuilt across continues",
-    )
-    show.add_argument(
-        "--json", action="store_true", help="with --prompt: the prompt as JSON, one per line"
-    )
-    show.add_argument(
-        "--html", action="store_true", help="one self-contained HTML page: a waterfall of the calls"
-    )
-
-    check = command("check", cmd_check, "Verify session files.", _CHECK_EPILOG)
-    check.add_argument("paths", metavar="PATH", nargs="+", help="session files")
-
-    inspect = command("inspect", cmd_inspect, "Runs and their gaps.", _INSPECT_EPILOG)
-    inspect.add_argument("path", metavar="PATH", help="the session file")
-
-    status = command("status", cmd_status, "What the daemon holds.", _STATUS_EPILOG)
-    status.add_argument("--json", action="store_true", help="the daemon's reply as JSON")
-
-    demo = command("demo", cmd_demo, "Record a simulated agent session.", _DEMO_EPILOG)
-    demo.add_argument(
-        "--path",
-        default="demo/session.jsonl",
-        help="the session to record into (default: %(default)s, under the data root)",
-    )
-    demo.add_argument(
-        "--fast", action="store_true", help="no pauses (the recorded durations stay realistic)"
-    )
-    demo.add_argument(
-        "--no-start", action="store_true", help="do not start a daemon when none is running"
-    )
-
-    export = command(
-        "export", cmd_export, "Send sessions to an OTLP backend.", export_epilog(_EXIT_HELP)
-    )
-    add_export_arguments(export)
-    find = command("find", cmd_find, "Records across sessions.", find_epilog(_EXIT_HELP))
-    add_find_arguments(find)
-    diff = command("diff", cmd_diff, "Where two runs part ways.", diff_epilog(_EXIT_HELP))
-    add_diff_arguments(diff)
-    sessions = command(
-        "sessions", cmd_sessions, "Every session, newest first.", sessions_epilog(_EXIT_HELP)
-    )
-    add_sessions_arguments(sessions)
-    resume = command(
-        "resume",
-        cmd_resume,
-        "What a program needs to continue a session; repair it, or fork it.",
-        resume_epilog(_EXIT_HELP),
-    )
-    add_resume_arguments(resume)
-    sql = command("sql", cmd_sql, "SQL over every session (DuckDB).", sql_epilog(_EXIT_HELP))
-    add_sql_arguments(sql)
-    vacuum = command(
-        "vacuum", cmd_vacuum, "Remove old sessions, within limits.", vacuum_epilog(_EXIT_HELP)
-    )
-    add_vacuum_arguments(vacuum)
-    compress = command(
-        "compress",
-        cmd_compress,
-        "Compress sessions nobody writes (zstd).",
-        compress_epilog(_EXIT_HELP),
-    )
-    add_compress_arguments(compress)
+        add_arguments(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs, when it names one before any other word."""
+    words = iter(argv)
+    for word in words:
+        if word in ("--socket", "--color"):
+            next(words, None)  # the option's value
+        elif not word.startswith("-"):
+            return word if word in _COMMANDS else None
+    return None
 
 
 # ------------------------------------------------------------------------ running
@@ -381,7 +441,9 @@ def _daemon_error_status(exc: DaemonError) -> int:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run ``flightlog`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     style = Style.for_stream(sys.stdout, args.color)
     handler: Callable[[argparse.Namespace, Style], int] = args.handler

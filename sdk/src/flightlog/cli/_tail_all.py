@@ -31,10 +31,10 @@ from ._commands import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
-    _record_types,
     _socket,
     _TailPrinter,
 )
+from ._exits import record_types
 from ._render import Style, say
 from ._sessions import AllSessions, Doorbell, Rescan, format_cursor, parse_cursor
 
@@ -71,7 +71,7 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
     """Replay every session after ``cursor``, then follow them all live."""
     if not args.all or args.path is not None:
         raise CommandError("a cursor for --after goes with --all, without a PATH", EXIT_USAGE)
-    types = _record_types(args.type)
+    types = record_types(args.type)
     run_prefix: str | None = args.run
     printer = _TailPrinter(args, style, with_path=True)
     printer.flush = True

@@ -11,7 +11,7 @@ is read in large blocks, and most lines are never decoded:
 1. Line 1 is read with the protocol's :class:`~flightlog.protocol.Reader`: a file that
    is not a session is refused, and a meta filter that does not match skips the whole
    file.
-2. **Prefilter, on bytes** (:class:`_Prefilter`).  Each filter says what bytes a
+2. **Prefilter, on bytes** (:class:`~._prefilter.Prefilter`).  Each filter says what bytes a
    matching line must hold: the quoted JSON string of a tool, a model, a run prefix or
    a single type (``"get_weather"``); a ``"type"`` member naming a type the question
    allows (``--tool`` allows ``tool_*``, ``--model`` the types that name one, several
@@ -45,6 +45,7 @@ line 1 of every file first, then search the files of the tree.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -74,6 +75,7 @@ from ._match import (
     record_data,
     value_text,
 )
+from ._prefilter import ESCAPE, Prefilter
 from ._sql import session_files
 from ._text import JOINED_PARTS, byte_test, first_match
 from ._transcript import origin_of
@@ -81,12 +83,11 @@ from ._transcript import origin_of
 __all__ = ["Found", "Query", "find", "search"]
 
 _BLOCK: Final = 8 * 1024 * 1024
+#: Map a file's pages in one call rather than one fault at a time (Linux).
+_POPULATE: Final = getattr(mmap, "MAP_POPULATE", 0)
 #: A line that names ``agent_start`` or ``agent_end``: decoded for ``agent`` whatever
 #: the tests say, so that :class:`Lineage` sees every agent begin and end.
 _AGENT_BOUNDS: Final = re.compile(rb'"agent_(?:start|end)"')
-#: A ``\u`` or ``\/`` escape: a line that holds one may spell a string otherwise than
-#: the writer does, so it skips the byte tests.
-_ESCAPE: Final = re.compile(rb"\\[u/]")
 #: A time in the writer's form, as the rest of a ``"time"`` member.  Its digits are
 #: not checked (quicker): a time with other characters there is no time at all.
 _WRITER_TIME: Final = rb':".{10}T.{8}(?:\.\d{1,9})?Z"'
@@ -186,6 +187,8 @@ class Query:
         self._second = ""  # the seconds of the last record time known to be valid
         self._lineage: Lineage | None = None
         self._follows = self.agent is not None or self.under is not None
+        # The last record the text matched, and its match (:meth:`text_match`).
+        self._matched: tuple[Record, tuple[str, re.Match[str], int]] | None = None
 
     def tests(self) -> list[bytes | re.Pattern[bytes]]:
         """What every matching line holds, unless it has a ``\\u`` or ``\\/`` escape: a
@@ -219,7 +222,7 @@ class Query:
 
     def always(self) -> tuple[re.Pattern[bytes], ...]:
         """Lines decoded whatever :meth:`tests` says (theory of operation)."""
-        always = [_ESCAPE]
+        always = [ESCAPE]
         if self.text is not None:
             always.append(JOINED_PARTS)
         if self.agent is not None:
@@ -274,7 +277,17 @@ class Query:
         """The exact test, on a decoded record (fed in file order)."""
         if not self._matches(record):
             return False
-        return self.text is None or first_match(self.text, record_data(record)) is not None
+        if self.text is None:
+            return True
+        found = first_match(self.text, record_data(record))
+        self._matched = None if found is None else (record, found)
+        return found is not None
+
+    def text_match(self, record: Record) -> tuple[str, re.Match[str], int] | None:
+        """The text's first match in ``record`` and how many texts match, when ``record``
+        is the last one :meth:`matches` accepted (so it is not decoded twice); else None."""
+        matched = self._matched
+        return matched[1] if matched is not None and matched[0] is record else None
 
     def _matches(self, record: Record) -> bool:
         if (
@@ -360,6 +373,9 @@ class Found:
 
     path: str
     record: Record
+    #: With a text: the first text that matched, the match and how many texts match
+    #: (None without a text, or where it must be found again: a blob put back).
+    match: tuple[str, re.Match[str], int] | None = None
 
 
 def search(
@@ -374,14 +390,14 @@ def search(
     or breaks a reading rule (:class:`FileFormatError`); the search goes on with the
     next file.  Without ``on_error`` the error is raised.
     """
-    prefilter = _Prefilter(query.tests(), query.always())
+    prefilter = Prefilter(query.tests(), query.always())
     files: Iterable[str] = session_files(paths)
     if query.tree is not None or query.fork_of is not None:
         files = _tree_files(query, list(files))
     for path in files:
         try:
             for record in resolving(_search_file(query, prefilter, path), path):
-                yield Found(path, record)
+                yield Found(path, record, query.text_match(record))
         except (OSError, FileFormatError) as exc:
             if on_error is None:
                 raise
@@ -517,7 +533,7 @@ def _texts(wanted: Mapping[str, Any] | None) -> dict[str, str | None]:
     return {key: value_text(value) for key, value in (wanted or {}).items()}
 
 
-def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Record]:
+def _search_file(query: Query, prefilter: Prefilter, path: str) -> Iterator[Record]:
     with open_session_file(path) as fileobj:
         reader = Reader(fileobj)
         header = reader.read_header()
@@ -528,32 +544,71 @@ def _search_file(query: Query, prefilter: _Prefilter, path: str) -> Iterator[Rec
             yield header
         offset = reader.offset
         if fileobj.seekable():
+            mapped = _mapped(fileobj, offset)
+            if mapped is not None:
+                # The whole file in place: no copy, and no line waits for a next block.
+                with mapped:
+                    end = mapped.rfind(b"\n") + 1  # complete lines only
+                    found = _records(query, prefilter, mapped, offset, end, 0, fileobj, header)
+                    yield from found
+                return
             fileobj.seek(offset)
-            yield from _scan(query, prefilter, fileobj, header.session_id)
+            yield from _scan(query, prefilter, fileobj, header)
             return
     # A compressed file reads forward only: from its start again, to the same offset.
     with open_session_file(path) as fileobj:
         fileobj.seek(offset)
-        yield from _scan(query, prefilter, fileobj, header.session_id)
+        yield from _scan(query, prefilter, fileobj, header)
 
 
-def _scan(query: Query, prefilter: _Prefilter, fileobj: Any, session_id: str) -> Iterator[Record]:
+def _mapped(fileobj: Any, offset: int) -> mmap.mmap | None:
+    """The file mapped for reading, when it is a plain file with lines after
+    ``offset``; else None."""
+    try:
+        fd = fileobj.fileno()
+        if os.fstat(fd).st_size <= offset:
+            return None
+        mapped = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return mapped
+
+
+def _scan(query: Query, prefilter: Prefilter, fileobj: Any, header: Record) -> Iterator[Record]:
     offset = fileobj.tell()  # of the current block in the file
     rest = b""
     while block := fileobj.read(_BLOCK):
         block = rest + block
         end = block.rfind(b"\n") + 1  # only complete lines; the rest waits for more
         rest = block[end:]
-        for start, stop in prefilter.lines(block, end):
-            line = block[start:stop]
-            try:
-                record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
-            except FileFormatError as exc:
-                # Lines are not counted while scanning: only an error needs its number.
-                raise FileFormatError(_line_number(fileobj, offset + start), exc.reason) from None
-            if query.matches(record):
-                yield record
+        yield from _records(query, prefilter, block, 0, end, offset, fileobj, header)
         offset += end
+
+
+def _records(
+    query: Query,
+    prefilter: Prefilter,
+    block: bytes | mmap.mmap,
+    begin: int,
+    end: int,
+    base: int,
+    fileobj: Any,
+    header: Record,
+) -> Iterator[Record]:
+    """The records of the lines of ``block[begin:end]`` (at ``base`` in the file) that
+    ``query`` matches."""
+    session_id = header.session_id
+    for start, stop in prefilter.lines(block, end):
+        if start < begin:
+            continue  # the lines before (line 1) were read already
+        line = block[start:stop]
+        try:
+            record = parse_line(line, lineno=0, session_id=session_id, expected_seq=None)
+        except FileFormatError as exc:
+            # Lines are not counted while scanning: only an error needs its number.
+            raise FileFormatError(_line_number(fileobj, base + start), exc.reason) from None
+        if query.matches(record):
+            yield record
 
 
 def _line_number(fileobj: Any, position: int) -> int:
@@ -567,72 +622,3 @@ def _line_number(fileobj: Any, position: int) -> int:
         lines += chunk.count(b"\n")
         position -= len(chunk)
     return lines
-
-
-def _first(test: bytes | re.Pattern[bytes], block: bytes, start: int, end: int) -> int:
-    """Where ``test`` is first found in ``block[start:end]``; -1 if nowhere."""
-    if isinstance(test, bytes):
-        return block.find(test, start, end)
-    match = test.search(block, start, end)
-    return -1 if match is None else match.start()
-
-
-class _Prefilter:
-    """Step 2 of the theory of operation: the lines of a block that may match."""
-
-    def __init__(
-        self, tests: list[bytes | re.Pattern[bytes]], always: tuple[re.Pattern[bytes], ...]
-    ) -> None:
-        # The lines decoded whatever the tests say: another writer's escapes, and for
-        # text the lines that join text parts (_text's theory of operation), for agent
-        # the bounds of agents.
-        self._always = always
-        self._driver = tests[0] if tests else None
-        # Tested within one line each: as patterns, one call whatever the test.
-        self._others = [
-            re.compile(re.escape(test)) if isinstance(test, bytes) else test for test in tests[1:]
-        ]
-
-    def lines(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        """(start, stop) of each line of ``block[:end]`` that may match, in order,
-        without its ``\\n``."""
-        always = self._always  # the escapes first (Query.always)
-        if block.find(b"\\", 0, end) == -1:  # one memchr: no escape to look for
-            always = always[1:]
-        escaped = list(self._escaped(always, block, end))
-        if not escaped:
-            return self._tested(block, end)
-        return iter(sorted({*escaped, *self._tested(block, end)}))
-
-    def _tested(self, block: bytes, end: int) -> Iterator[tuple[int, int]]:
-        driver, others = self._driver, self._others
-        if driver is None:
-            start = 0
-            while start < end:
-                stop = block.index(b"\n", start)
-                yield start, stop
-                start = stop + 1
-            return
-        at = _first(driver, block, 0, end)
-        while at != -1:
-            start = block.rfind(b"\n", 0, at) + 1
-            stop = block.index(b"\n", at)
-            for test in others:
-                if test.search(block, start, stop) is None:
-                    break
-            else:
-                yield start, stop
-            at = _first(driver, block, stop + 1, end)
-
-    @staticmethod
-    def _escaped(
-        always: tuple[re.Pattern[bytes], ...], block: bytes, end: int
-    ) -> Iterator[tuple[int, int]]:
-        """The lines of ``block[:end]`` decoded whatever the tests say."""
-        for pattern in always:  # one by one: each has a literal prefix to scan for
-            match = pattern.search(block, 0, end)
-            while match is not None:
-                start = block.rfind(b"\n", 0, match.start()) + 1
-                stop = block.index(b"\n", match.start())
-                yield start, stop
-                match = pattern.search(block, stop + 1, end)

@@ -7,18 +7,44 @@ every session from a cursor behind ``tail --all`` and ``tail_all(after=...)``.
 
 from __future__ import annotations
 
-from ._cursor import (
-    AllSessions,
-    Doorbell,
-    Rescan,
-    SessionFile,
-    format_cursor,
-    parse_cursor,
-    session_files,
-)
+from typing import TYPE_CHECKING, Any
+
 from ._find import Found, Query, search
 from ._match import failed, meta_matches, moment, record_data
 from ._text import first_match, snippet
+
+if TYPE_CHECKING:
+    from ._cursor import (
+        AllSessions,
+        Doorbell,
+        Rescan,
+        SessionFile,
+        format_cursor,
+        parse_cursor,
+        session_files,
+    )
+
+_CURSOR = (
+    "AllSessions",
+    "Doorbell",
+    "Rescan",
+    "SessionFile",
+    "format_cursor",
+    "parse_cursor",
+    "session_files",
+)
+
+
+def __getattr__(name: str) -> Any:
+    # The cursor's names (tail --all) are imported on first use: find starts without them.
+    if name not in _CURSOR:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import _cursor
+
+    value = getattr(_cursor, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AllSessions",

@@ -15,8 +15,10 @@ framework, applied to both sides:
 
 1. The system prompt is compared apart, as one string: the framework's system messages
    (pydantic-ai's system prompt parts, then the latest request's instructions; LangChain's
-   leading system messages; the OpenAI Agents SDK's ``system_instructions``) joined by a
-   blank line, and ``Prompt.system``.
+   leading system messages; the OpenAI Agents SDK's ``system_instructions`` and its
+   input's leading system items) joined by a blank line, and ``Prompt.system`` with the
+   rebuilt prompt's leading system messages.  A system message after another message
+   is ``{"system": [parts]}`` in its place.
 2. A message is one per role change: pydantic-ai's request parts are one message each;
    consecutive assistant messages are one (the OpenAI Agents SDK holds a response's text
    and each of its tool calls as separate items, chat-completions sends them as one).
@@ -27,18 +29,42 @@ framework, applied to both sides:
 5. A tool result is its text (what the model reads), its call's id and tool name (the
    name of the call of that id, where the framework's result does not carry it), and
    whether it is an error.
+6. An image or another file (a document, audio, video) is ``{"image" | "file": data,
+   "type": media type, "name": file name, "id": file id}``: ``data`` is its base64, its
+   URL, or empty when it is sent by a provider's file id; a ``data:`` URL is its media
+   type and base64; a media type not given is guessed from the URL or the file name,
+   else ``image/*``, ``audio/*``, ``video/*``, ``application/octet-stream``; audio and
+   video are files, and so is an image sent by file id alone.  An image's ``detail``
+   hint is not compared.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flightlog.sdk import Prompt
 
-__all__ = ["Sent", "from_langchain", "from_openai_agents", "from_prompt", "from_pydantic_ai"]
+__all__ = [
+    "PDF64",
+    "PNG64",
+    "WAV64",
+    "Sent",
+    "from_langchain",
+    "from_openai_agents",
+    "from_prompt",
+    "from_pydantic_ai",
+]
+
+
+#: Small files the multimodal scenarios send (base64).
+PNG64 = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").decode()
+PDF64 = base64.b64encode(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n").decode()
+WAV64 = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
 
 
 @dataclass(frozen=True)
@@ -67,6 +93,34 @@ def _args(arguments: Any) -> Any:
     return dict(arguments) if isinstance(arguments, Mapping) else arguments
 
 
+_UNKNOWN = {
+    "image": "image/*",
+    "audio": "audio/*",
+    "video": "video/*",
+    "file": "application/octet-stream",
+}
+
+
+def media(
+    kind: str,
+    *,
+    data: str | None = None,
+    url: str | None = None,
+    media_type: str | None = None,
+    name: str | None = None,
+    file_id: str | None = None,
+) -> dict[str, Any]:
+    """The normal form of an image or another file (rule 6)."""
+    if url and url.startswith("data:") and ";base64," in url:
+        head, _, data = url.partition(",")
+        media_type, url = media_type or head[5:].split(";")[0], None
+    if not media_type:
+        where = url or name
+        media_type = (mimetypes.guess_type(where)[0] if where else None) or _UNKNOWN[kind]
+    key = "image" if kind == "image" and not file_id else "file"
+    return {key: data or url or "", "type": media_type, "name": name, "id": file_id}
+
+
 def _merged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
@@ -78,7 +132,10 @@ def _merged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _sent(system: str | None, messages: list[dict[str, Any]]) -> Sent:
-    return Sent(system=system, messages=_merged(messages))
+    lead = [system or ""]
+    while messages and "system" in messages[0]:
+        lead.append("".join(p.get("text", "") for p in messages.pop(0)["system"]))
+    return Sent(system=_joined(lead), messages=_merged(messages))
 
 
 # --- flightlog's side: a rebuilt prompt ----------------------------------------------
@@ -97,7 +154,18 @@ def _flightlog_parts(content: Any) -> list[dict[str, Any]]:
         elif kind == "tool_call":
             parts.append({"call": part["id"], "name": part["name"], "args": part["arguments"]})
         elif kind == "image":
-            parts.append({"image": part["data"], "type": part["media_type"]})
+            parts.append(
+                {"image": part["data"], "type": part["media_type"], "name": None, "id": None}
+            )
+        elif kind == "file":
+            parts.append(
+                {
+                    "file": part["data"],
+                    "type": part["media_type"],
+                    "name": part.get("name"),
+                    "id": part.get("file_id"),
+                }
+            )
         else:
             parts.append({"other": part})
     return parts
@@ -108,8 +176,8 @@ def from_prompt(prompt: Prompt) -> Sent:
     out: list[dict[str, Any]] = []
     for message in prompt.messages:
         kind = message.get("$type") if isinstance(message, Mapping) else None
-        if kind == "user":
-            out.append({"user": _flightlog_parts(message["content"])})
+        if kind in ("user", "system"):
+            out.append({kind: _flightlog_parts(message["content"])})
         elif kind == "assistant":
             out.append({"assistant": _flightlog_parts(message.get("content"))})
         elif kind == "tool_result":
@@ -198,10 +266,19 @@ def from_pydantic_ai(messages: Sequence[Any]) -> Sent:
 def _pydantic_ai_user_part(part: Any) -> dict[str, Any]:
     if isinstance(part, str):
         return {"text": part}
-    if part.kind == "image-url":
-        return {"image": part.url, "type": part.media_type}
-    if part.kind == "binary" and part.is_image:
-        return {"image": part.base64, "type": part.media_type}
+    urls = {
+        "image-url": "image",
+        "audio-url": "audio",
+        "video-url": "video",
+        "document-url": "file",
+    }
+    if part.kind in urls:
+        return media(urls[part.kind], url=part.url, media_type=part.media_type)
+    if part.kind == "binary":
+        kind = "image" if part.is_image else "file"
+        return media(kind, data=part.base64, media_type=part.media_type)
+    if part.kind == "uploaded-file":
+        return media("file", file_id=part.file_id, media_type=part.media_type)
     return {"other": part}
 
 
@@ -222,16 +299,39 @@ def _langchain_parts(content: Any) -> list[dict[str, Any]]:
     return parts
 
 
+def _langchain_blocks(message: Any) -> list[dict[str, Any]]:
+    """A user or system message's content as LangChain's own standard blocks read it."""
+    parts: list[dict[str, Any]] = []
+    for block in message.content_blocks:
+        kind = block["type"]
+        if kind == "text":
+            parts += _text(block["text"])
+        elif kind in ("image", "audio", "video", "file"):
+            extras = block.get("extras") or {}
+            parts.append(
+                media(
+                    kind,
+                    data=block.get("base64"),
+                    url=block.get("url"),
+                    media_type=block.get("mime_type"),
+                    name=block.get("filename") or extras.get("filename"),
+                    file_id=block.get("file_id"),
+                )
+            )
+        else:
+            parts.append({"other": block})
+    return parts
+
+
 def from_langchain(messages: Sequence[Any]) -> Sent:
     """LangChain's ``BaseMessage`` list, as a chat model is handed it."""
-    system: list[str] = []
     out: list[dict[str, Any]] = []
     for message in messages:
         kind = message.type
-        if kind == "system" and not out:
-            system.append("".join(p.get("text", "") for p in _langchain_parts(message.content)))
+        if kind == "system":
+            out.append({"system": _langchain_blocks(message)})
         elif kind == "human":
-            out.append({"user": _langchain_parts(message.content)})
+            out.append({"user": _langchain_blocks(message)})
         elif kind == "ai":
             parts = _langchain_parts(message.content)
             parts += [
@@ -251,7 +351,7 @@ def from_langchain(messages: Sequence[Any]) -> Sent:
             )
         else:
             out.append({"other": message})
-    return _sent(_joined(system), out)
+    return _sent(None, out)
 
 
 # --- OpenAI Agents SDK: the input a model is handed -----------------------------------
@@ -264,10 +364,25 @@ def _openai_parts(content: Any) -> list[dict[str, Any]]:
         return _text(content)
     parts: list[dict[str, Any]] = []
     for part in content or []:
-        if isinstance(part, Mapping) and part.get("type") in _TEXTS:
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in _TEXTS:
             parts += _text(str(part.get("text") or ""))
-        elif isinstance(part, Mapping) and part.get("type") == "refusal":
+        elif kind == "refusal":
             parts += _text(str(part.get("refusal") or ""))
+        elif kind == "input_image":
+            parts.append(media("image", url=part.get("image_url"), file_id=part.get("file_id")))
+        elif kind == "input_file":
+            parts.append(
+                media(
+                    "file",
+                    url=part.get("file_data") or part.get("file_url"),
+                    name=part.get("filename"),
+                    file_id=part.get("file_id"),
+                )
+            )
+        elif kind == "input_audio":
+            audio = part["input_audio"]
+            parts.append(media("audio", data=audio["data"], media_type=f"audio/{audio['format']}"))
         else:
             parts.append({"other": part})
     return parts
@@ -284,7 +399,7 @@ def from_openai_agents(system_instructions: str | None, items: Sequence[Any]) ->
         item = dict(item)
         role, kind = item.get("role"), item.get("type")
         if role in ("system", "developer"):
-            out.append({"other": item})
+            out.append({"system": _openai_parts(item.get("content"))})
         elif role == "user" and kind in (None, "message"):
             out.append({"user": _openai_parts(item.get("content"))})
         elif role == "assistant" and kind in (None, "message"):

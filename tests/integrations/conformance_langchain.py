@@ -12,7 +12,14 @@ from typing import Annotated, Any
 import anyio
 import pydantic
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.tools import InjectedToolCallId, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -24,7 +31,7 @@ from langgraph.types import Command
 from flightlog.integrations import Recorder
 from flightlog.integrations.langchain import FlightlogCallbackHandler
 
-from .conformance import Sent, from_langchain
+from .conformance import PDF64, PNG64, WAV64, Sent, from_langchain
 
 Scenario = Callable[[Recorder, str], Awaitable[list[Sent]]]
 Answer = Callable[[list[BaseMessage], int], AIMessage]
@@ -301,6 +308,54 @@ async def conversation(recorder: Recorder, path: str) -> list[Sent]:
     return model.sent
 
 
+async def multimodal(recorder: Recorder, path: str) -> list[Sent]:
+    # Images, files and audio in every shape LangChain takes: OpenAI's image_url (a
+    # data URL, a URL), its input_audio and file parts, the standard blocks (by URL,
+    # base64, file id; the older source_type shape and the current one).
+    model = Scripted(answer=_tool_then_text, sent=[])
+    question = HumanMessage(
+        content=[
+            {"type": "text", "text": "What is the weather in these?"},
+            {
+                "type": "image_url",
+                "image_url": {"url": f"data:image/png;base64,{PNG64}", "detail": "low"},
+            },
+            {"type": "image_url", "image_url": {"url": "https://example.com/sky.jpg"}},
+            {"type": "image", "source_type": "url", "url": "https://example.com/sea.png"},
+            {"type": "image", "base64": PNG64, "mime_type": "image/png"},
+            {
+                "type": "file",
+                "source_type": "base64",
+                "data": PDF64,
+                "mime_type": "application/pdf",
+                "filename": "forecast.pdf",
+            },
+            {"type": "file", "source_type": "id", "id": "file-123"},
+            {"type": "file", "file_id": "file-456"},
+            {"type": "audio", "source_type": "base64", "data": WAV64, "mime_type": "audio/wav"},
+            {"type": "input_audio", "input_audio": {"data": WAV64, "format": "wav"}},
+            {
+                "type": "file",
+                "file": {"file_data": f"data:application/pdf;base64,{PDF64}", "filename": "x.pdf"},
+            },
+        ]
+    )
+    await _react(model, [lookup]).ainvoke({"messages": [question]}, _handler(recorder, path))
+    return model.sent
+
+
+async def system_midway(recorder: Recorder, path: str) -> list[Sent]:
+    # A system message in the conversation's course (not leading), in a thread's
+    # second run: the model is sent it in place.
+    model = Scripted(answer=_tool_then_text, sent=[])
+    graph = _react(model, [lookup], checkpointer=InMemorySaver())
+    config = {**_handler(recorder, path), "configurable": {"thread_id": "t-1"}}
+    await graph.ainvoke({"messages": [("user", "Lisbon?")]}, config)
+    later = [SystemMessage("Answer in French from now on."), HumanMessage("And Porto?")]
+    await graph.ainvoke({"messages": later}, config)
+    return model.sent
+
+
 SCENARIOS: dict[str, Scenario] = {
     "parallel_tools": parallel_tools,
     "retries": retries,
@@ -311,4 +366,6 @@ SCENARIOS: dict[str, Scenario] = {
     "agents_as_tools": agents_as_tools,
     "cancellation": cancellation,
     "conversation": conversation,
+    "multimodal": multimodal,
+    "system_midway": system_midway,
 }

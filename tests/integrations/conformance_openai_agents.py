@@ -30,7 +30,7 @@ from openai import AsyncOpenAI
 from flightlog.integrations import Recorder
 from flightlog.integrations.openai_agents import FlightlogProcessor
 
-from .conformance import Sent, from_openai_agents
+from .conformance import PDF64, PNG64, WAV64, Sent, from_openai_agents
 
 Scenario = Callable[[Recorder, str], Awaitable[list[Sent]]]
 #: A reply: a completion's message (its text, its tool calls), or a status code that fails.
@@ -378,6 +378,64 @@ async def conversation(recorder: Recorder, path: str, models: Models | None = No
     return models.sent
 
 
+def _question(*more: dict[str, Any]) -> list[Any]:
+    """A question with images, files and audio, in the Responses API's input items."""
+    content = [
+        {"type": "input_text", "text": "What is the weather in these?"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG64}", "detail": "low"},
+        {"type": "input_image", "image_url": "https://example.com/sky.jpg"},
+        {
+            "type": "input_file",
+            "file_data": f"data:application/pdf;base64,{PDF64}",
+            "filename": "forecast.pdf",
+        },
+        {"type": "input_file", "file_id": "file-123"},
+        {"type": "input_audio", "input_audio": {"data": WAV64, "format": "wav"}},
+        *more,
+    ]
+    return [{"role": "user", "content": content}]
+
+
+async def multimodal(recorder: Recorder, path: str) -> list[Sent]:
+    # Sent by the chat-completions model: as image_url, file and input_audio parts.
+    models = Models(_tool_then_text)
+    with recording(recorder, path):
+        await Runner.run(_agent(models), _question())
+    return models.sent
+
+
+async def multimodal_responses(recorder: Recorder, path: str) -> list[Sent]:
+    # Sent by the Responses API model as they are, with a file by URL and an image by
+    # file id besides (which chat completions cannot send).
+    models = Models(_tool_then_text, responses=True)
+    more = [
+        {"type": "input_file", "file_url": "https://example.com/forecast.pdf"},
+        {"type": "input_image", "file_id": "file-img"},
+    ]
+    with recording(recorder, path):
+        await Runner.run(_agent(models), _question(*more))
+    return models.sent
+
+
+async def system_midway(recorder: Recorder, path: str, models: Models | None = None) -> list[Sent]:
+    # A system message in the conversation's course, in its second run: sent in place.
+    models = models or Models(_tool_then_text)
+    agent = _agent(models)
+    config = RunConfig(group_id="g")
+    with recording(recorder, path):
+        first = await Runner.run(agent, "Lisbon?", run_config=config)
+        later = [
+            {"role": "system", "content": "Answer in French from now on."},
+            {"role": "user", "content": "And Porto?"},
+        ]
+        await Runner.run(agent, [*first.to_input_list(), *later], run_config=config)
+    return models.sent
+
+
+async def system_midway_responses(recorder: Recorder, path: str) -> list[Sent]:
+    return await system_midway(recorder, path, Models(_tool_then_text, responses=True))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "parallel_tools": parallel_tools,
     "retries": retries,
@@ -388,4 +446,8 @@ SCENARIOS: dict[str, Scenario] = {
     "cancellation": cancellation,
     "conversation": conversation,
     "responses_api": responses_api,
+    "multimodal": multimodal,
+    "multimodal_responses": multimodal_responses,
+    "system_midway": system_midway,
+    "system_midway_responses": system_midway_responses,
 }

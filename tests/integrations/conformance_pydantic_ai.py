@@ -280,9 +280,10 @@ async def conversation(recorder: Recorder, path: str) -> list[Sent]:
 
 
 async def multimodal(recorder: Recorder, path: str) -> list[Sent]:
-    # Images in the prompt (by URL, and as bytes), and a response that thinks first.
-    from pydantic_ai import BinaryContent, ImageUrl
-    from pydantic_ai.messages import ThinkingPart
+    # Images in the prompt (by URL, and as bytes), documents, audio, video and a file
+    # uploaded to the provider, and a response that thinks first.
+    from pydantic_ai import AudioUrl, BinaryContent, DocumentUrl, ImageUrl, VideoUrl
+    from pydantic_ai.messages import ThinkingPart, UploadedFile
 
     models = Models()
 
@@ -296,6 +297,12 @@ async def multimodal(recorder: Recorder, path: str) -> list[Sent]:
         "What is the weather in these?",
         ImageUrl("https://example.com/sky.png"),
         BinaryContent(data=b"\x89PNG\r\n", media_type="image/png"),
+        DocumentUrl("https://example.com/forecast.pdf"),
+        AudioUrl("https://example.com/wind.mp3"),
+        VideoUrl("https://example.com/clouds.mp4"),
+        BinaryContent(data=b"%PDF-1.4\n", media_type="application/pdf"),
+        BinaryContent(data=b"RIFF\x24\x00\x00\x00WAVE", media_type="audio/wav"),
+        UploadedFile(file_id="file-123", provider_name="openai", media_type="application/pdf"),
     ]
     await _agent(models.model(answer), recorder, path).run(prompt)
     return models.sent

@@ -624,17 +624,20 @@ def test_the_work_per_step_does_not_grow_with_the_steps(
 ) -> None:
     # Every node of a graph starts a chain with the whole state: converting it there
     # made each step cost more than the one before (quadratic in the steps).
+    from flightlog.integrations import _langchain_messages as messages
     from flightlog.integrations import langchain as integration
 
     converted = 0
-    convert = integration._message
+    convert = messages.to_message
 
     def counting(message: Any) -> Any:
         nonlocal converted
         converted += 1
         return convert(message)
 
-    monkeypatch.setattr(integration, "_message", counting)
+    # Both where the handler converts a message and where a run's input is converted.
+    monkeypatch.setattr(integration, "to_message", counting)
+    monkeypatch.setattr(messages, "to_message", counting)
 
     def conversions(steps: int) -> int:
         nonlocal converted

@@ -30,7 +30,8 @@ from langgraph.prebuilt import ToolNode, create_react_agent
 from openai import AsyncOpenAI
 
 from flightlog.integrations import Recorder
-from flightlog.integrations.langchain import FlightlogCallbackHandler, _message
+from flightlog.integrations._langchain_messages import to_message
+from flightlog.integrations.langchain import FlightlogCallbackHandler
 from flightlog.integrations.openai_agents import FlightlogProcessor
 from flightlog.protocol import default_codec
 from flightlog.sdk import Transcript, check
@@ -98,7 +99,7 @@ def test_langchain_prompts_rebuild_across_the_runs_of_a_thread(
     path = daemon.root / "langchain" / "t-1.jsonl"
     assert check(path).sound and recorder.stats.problems == 0
     expected = [
-        msgspec.json.decode(default_codec.encode_value([_message(m) for m in messages]))
+        msgspec.json.decode(default_codec.encode_value([to_message(m) for m in messages]))
         for messages in model.received
     ]
     assert len(expected) == 8

@@ -420,7 +420,8 @@ def test_tool_arguments_are_not_scrubbed() -> None:
 
 def test_builtin_tags_are_registered() -> None:
     tags = Codec().tags
-    for tag in ("user", "assistant", "tool_result", "text", "thinking", "tool_call", "image"):
+    builtin = ("user", "assistant", "tool_result", "system", "text", "thinking", "tool_call")
+    for tag in (*builtin, "image", "file"):
         assert tag in tags
     assert tags["assistant"] is AssistantMessage
     assert Codec().tag_of(Execution) == "execution"

@@ -34,12 +34,14 @@ from flightlog.protocol.events import (
     CallConfig,
     ChatMessage,
     ContextCompacted,
+    FilePart,
     ImagePart,
     MessageEnd,
     ModelExecEnd,
     ModelRequest,
     ModelResponse,
     Part,
+    SystemMessage,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -161,8 +163,10 @@ def test_message_and_part_tags() -> None:
     def tag(cls: type[msgspec.Struct]) -> object:
         return cls.__struct_config__.tag
 
-    assert [tag(c) for c in typing.get_args(ChatMessage)] == ["user", "assistant", "tool_result"]
-    assert [tag(c) for c in typing.get_args(Part)] == ["text", "thinking", "tool_call", "image"]
+    messages = ["user", "assistant", "tool_result", "system"]
+    assert [tag(c) for c in typing.get_args(ChatMessage)] == messages
+    parts = ["text", "thinking", "tool_call", "image", "file"]
+    assert [tag(c) for c in typing.get_args(Part)] == parts
     for cls in (*typing.get_args(ChatMessage), *typing.get_args(Part)):
         assert cls.__struct_config__.tag_field == "$type"
 
@@ -240,9 +244,17 @@ parts: st.SearchStrategy[Any] = st.one_of(
     st.builds(ThinkingPart, thinking=texts, signature=st.none() | texts, redacted=st.booleans()),
     st.builds(ToolCallPart, id=texts, name=texts, arguments=json_objects),
     st.builds(ImagePart, media_type=st.just("image/png"), data=texts),
+    st.builds(
+        FilePart,
+        media_type=st.just("application/pdf"),
+        data=texts,
+        name=st.none() | texts,
+        file_id=st.none() | texts,
+    ),
 )
 messages: st.SearchStrategy[Any] = st.one_of(
     st.builds(UserMessage, content=texts | st.lists(parts, max_size=3)),
+    st.builds(SystemMessage, content=texts | st.lists(parts, max_size=3)),
     st.builds(
         AssistantMessage,
         content=st.lists(parts, max_size=3),

@@ -15,7 +15,8 @@ model, tool or compaction call.  A retry keeps the execution id and adds one to
 by run, execution id, attempt and kind; a missing end is never read as success.
 
 Messages and parts are tagged with ``"$type"`` (``"user"``, ``"assistant"``,
-``"tool_result"``; ``"text"``, ``"thinking"``, ``"tool_call"``, ``"image"``).  Fields that
+``"tool_result"``, ``"system"``; ``"text"``, ``"thinking"``, ``"tool_call"``, ``"image"``,
+``"file"``).  Fields that
 hold messages, results or details are typed ``Any``: an application may put its own
 message types there once it has registered them with the codec.
 """
@@ -47,6 +48,7 @@ __all__ = [
     "Event",
     "Execution",
     "ExecutionKind",
+    "FilePart",
     "ImagePart",
     "MessageEnd",
     "MessageStart",
@@ -61,6 +63,7 @@ __all__ = [
     "Retry",
     "RetryWaitEnd",
     "RetryWaitStart",
+    "SystemMessage",
     "TextPart",
     "ThinkingPart",
     "ToolCallPart",
@@ -194,7 +197,18 @@ class ImagePart(msgspec.Struct, kw_only=True, frozen=True, tag_field="$type", ta
     data: str
 
 
-Part: TypeAlias = TextPart | ThinkingPart | ToolCallPart | ImagePart
+class FilePart(msgspec.Struct, kw_only=True, frozen=True, tag_field="$type", tag="file"):
+    """Any other file the model is sent (a document, audio, video), or an image known
+    only by a provider's file id: ``data`` is base64 of the bytes, a URL, or empty when
+    the file is sent by ``file_id``; ``name`` is its file name when one is sent."""
+
+    media_type: str
+    data: str = ""
+    name: str | None = None
+    file_id: str | None = None
+
+
+Part: TypeAlias = TextPart | ThinkingPart | ToolCallPart | ImagePart | FilePart
 
 
 class UserMessage(msgspec.Struct, kw_only=True, frozen=True, tag_field="$type", tag="user"):
@@ -226,8 +240,15 @@ class ToolResultMessage(
     is_error: bool = False
 
 
+class SystemMessage(msgspec.Struct, kw_only=True, frozen=True, tag_field="$type", tag="system"):
+    """A system (or developer) message sent in the conversation's course, where the
+    framework put it; the leading system prompt is ``model_request.system``."""
+
+    content: list[Part] | str
+
+
 #: The protocol's own conversation messages (named so as not to clash with wire messages).
-ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage
+ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResultMessage | SystemMessage
 
 
 # --- events -----------------------------------------------------------------------------

@@ -283,8 +283,8 @@ def _parts_text(parts: Any) -> str:
             pieces.append(f"→{part.get('name')}({format_args(part.get('arguments'), 40)})")
         elif kind == "thinking":
             pieces.append("[thinking]")
-        elif kind == "image":
-            pieces.append(f"[image {part.get('media_type', '')}]")
+        elif kind in ("image", "file"):
+            pieces.append(f"[{kind} {part.get('name') or part.get('media_type', '')}]")
         else:
             pieces.append(_json(part))
     return " ".join(piece for piece in pieces if piece)

@@ -153,7 +153,7 @@ def _text_of(parts: Any) -> list[dict[str, Any]]:
                     "arguments": part.get("arguments"),
                 }
             )
-        elif kind == "image":
+        elif kind in ("image", "file"):
             converted.append({"type": "blob", "mime_type": part.get("media_type")})
         else:
             converted.append({"type": "text", "content": _json(part)})
@@ -163,8 +163,8 @@ def _text_of(parts: Any) -> list[dict[str, Any]]:
 def _message(message: Any, finish_reason: str | None = None) -> dict[str, Any]:
     """A recorded message in the conventions' shape (role, parts)."""
     kind = message.get("$type") if isinstance(message, dict) else None
-    if kind == "user":
-        return {"role": "user", "parts": _text_of(message.get("content"))}
+    if kind in ("user", "system"):
+        return {"role": kind, "parts": _text_of(message.get("content"))}
     if kind == "assistant":
         converted: dict[str, Any] = {
             "role": "assistant",

@@ -10,6 +10,8 @@ from typing import Any, TypeAlias
 
 from flightlog.protocol import events
 
+from ._parts import TEXT_BLOCKS, block_part
+
 __all__ = [
     "ModelFacts",
     "custom",
@@ -150,26 +152,31 @@ def _response_message(response: Mapping[str, Any]) -> events.AssistantMessage:
     )
 
 
-def system_of(data: Any) -> str | None:
-    """The system prompt a model call's span says was sent: the chat-completions
-    messages' leading system (or developer) messages, or a response's instructions."""
+def system_of(data: Any) -> tuple[str | None, int]:
+    """The system prompt a model call's span says was sent (the chat-completions
+    messages' leading system or developer messages, or a response's instructions), and
+    how many of the span's input items it takes."""
     if kind(data) == "response":
         response = getattr(data, "response", None)
         instructions = getattr(response, "instructions", None)
-        return instructions if isinstance(instructions, str) and instructions else None
+        return (instructions if isinstance(instructions, str) and instructions else None), 0
     texts = []
     for item in getattr(data, "input", None) or []:
-        if not isinstance(item, Mapping) or item.get("role") not in ("system", "developer"):
+        if not isinstance(item, Mapping) or item.get("role") not in _SYSTEM:
             break
         texts.append("".join(_texts(item.get("content"))))
-    return "\n\n".join(texts) if texts else None
+    return ("\n\n".join(texts) if texts else None), len(texts)
+
+
+_SYSTEM = ("system", "developer")
 
 
 def request(items: Sequence[Any], names: dict[str, str]) -> list[Any]:
     """Chat-completions messages or Responses API input items as flightlog's messages:
     tool calls with their arguments decoded, tool results named after their call
-    (``names``: tool call id to tool name, kept up to date from the calls met here).
-    System messages are left out (``model_request.system``, :func:`system_of`); items
+    (``names``: tool call id to tool name, kept up to date from the calls met here),
+    system and developer messages as system messages in place (the leading ones that
+    are the system prompt, :func:`system_of`, are left out by the caller); items
     flightlog has no message for are kept as they are."""
     out: list[Any] = []
     for item in items:
@@ -177,9 +184,14 @@ def request(items: Sequence[Any], names: dict[str, str]) -> list[Any]:
             out.append(item)
             continue
         role, type_ = item.get("role"), item.get("type")
-        if role in ("system", "developer"):
-            continue
-        if role == "user" and type_ in (None, "message"):
+        if role in _SYSTEM and type_ in (None, "message"):
+            content = item.get("content")
+            out.append(
+                events.SystemMessage(
+                    content=content if isinstance(content, str) else _parts(content)
+                )
+            )
+        elif role == "user" and type_ in (None, "message"):
             content = item.get("content")
             out.append(
                 events.UserMessage(content=content if isinstance(content, str) else _parts(content))
@@ -221,16 +233,13 @@ def _result(names: dict[str, str], call_id: Any, content: Any) -> events.ToolRes
     )
 
 
-_TEXTS = ("text", "input_text", "output_text")
-
-
 def _texts(content: Any) -> list[str]:
     if isinstance(content, str):
         return [content]
     return [
         str(p.get("text") or "")
         for p in content or []
-        if isinstance(p, Mapping) and p.get("type") in _TEXTS
+        if isinstance(p, Mapping) and p.get("type") in TEXT_BLOCKS
     ]
 
 
@@ -241,10 +250,6 @@ def _parts(content: Any) -> list[Any]:
         return [events.TextPart(text=content)] if content else []
     parts: list[Any] = []
     for part in content if isinstance(content, list) else [content]:
-        if isinstance(part, Mapping) and part.get("type") in _TEXTS:
-            parts.append(events.TextPart(text=str(part.get("text") or "")))
-        elif isinstance(part, Mapping) and part.get("type") == "refusal":
-            parts.append(events.TextPart(text=str(part.get("refusal") or "")))
-        else:
-            parts.append(part)
+        found = block_part(part) if isinstance(part, Mapping) else None
+        parts.append(part if found is None else found)
     return parts

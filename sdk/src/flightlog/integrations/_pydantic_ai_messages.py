@@ -10,6 +10,8 @@ from pydantic_ai.tools import ToolDefinition
 
 from flightlog.protocol import events
 
+from ._parts import file_part
+
 __all__ = [
     "assistant",
     "config",
@@ -62,16 +64,27 @@ def declaration(tool: ToolDefinition) -> events.ToolDeclaration:
 
 
 def user_part(part: Any) -> Any:
-    """A part of a user prompt: text, an image (by URL, or its bytes in base64), or
-    another file as it is (written with its class)."""
+    """A part of a user prompt as flightlog's part: text; an image by URL, or its bytes
+    in base64 (an ``image`` part); audio, video, a document, or a file uploaded to the
+    provider (a ``file`` part); anything else as it is (written with its class)."""
     if isinstance(part, str):
         return events.TextPart(text=part)
     kind = getattr(part, "kind", None)
-    if kind == "image-url":
-        return events.ImagePart(media_type=part.media_type, data=part.url)
-    if kind == "binary" and getattr(part, "is_image", False):
-        return events.ImagePart(media_type=part.media_type, data=part.base64)
+    if kind == "text-content":
+        return events.TextPart(text=str(part.content))
+    if kind in _URLS:
+        return file_part(_URLS[kind], url=part.url, media_type=part.media_type)
+    if kind == "binary":
+        found = next((k for k in _BINARY if getattr(part, f"is_{k}", False)), "file")
+        return file_part(found, data=part.base64, media_type=part.media_type)
+    if kind == "uploaded-file":
+        return file_part("file", file_id=part.file_id, media_type=part.media_type)
     return part
+
+
+#: pydantic-ai's file URLs, by kind, to the kind of file they are.
+_URLS = {"image-url": "image", "audio-url": "audio", "video-url": "video", "document-url": "file"}
+_BINARY = ("image", "audio", "video")
 
 
 def system_prompt(messages: Sequence[Any]) -> str | None:

@@ -27,7 +27,7 @@ Recording never breaks the run: see :mod:`flightlog.integrations._recorder`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -38,6 +38,7 @@ from langchain_core.outputs import LLMResult
 
 from flightlog.protocol import events
 
+from ._langchain_messages import final_output, input_messages, to_message, tool_content
 from ._langchain_values import (
     added,
     declaration,
@@ -59,7 +60,6 @@ from ._recorder import (
 __all__ = ["FlightlogCallbackHandler"]
 
 _CONFIG_KEYS = {"ls_temperature": "temperature", "ls_max_tokens": "max_tokens"}
-_CHUNKS = {"AIMessageChunk": "ai", "HumanMessageChunk": "human", "ToolMessageChunk": "tool"}
 
 
 @dataclass
@@ -188,7 +188,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         # Every node of a graph starts a chain with the whole state: its messages are
         # converted only for an agent's start, so a step costs the same at step 1,000.
         if parent_run_id is None or parent_run_id not in self._root_of:
-            self._begin(run_id, name, _input_messages(inputs), metadata)
+            self._begin(run_id, name, input_messages(inputs), metadata)
             return
         root = self._root(run_id, parent_run_id)
         if root is None:
@@ -208,7 +208,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             agent = _Agent(name=name, parent_id=tool.id)
             root.agents[run_id] = agent
             root.run.record(
-                events.AgentStart(agent=name, messages=_input_messages(inputs), parent_id=tool.id)
+                events.AgentStart(agent=name, messages=input_messages(inputs), parent_id=tool.id)
             )
 
     def _begin(
@@ -253,7 +253,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         agent = root.agents.get(run_id)
         if agent is None:
             return
-        self._agent_end(root, run_id, agent, _final_output(outputs), error)
+        self._agent_end(root, run_id, agent, final_output(outputs), error)
 
     def _agent_end(
         self, root: _Root, run_id: UUID, agent: _Agent, output: Any, error: BaseException | None
@@ -333,7 +333,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                 return
             # A chat model invoked on its own (invoke, batch, stream): its own run.
             name = str(kwargs.get("name") or (serialized or {}).get("name") or "chat_model")
-            asked = [_message(m) for batch in messages for m in batch]
+            asked = [to_message(m) for batch in messages for m in batch]
             root = self._begin(run_id, name, asked, metadata)
         agent = self._agent_of(root, parent_run_id)
         metadata = metadata or {}
@@ -381,7 +381,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             *facts,
             events.ModelRequest(
                 execution=execution,
-                messages=[_message(m) for m in new],
+                messages=[to_message(m) for m in new],
                 tools=tools,
                 config=events.CallConfig(
                     model=model,
@@ -427,7 +427,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         message: BaseMessage | None = None
         if response is not None and response.generations and response.generations[0]:
             message = getattr(response.generations[0][0], "message", None)
-        converted = _message(message) if message is not None else None
+        converted = to_message(message) if message is not None else None
         text = _error_text(error) if error is not None else None
         usage = to_usage(getattr(message, "usage_metadata", None))
         agent.usage = added(agent.usage, usage)
@@ -452,7 +452,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if converted is not None and error is None:
             root.run.record(events.MessageEnd(message=converted, execution=execution))
         if run_id in root.agents:
-            self._agent_end(root, run_id, agent, _final_output(message), error)
+            self._agent_end(root, run_id, agent, final_output(message), error)
         else:
             del self._root_of[run_id]
 
@@ -544,7 +544,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
         if error is not None:
             content: list[Any] = [events.TextPart(text=_error_text(error))]
         else:
-            content = _tool_content(getattr(output, "content", output))
+            content = tool_content(getattr(output, "content", output))
         root.run.record(
             events.ToolExecEnd(
                 execution=execution,
@@ -560,91 +560,3 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
 def _error_text(exc: BaseException | None) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _parts(content: Any) -> list[Any]:
-    if isinstance(content, str):
-        return [events.TextPart(text=content)] if content else []
-    parts: list[Any] = []
-    for block in content or []:
-        if isinstance(block, str):
-            parts.append(events.TextPart(text=block))
-        elif isinstance(block, Mapping) and block.get("type") == "text":
-            parts.append(events.TextPart(text=str(block.get("text") or "")))
-        else:
-            parts.append(block)
-    return parts
-
-
-def _tool_content(content: Any) -> list[Any]:
-    if isinstance(content, str | list):
-        return _parts(content)
-    return [events.TextPart(text=str(content))] if content is not None else []
-
-
-def _message(message: Any) -> Any:
-    """A LangChain message as flightlog's message; other values as they are."""
-    kind = getattr(message, "type", None)
-    # A streamed response is a chunk (AIMessageChunk), its pieces added up.
-    kind = _CHUNKS.get(kind, kind) if isinstance(kind, str) else kind
-    content = getattr(message, "content", None)
-    if kind == "human":
-        return events.UserMessage(content=content if isinstance(content, str) else _parts(content))
-    if kind == "ai":
-        parts = _parts(content)
-        for call in getattr(message, "tool_calls", None) or []:
-            parts.append(
-                events.ToolCallPart(
-                    id=str(call.get("id") or ""),
-                    name=str(call.get("name") or ""),
-                    arguments=dict(call.get("args") or {}),
-                )
-            )
-        metadata = getattr(message, "response_metadata", None) or {}
-        return events.AssistantMessage(
-            content=parts,
-            model=metadata.get("model_name") or metadata.get("model"),
-            stop_reason=metadata.get("finish_reason") or metadata.get("stop_reason"),
-            response_id=metadata.get("id"),
-        )
-    if kind == "tool":
-        return events.ToolResultMessage(
-            tool_call_id=str(getattr(message, "tool_call_id", "") or ""),
-            name=str(getattr(message, "name", "") or ""),
-            content=_tool_content(content),
-            is_error=getattr(message, "status", None) == "error",
-        )
-    return message
-
-
-def _input_messages(inputs: Any) -> list[Any]:
-    if isinstance(inputs, str):
-        # invoke("…"): the question itself.
-        return [events.UserMessage(content=inputs)]
-    if isinstance(inputs, BaseMessage):
-        return [_message(inputs)]
-    messages = inputs.get("messages") if isinstance(inputs, Mapping) else inputs
-    if not isinstance(messages, Sequence) or isinstance(messages, str):
-        return []
-    converted: list[Any] = []
-    for item in messages:
-        if isinstance(item, tuple) and len(item) == 2 and item[0] in ("user", "human"):
-            converted.append(events.UserMessage(content=str(item[1])))
-        else:
-            converted.append(_message(item))
-    return converted
-
-
-def _final_output(outputs: Any) -> Any:
-    if isinstance(outputs, Mapping):
-        if outputs.get("structured_response") is not None:
-            return outputs["structured_response"]
-        messages = outputs.get("messages")
-        if isinstance(messages, Sequence) and messages:
-            last = messages[-1]
-            content = getattr(last, "content", None)
-            if isinstance(content, str):
-                return content
-            return _message(last)
-    content = getattr(outputs, "content", None)
-    return content if isinstance(content, str) else outputs

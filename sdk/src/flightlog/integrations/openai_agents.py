@@ -397,6 +397,8 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             replaces=agent.failed_model_id if agent is not None else None,
         )
         model, messages, message, usage, provider_state = model_facts(data)
+        system, lead = system_of(data)
+        sent = len(messages)
         error = CANCELLED if cancelled else _span_error(span) if span.error is not None else None
         config = dict(getattr(data, "model_config", None) or {})
         continues, with_response = None, False
@@ -416,13 +418,15 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 names.update(
                     (p.id, p.name) for p in message.content if isinstance(p, events.ToolCallPart)
                 )
+        # The leading system messages are the request's system prompt, not messages.
+        messages = messages[max(0, lead - (sent - len(messages))) :]
         facts: list[events.Event] = [
             events.ModelRequest(
                 execution=execution,
                 messages=request(messages, names),
                 tools=[events.ToolDeclaration(name=n) for n in _tools(agent)],
                 config=events.CallConfig(model=model or "?", extra=config),
-                system=system_of(data),
+                system=system,
                 continues=continues,
                 with_response=with_response,
                 time=_at(span.started_at),

@@ -30,7 +30,9 @@ from flightlog.protocol._blobs import BLOB_DIR, extract
 from flightlog.sdk import check, connect, read
 from flightlog.sdk.storage import collect_blobs
 from support import DaemonProcess, wait_for
-from support.daemon import log_events
+from support.daemon import as_uid, log_events, needs_root
+
+OTHER = 64011
 
 SCREENSHOT = b"\x89PNG\r\n\x1a\n" + hashlib.sha256(b"screen").digest() * 700
 PDF = b"%PDF-1.7\n" + hashlib.sha256(b"doc").digest() * 400
@@ -269,3 +271,31 @@ def test_sigkill_mid_vacuum_leaves_every_remaining_session_whole(base: Path) -> 
     stored = {p.name for p in (root / BLOB_DIR / "sha256").rglob("*") if p.is_file()}
     assert stored == referred
     assert killed  # at least one vacuum was killed before it finished
+
+
+@needs_root
+def test_a_directory_the_collection_cannot_list_keeps_every_blob(base: Path) -> None:
+    """A session in a directory the caller may not list may refer to any blob: the
+    collection stops, and removes nothing."""
+    base.chmod(0o755)
+    root = base / "root"
+    (root / "private").mkdir(parents=True)
+    line = b'{"image":"%s"}' % base64.b64encode(SCREENSHOT)
+    changed, blobs = extract(line)
+    roots = Roots(str(root))
+    os.close(BlobStore(roots).save(roots.resolve("private/s.jsonl"), blobs))
+    (root / "private" / "s.jsonl").write_bytes(changed + b"\n")
+    (root / "private").chmod(0o700)  # root's, not the caller's
+    for p in [root, *(root / BLOB_DIR).rglob("*"), root / BLOB_DIR]:
+        os.chown(p, OTHER, OTHER)
+
+    def collect() -> str:
+        try:
+            collect_blobs(str(root / BLOB_DIR))
+        except PermissionError as exc:
+            return f"refused: {exc.filename}"
+        return "collected"
+
+    assert blob(root, SHOT_SHA).is_file()
+    assert as_uid(OTHER, collect) == f"refused: {root / 'private'}"
+    assert blob(root, SHOT_SHA).read_bytes() == SCREENSHOT

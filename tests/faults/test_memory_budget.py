@@ -243,8 +243,8 @@ def test_subscribers_that_never_read_hold_the_budget_and_give_the_memory_back(
     4): what their subscriptions hold (the live chunks they buffer or send, the
     batches they read from the files, their own cost) is charged to the budget, so
     the daemon's RSS stays within ``--max-buffered`` plus each connection's floor
-    and what malloc keeps, and goes back down once they close.  Before, they held
-    198-457 MiB more for a budget of 64 MiB."""
+    and what malloc keeps, and goes back down once they close, to within 32 MiB of
+    where it started.  Before, they held 198-457 MiB more for a budget of 64 MiB."""
     cap, holders, per, sessions = 64 << 20, 16, 256, 16
     daemon = DaemonProcess(
         short_tmp, *("--max-buffered", str(cap)), *("--send-timeout", "60")
@@ -275,11 +275,15 @@ def test_subscribers_that_never_read_hold_the_budget_and_give_the_memory_back(
 
         wait_for(gone, timeout=60)
     with contextlib.suppress(TimeoutError):
-        wait_for(lambda: proc_status_kb(daemon.pid, "VmRSS") - before_kb < 48 * 1024, timeout=10)
+        wait_for(lambda: proc_status_kb(daemon.pid, "VmRSS") - before_kb < 32 * 1024, timeout=10)
     after_kb = proc_status_kb(daemon.pid, "VmRSS") - before_kb
     print(f"\nRSS growth: peak {during_kb >> 10} MiB, after {after_kb >> 10} MiB (cap 64 MiB)")
     floors = (holders + 1) * FLOOR // 1024
     assert during_kb < (cap >> 10) + floors + 32 * 1024, during_kb
-    assert after_kb < 48 * 1024, after_kb
+    # What stays is CPython's small-object arenas that the sessions' and the writer's
+    # live objects pin (docs/reliability.md): 15-22 MiB.  With an arena of malloc's
+    # per reader thread, what those threads freed of the files they read stayed too:
+    # 33-34 MiB (29-45 MiB with other runs beside).
+    assert after_kb < 32 * 1024, after_kb
     assert_serving(daemon)
     daemon.stop()

@@ -130,11 +130,12 @@ def test_opening_a_session_a_non_reading_writer_closed_waits_boundedly_and_block
     session.
 
     Three loads and a close are within a connection's requests per turn, so the
-    session takes them in one batch: no reply waits before the close is taken.  (With
-    200 small loads, as before, the session took them in several batches since turns
-    are bounded, and one batch's replies could wait out --send-timeout before the
-    close was taken: then the session was gone by the time of the open.)"""
-    daemon = DaemonProcess(short_tmp, "--send-timeout", "2").start()
+    session takes them in one batch: no reply waits before the close is taken.  (200
+    small loads, as before, reach the session over several turns, so in several
+    batches, and an earlier batch's replies could wait out --send-timeout before the
+    close was taken: then the session was gone by the time of the open.)  The open is
+    sent within --send-timeout of the close being taken: 5 s, under load."""
+    daemon = DaemonProcess(short_tmp, "--send-timeout", "5").start()
     with RawClient(daemon.socket, client="stuck") as stuck, RawClient(daemon.socket) as opener:
         opened = create(stuck, "closed.jsonl")
         session_id, run_id = opened.session_id, begin(stuck, opened.session_id).run_id

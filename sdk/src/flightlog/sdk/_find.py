@@ -6,7 +6,8 @@ Theory of operation
 A question is a :class:`Query`: record types, a tool name, a model, failed or not, a
 time range, session meta and record data ``path=value`` pairs, a run, an agent, a call
 and what is nested under it, and a tree of sessions (sub-agents and forks).  Each file
-is read in large blocks, and most lines are never decoded:
+is mapped in place (a compressed one is read in large blocks), and most lines are never
+decoded:
 
 1. Line 1 is read with the protocol's :class:`~flightlog.protocol.Reader`: a file that
    is not a session is refused, and a meta filter that does not match skips the whole
@@ -20,8 +21,8 @@ is read in large blocks, and most lines are never decoded:
    (``2026-11-29T20:00:00.123456Z``); for ``--error``, a member that can report a
    failure with a value other than the one that says "none" (``"is_error"`` not
    followed by ``:false``).  The first of them drives the scan through the block
-   (``bytes.find`` or a regular expression with a literal prefix, both in C), so most
-   lines are never looked at one by one; the others are tested on each line it finds.
+   (memmem, or a regular expression with a literal prefix, both in C), so most lines
+   are never looked at one by one; the others are tested on each line it finds.
 3. **Then exactly**, on the decoded record (:func:`~flightlog.protocol.parse_line`, which
    also checks the file's session id): its type, run and time, and of its ``data``
    only the members a filter reads (:class:`_Data`, a typed decode that skips the
@@ -45,6 +46,7 @@ line 1 of every file first, then search the files of the tree.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import re
@@ -535,6 +537,12 @@ def _texts(wanted: Mapping[str, Any] | None) -> dict[str, str | None]:
 
 def _search_file(query: Query, prefilter: Prefilter, path: str) -> Iterator[Record]:
     with open_session_file(path) as fileobj:
+        mapped = _mapped(fileobj) if fileobj.seekable() else None
+        if mapped is not None:
+            # The whole file in place: no copy, and no line waits for a next block.
+            with mapped:
+                yield from _search_mapped(query, prefilter, mapped, fileobj)
+            return
         reader = Reader(fileobj)
         header = reader.read_header()
         if not query.matches_meta(reader.meta):
@@ -544,14 +552,6 @@ def _search_file(query: Query, prefilter: Prefilter, path: str) -> Iterator[Reco
             yield header
         offset = reader.offset
         if fileobj.seekable():
-            mapped = _mapped(fileobj, offset)
-            if mapped is not None:
-                # The whole file in place: no copy, and no line waits for a next block.
-                with mapped:
-                    end = mapped.rfind(b"\n") + 1  # complete lines only
-                    found = _records(query, prefilter, mapped, offset, end, 0, fileobj, header)
-                    yield from found
-                return
             fileobj.seek(offset)
             yield from _scan(query, prefilter, fileobj, header)
             return
@@ -561,17 +561,31 @@ def _search_file(query: Query, prefilter: Prefilter, path: str) -> Iterator[Reco
         yield from _scan(query, prefilter, fileobj, header)
 
 
-def _mapped(fileobj: Any, offset: int) -> mmap.mmap | None:
-    """The file mapped for reading, when it is a plain file with lines after
-    ``offset``; else None."""
+def _mapped(fileobj: Any) -> mmap.mmap | None:
+    """The plain file ``fileobj`` mapped for reading; None when it cannot be (empty)."""
     try:
         fd = fileobj.fileno()
-        if os.fstat(fd).st_size <= offset:
+        if os.fstat(fd).st_size == 0:
             return None
-        mapped = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
     except (OSError, ValueError, AttributeError):
         return None
-    return mapped
+
+
+def _search_mapped(
+    query: Query, prefilter: Prefilter, mapped: mmap.mmap, fileobj: Any
+) -> Iterator[Record]:
+    # Line 1 alone to the reader: it would read (and copy) a large chunk of the file.
+    first = mapped.find(b"\n") + 1
+    reader = Reader(io.BytesIO(mapped[: first or len(mapped)]))
+    header = reader.read_header()
+    if not query.matches_meta(reader.meta):
+        return
+    query.begin_file()
+    if query.matches(header):
+        yield header
+    end = mapped.rfind(b"\n") + 1  # complete lines only
+    yield from _records(query, prefilter, mapped, reader.offset, end, 0, fileobj, header)
 
 
 def _scan(query: Query, prefilter: Prefilter, fileobj: Any, header: Record) -> Iterator[Record]:

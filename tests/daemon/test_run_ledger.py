@@ -110,6 +110,33 @@ SCRIPTS: dict[str, list[tuple[str, Any]]] = {
         ("drop", None),
         ("open", None),
     ],
+    "repairs_of_earlier_runs": [
+        ("begin", "a"),
+        ("record", 2),
+        ("drop", None),
+        ("open", None),
+        ("begin", "b"),
+        ("record", 1),
+        ("drop", None),
+        ("open", None),
+        ("resume", "a"),  # only a repair continues a run before the last
+        ("repair", "a"),
+        ("record", 1),
+        ("close", "a"),
+        ("drop", None),
+        ("open", None),
+        ("close_session", None),
+        ("open", None),
+        ("repair", "a"),  # closed now
+        ("repair", "b"),
+        ("record", 1),
+        ("drop", None),  # a repair cut: its run stays interrupted
+        ("open", None),
+        ("repair", "b"),
+        ("close", "b"),
+        ("drop", None),
+        ("open", None),
+    ],
     "refused_begins": [
         ("begin", "a"),
         ("record", 1),
@@ -194,7 +221,7 @@ def _play(
     seen: list[Any] = []
     for op, arg in script:
         match op:
-            case "begin" | "resume":
+            case "begin" | "resume" | "repair":
                 named = RUNS[arg]
                 request = BeginRun(
                     id=writer.next_id(),
@@ -203,7 +230,8 @@ def _play(
                     client=CLIENT,
                     pid=1,
                     run_id=named if op == "begin" else None,
-                    resume=named if op == "resume" else None,
+                    resume=named if op != "begin" else None,
+                    repair=op == "repair",
                 )
                 reply = writer.request(request)
                 if isinstance(reply, ErrorReply):

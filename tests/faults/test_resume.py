@@ -115,7 +115,7 @@ def test_resume_after_kill_9_in_a_tool_call_repairs_it_once(short_tmp: Path) -> 
     model = lines[-3]["data"]
     assert model["disposition"] == "cancelled" and "repair" in model["error"]
     assert {line["run_id"] for line in lines[1:]} == {run_id}
-    assert "repaired by flightlog" in lines[-1]["data"]["error"]
+    assert "closed by flightlog's repair" in lines[-1]["data"]["error"]
     # show prints the disposition, inspect names the repair apart from failures.
     assert "repaired" in cli("show", path)
     inspected = cli("inspect", path)

@@ -118,6 +118,6 @@ def repair_id(call: OpenCall) -> str:
 def repair_note(calls: list[OpenCall]) -> str:
     """The ``run_close`` error of a run a repair closed, having answered ``calls``."""
     return (
-        f"interrupted; repaired by flightlog: {len(calls)} call(s) left without an end "
-        "were answered"
+        f"interrupted; closed by flightlog's repair, which answered {len(calls)} call(s) "
+        "left without an end"
     )

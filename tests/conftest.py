@@ -32,8 +32,17 @@ STARTS_PROCESSES = (
 )
 #: Fixtures that start a daemon.
 DAEMON_FIXTURES = frozenset({"daemon", "module_daemon"})
-#: A property test of more examples than this (hypothesis's default) is not fast.
-FAST_EXAMPLES = 100
+#: A property test of more examples than this is not fast (the fast tier's property
+#: tests run as many examples as in the whole suite, so the longer ones stay there).
+FAST_EXAMPLES = 30
+#: Tests of the fast places that take seconds each by themselves (the whole suite runs
+#: them): a 16 MiB payload checked, a file of 100,000s of lines read.
+NOT_FAST = frozenset(
+    {
+        "protocol/test_json.py::test_a_deep_16_mib_payload_is_checked_in_one_pass",
+        "protocol/test_reader.py::test_reading_a_very_large_file_takes_constant_memory",
+    }
+)
 #: The modules that take longest, started first so that, on several workers
 #: (``pytest -n auto``), none of them is left to run alone at the end.
 LONGEST = (
@@ -84,6 +93,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml) with ``--fast``: one process. The fast tier's tests
+    are short, and each worker would import and collect them all again, which costs
+    more than the second core gives back."""
+    return 0 if config.getoption("--fast") else None
+
+
 def _in_fast_places(path: Path) -> bool:
     relative = path.relative_to(TESTS)
     return relative.parts[0] in FAST_DIRECTORIES or relative.as_posix() in FAST_FILES
@@ -109,6 +126,8 @@ def is_fast(item: pytest.Item) -> bool:
     if not path.is_relative_to(TESTS) or not _in_fast_places(path):
         return False
     if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return False
+    if item.nodeid.removeprefix("tests/").split("[")[0] in NOT_FAST:
         return False
     hypothesis = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
     if hypothesis is not None and hypothesis.max_examples > FAST_EXAMPLES:

@@ -64,6 +64,11 @@ FRESH_DAEMONS = (
 )
 
 
+#: With this set (to a number), no property test runs more examples than that: for
+#: runs that repeat tests whose full runs are elsewhere (tests/test_pure_python.py).
+EXAMPLES_VARIABLE = "FLIGHTLOG_TEST_EXAMPLES"
+
+
 def _speedups_off() -> bool:
     return os.environ.get("FLIGHTLOG_NO_SPEEDUPS", "") not in ("", "0")
 
@@ -161,6 +166,17 @@ def _longest_first(item: pytest.Item) -> int:
     return next((i for i, name in enumerate(LONGEST) if relative == name), len(LONGEST))
 
 
+def fewer_examples(items: list[pytest.Item], examples: int) -> None:
+    """At most ``examples`` examples for each property test of ``items``."""
+    from hypothesis import settings
+
+    for test in {id(obj): obj for item in items if (obj := getattr(item, "obj", None))}.values():
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if getattr(test, "hypothesis", None) is not None and current is not None:
+            fewer = min(current.max_examples, examples)
+            test._hypothesis_internal_use_settings = settings(current, max_examples=fewer)
+
+
 # First: pytest-xdist's worker reads the xdist_group marks in its own hook.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -171,6 +187,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if distributed and (group := shared_fixture(item)):
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=_longest_first)  # stable: the rest keep their order
+    if examples := os.environ.get(EXAMPLES_VARIABLE):
+        fewer_examples(items, int(examples))
     if config.getoption("--fast"):
         slow = [item for item in items if "fast" not in item.keywords]
         if slow:

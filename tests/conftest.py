@@ -32,8 +32,17 @@ STARTS_PROCESSES = (
 )
 #: Fixtures that start a daemon.
 DAEMON_FIXTURES = frozenset({"daemon", "module_daemon"})
-#: A property test of more examples than this (hypothesis's default) is not fast.
-FAST_EXAMPLES = 100
+#: A property test of more examples than this is not fast (the fast tier's property
+#: tests run as many examples as in the whole suite, so the longer ones stay there).
+FAST_EXAMPLES = 30
+#: Tests of the fast places that take seconds each by themselves (the whole suite runs
+#: them): a 16 MiB payload checked, a file of 100,000s of lines read.
+NOT_FAST = frozenset(
+    {
+        "protocol/test_json.py::test_a_deep_16_mib_payload_is_checked_in_one_pass",
+        "protocol/test_reader.py::test_reading_a_very_large_file_takes_constant_memory",
+    }
+)
 #: The modules that take longest, started first so that, on several workers
 #: (``pytest -n auto``), none of them is left to run alone at the end.
 LONGEST = (
@@ -53,6 +62,11 @@ FRESH_DAEMONS = (
     "faults/test_hostile_input.py",
     "faults/test_memory_budget.py",
 )
+
+
+#: With this set (to a number), no property test runs more examples than that: for
+#: runs that repeat tests whose full runs are elsewhere (tests/test_pure_python.py).
+EXAMPLES_VARIABLE = "FLIGHTLOG_TEST_EXAMPLES"
 
 
 def _speedups_off() -> bool:
@@ -84,6 +98,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml) with ``--fast``: one process. The fast tier's tests
+    are short, and each worker would import and collect them all again, which costs
+    more than the second core gives back."""
+    return 0 if config.getoption("--fast") else None
+
+
 def _in_fast_places(path: Path) -> bool:
     relative = path.relative_to(TESTS)
     return relative.parts[0] in FAST_DIRECTORIES or relative.as_posix() in FAST_FILES
@@ -109,6 +131,8 @@ def is_fast(item: pytest.Item) -> bool:
     if not path.is_relative_to(TESTS) or not _in_fast_places(path):
         return False
     if DAEMON_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return False
+    if item.nodeid.removeprefix("tests/").split("[")[0] in NOT_FAST:
         return False
     hypothesis = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
     if hypothesis is not None and hypothesis.max_examples > FAST_EXAMPLES:
@@ -142,6 +166,17 @@ def _longest_first(item: pytest.Item) -> int:
     return next((i for i, name in enumerate(LONGEST) if relative == name), len(LONGEST))
 
 
+def fewer_examples(items: list[pytest.Item], examples: int) -> None:
+    """At most ``examples`` examples for each property test of ``items``."""
+    from hypothesis import settings
+
+    for test in {id(obj): obj for item in items if (obj := getattr(item, "obj", None))}.values():
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if getattr(test, "hypothesis", None) is not None and current is not None:
+            fewer = min(current.max_examples, examples)
+            test._hypothesis_internal_use_settings = settings(current, max_examples=fewer)
+
+
 # First: pytest-xdist's worker reads the xdist_group marks in its own hook.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -152,6 +187,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if distributed and (group := shared_fixture(item)):
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=_longest_first)  # stable: the rest keep their order
+    if examples := os.environ.get(EXAMPLES_VARIABLE):
+        fewer_examples(items, int(examples))
     if config.getoption("--fast"):
         slow = [item for item in items if "fast" not in item.keywords]
         if slow:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,13 @@ def import_graph(packages: Iterable[Path]) -> dict[str, set[str]]:
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
+@cache
+def repository_graph() -> dict[str, set[str]]:
+    """The import graph of :data:`PACKAGES`, parsed once for all the tests (callers
+    must not change it)."""
+    return import_graph(PACKAGES)
+
+
 def test_the_packages_are_found() -> None:
     names = {package.name for package in PACKAGES}
     assert {"protocol", "sdk", "cli", "integrations", "daemon", "bench"} <= names
@@ -110,7 +118,7 @@ def test_the_packages_are_found() -> None:
 def test_no_import_cycle(package: Path) -> None:
     mine = modules_of(package)
     assert len(mine) > 1, package
-    found = [cycle for cycle in cycles(import_graph(PACKAGES)) if set(cycle) & set(mine)]
+    found = [cycle for cycle in cycles(repository_graph()) if set(cycle) & set(mine)]
     assert found == [], "modules that import each other in a circle"
 
 
@@ -129,7 +137,7 @@ MAY_IMPORT = {
 @pytest.mark.parametrize("name", sorted(MAY_IMPORT))
 def test_each_package_imports_only_what_it_may(name: str) -> None:
     flightlog = {f"flightlog.{package.name}" for package in PACKAGES if package.name != "bench"}
-    modules = import_graph(PACKAGES)
+    modules = repository_graph()
     allowed = MAY_IMPORT[name] | {f"flightlog.{name}"}
     wrong = set()
     for module, targets in modules.items():

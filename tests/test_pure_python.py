@@ -1,12 +1,16 @@
-"""The Python path the C accelerators replace runs too: the protocol's, the SDK's and
-the daemon's tests again, in a pytest of their own with ``FLIGHTLOG_NO_SPEEDUPS=1``
-(their daemons, forked from that pytest's fork server or started fresh, inherit it).
-That pytest checks, before any test, that no accelerator was loaded
-(tests/conftest.py, ``pytest_sessionstart``).
+"""The Python path the C accelerators replace runs too, in a pytest of its own with
+``FLIGHTLOG_NO_SPEEDUPS=1`` (its daemons, forked from that pytest's fork server or
+started fresh, inherit it). That pytest checks, before any test, that no accelerator
+was loaded (tests/conftest.py, ``pytest_sessionstart``).
 
-Opt-in for now (``--soak``): it repeats about 330 s of CPU, more than the whole tier's
-budget leaves, and its first runs, on a machine loaded far past its 2 cores, failed 9
-tests on timeouts and rates (the same kinds fail there with the accelerators on)."""
+The whole suite runs the tests of what the accelerators replace (:data:`ACCELERATED`):
+the protocol's (the codec, the frame encoder, the ring's ends, the JSON and time
+checks, the record lines, the server connection, the reader), the SDK's client against
+its in-memory daemon and against a real daemon (records framed and sent through the
+ring), and the daemon's record path (the actor's record lines and the file layer in
+process, refusals and the ring through a real daemon), their property tests with fewer
+examples (:data:`EXAMPLES`). ``--soak`` runs the protocol's,
+the SDK's and the daemon's tests again, all of them (about 330 s of CPU)."""
 
 from __future__ import annotations
 
@@ -15,20 +19,96 @@ import subprocess
 import sys
 
 import pytest
+from conftest import EXAMPLES_VARIABLE, fewer_examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from support import TESTS
 
+#: What the whole suite runs again with the accelerators off: the tests of where the
+#: accelerated functions (flightlog.protocol._accel) are called: the JSON and time
+#: checks, the record lines, the server connection's records, the frame encoder, the
+#: ring's writer, and the codec and reader above them. (The tests of the C twins
+#: themselves, test_speedups.py and test_sender.py, skip with the accelerators off.)
+ACCELERATED = {
+    "protocol": tuple(
+        f"tests/protocol/test_{name}.py"
+        for name in (
+            "codec",
+            "framing",
+            "json",
+            "lines",
+            "reader",
+            "records",
+            "ring_ends",
+            "server",
+            "time_cache",
+        )
+    ),
+    "sdk": (
+        "tests/sdk/test_client_sync.py",
+        "tests/sdk/test_connection.py",
+        "tests/sdk/test_e2e.py",
+    ),
+    "daemon": (
+        "tests/daemon/test_record_lines.py",
+        "tests/daemon/test_storage.py",
+        "tests/daemon/test_bad_input.py",
+        "tests/daemon/test_ring.py",
+    ),
+}
+#: Their property tests run at most this many examples here (as many as in the whole
+#: suite with the accelerators on, and in --soak's run with them off).
+EXAMPLES = 50
 
-@pytest.mark.soak
-@pytest.mark.parametrize("directory", ["protocol", "sdk", "daemon"])
-def test_the_tests_pass_with_the_accelerators_off(directory: str) -> None:
+
+def _pytest_without_accelerators(*args: str, examples: int | None = None) -> None:
+    env = {**os.environ, "FLIGHTLOG_NO_SPEEDUPS": "1"}
+    if examples is not None:
+        env[EXAMPLES_VARIABLE] = str(examples)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", f"tests/{directory}", "-n", "0", "-q"],
+        [sys.executable, "-m", "pytest", *args, "-n", "0", "-q"],
         cwd=TESTS.parent,
-        env={**os.environ, "FLIGHTLOG_NO_SPEEDUPS": "1"},
+        env=env,
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=3000,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert "accelerators off" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.timeout(3000)
+@pytest.mark.parametrize("part", list(ACCELERATED))
+def test_the_accelerated_paths_pass_with_the_accelerators_off(part: str) -> None:
+    _pytest_without_accelerators(*ACCELERATED[part], examples=EXAMPLES)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3000)
+@pytest.mark.parametrize("directory", ["protocol", "sdk", "daemon"])
+def test_the_tests_pass_with_the_accelerators_off(directory: str) -> None:
+    _pytest_without_accelerators(f"tests/{directory}")
+
+
+def test_the_examples_variable_caps_every_property_test() -> None:
+    """What ``FLIGHTLOG_TEST_EXAMPLES`` does (tests/conftest.py) to each property test
+    of a run, whatever its own settings, and only to property tests."""
+    calls: list[int] = []
+
+    @settings(max_examples=500, database=None)
+    @given(st.integers())
+    def many(n: int) -> None:
+        calls.append(n)
+
+    def plain() -> None:
+        pass
+
+    class Item:
+        def __init__(self, obj: object) -> None:
+            self.obj = obj
+
+    fewer_examples([Item(many), Item(many), Item(plain)], 7)
+    many()
+    assert 0 < len(calls) <= 7
+    assert not hasattr(plain, "_hypothesis_internal_use_settings")

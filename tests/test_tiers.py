@@ -9,7 +9,13 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from conftest import FAST_DIRECTORIES, FAST_FILES, STARTS_PROCESSES
+from conftest import (
+    FAST_DIRECTORIES,
+    FAST_FILES,
+    NOT_FAST,
+    STARTS_PROCESSES,
+    pytest_xdist_auto_num_workers,
+)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -47,3 +53,28 @@ def test_the_fast_tier_starts_no_process() -> None:
 def test_the_fast_marker_selects_the_same_tests() -> None:
     places = ["tests/protocol", "tests/sdk", *(f"tests/{name}" for name in FAST_FILES)]
     assert set(_collect("-m", "fast", *places)) == set(_collect("--fast"))
+
+
+def test_the_tests_kept_out_of_the_fast_tier_are_there() -> None:
+    """The slow tests of the fast places (:data:`conftest.NOT_FAST`) exist under their
+    names, and run in the whole suite only."""
+    files = sorted({f"tests/{name.split('::')[0]}" for name in NOT_FAST})
+    collected = {node.removeprefix("tests/") for node in _collect(*files)}
+    assert collected >= NOT_FAST
+    assert not {f"tests/{name}" for name in NOT_FAST} & set(_collect("--fast"))
+
+
+def test_the_fast_tier_runs_in_one_process() -> None:
+    """``-n auto`` picks no worker for ``--fast``: each would import and collect it all
+    again, for tests a few milliseconds long; any other run gets xdist's own count."""
+
+    class Options:
+        def __init__(self, fast: bool) -> None:
+            self.fast = fast
+
+        def getoption(self, name: str) -> bool:
+            assert name == "--fast"
+            return self.fast
+
+    assert pytest_xdist_auto_num_workers(Options(fast=True)) == 0
+    assert pytest_xdist_auto_num_workers(Options(fast=False)) is None

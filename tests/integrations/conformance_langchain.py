@@ -356,6 +356,28 @@ async def system_midway(recorder: Recorder, path: str) -> list[Sent]:
     return model.sent
 
 
+async def interrupt(recorder: Recorder, path: str) -> list[Sent]:
+    # A tool that asks a person (interrupt()), the thread resumed with the answer.
+    from langgraph.types import interrupt as ask
+
+    @tool
+    def delete(path: str) -> str:
+        """Delete a file, once a person approves."""
+        return f"deleted {path}" if ask({"delete": path}) == "yes" else "refused"
+
+    def answer(messages: list[BaseMessage], calls: int) -> AIMessage:
+        if calls == 1:
+            return AIMessage(content="", tool_calls=[call("delete", {"path": "notes.txt"}, "d1")])
+        return AIMessage(content="done")
+
+    model = Scripted(answer=answer, sent=[])
+    graph = _react(model, [delete], checkpointer=InMemorySaver())
+    config = {**_handler(recorder, path), "configurable": {"thread_id": "t-1"}}
+    await graph.ainvoke({"messages": [("user", "Delete notes.txt.")]}, config)
+    await graph.ainvoke(Command(resume="yes"), config)
+    return model.sent
+
+
 SCENARIOS: dict[str, Scenario] = {
     "parallel_tools": parallel_tools,
     "retries": retries,
@@ -368,4 +390,5 @@ SCENARIOS: dict[str, Scenario] = {
     "conversation": conversation,
     "multimodal": multimodal,
     "system_midway": system_midway,
+    "interrupt": interrupt,
 }

@@ -436,6 +436,29 @@ async def system_midway_responses(recorder: Recorder, path: str) -> list[Sent]:
     return await system_midway(recorder, path, Models(_tool_then_text, responses=True))
 
 
+async def approval(recorder: Recorder, path: str) -> list[Sent]:
+    # A run paused on a tool that needs approval, beside one that ran, and the run
+    # resumed from its RunState once a person approved.
+    @function_tool(needs_approval=True)
+    def delete(path: str) -> str:
+        """Delete a file, once a person approves."""
+        return f"deleted {path}"
+
+    script: list[Reply] = [
+        calls(("delete", {"path": "notes.txt"}), ("lookup", {"city": "Lisbon"})),
+        text("done"),
+    ]
+    models = Models(lambda n: script[n - 1])
+    agent = _agent(models, tools=[delete, function_tool(lookup)])
+    config = RunConfig(group_id="g")
+    with recording(recorder, path):
+        paused = await Runner.run(agent, "Delete notes.txt.", run_config=config)
+        state = paused.to_state()
+        state.approve(paused.interruptions[0])
+        await Runner.run(agent, state, run_config=config)
+    return models.sent
+
+
 SCENARIOS: dict[str, Scenario] = {
     "parallel_tools": parallel_tools,
     "retries": retries,
@@ -450,4 +473,5 @@ SCENARIOS: dict[str, Scenario] = {
     "multimodal_responses": multimodal_responses,
     "system_midway": system_midway,
     "system_midway_responses": system_midway_responses,
+    "approval": approval,
 }

@@ -308,6 +308,40 @@ async def multimodal(recorder: Recorder, path: str) -> list[Sent]:
     return models.sent
 
 
+async def deferred_tools(recorder: Recorder, path: str) -> list[Sent]:
+    # A run that pauses on a tool needing approval and one deferred to the
+    # application, and the run that resumes it with their results.
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+    from pydantic_ai.exceptions import CallDeferred
+
+    models = Models()
+
+    def answer(messages: list[ModelMessage], calls: int) -> ModelResponse:
+        if calls == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("delete", {"path": "notes.txt"}, "c1"),
+                    ToolCallPart("fetch", {"url": "https://example.com"}, "c2"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = _agent(models.model(answer), recorder, path, output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete(path: str) -> str:
+        return f"deleted {path}"
+
+    @agent.tool_plain
+    def fetch(url: str) -> str:
+        raise CallDeferred
+
+    paused = await agent.run("Delete notes.txt and fetch the page.")
+    results = DeferredToolResults(approvals={"c1": True}, calls={"c2": "<html>"})
+    await agent.run(message_history=paused.all_messages(), deferred_tool_results=results)
+    return models.sent
+
+
 SCENARIOS: dict[str, Scenario] = {
     "parallel_tools": parallel_tools,
     "retries": retries,
@@ -319,4 +353,5 @@ SCENARIOS: dict[str, Scenario] = {
     "cancellation": cancellation,
     "conversation": conversation,
     "multimodal": multimodal,
+    "deferred_tools": deferred_tools,
 }

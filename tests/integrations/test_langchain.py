@@ -539,7 +539,7 @@ async def test_a_run_cancelled_in_a_call_ends_the_call_as_cancelled(
     assert (end["data"]["ok"], end["data"]["reason"]) == (False, "aborted")
 
 
-def test_a_tool_that_asks_a_person_is_skipped_then_run_on_resume(
+def test_a_tool_that_asks_a_person_is_deferred_then_run_on_resume(
     daemon: DaemonProcess, recorder: Recorder
 ) -> None:
     from langgraph.types import Command, interrupt
@@ -571,7 +571,7 @@ def test_a_tool_that_asks_a_person_is_skipped_then_run_on_resume(
     paused = asked[-1]["data"]
     assert (paused["is_error"], paused["disposition"], paused["reason"]) == (
         False,
-        "skipped",
+        "deferred",
         "interrupted",
     )
     assert paused["details"] == [{"delete": "notes.txt"}]

@@ -87,7 +87,7 @@ ExecutionKind: TypeAlias = Literal["model", "tool", "compaction"]
 
 #: What became of a requested tool call.
 Disposition: TypeAlias = Literal[
-    "ran", "refused", "skipped", "short_circuited", "repaired", "cancelled"
+    "ran", "refused", "skipped", "short_circuited", "repaired", "cancelled", "deferred"
 ]
 
 #: What became of a model call: it ran to its end (with a response or an error), or its
@@ -523,7 +523,10 @@ class ToolExecEnd(Event, kw_only=True, frozen=True, tag="tool_exec_end"):
     without invoking it), ``"repaired"`` (not a genuine result: the call was cut and
     ``Session.resume(repair=True)`` wrote this error in its place), or ``"cancelled"``
     (the tool was invoked and its run was cancelled before it returned: ``is_error``,
-    with the cancellation as its content); ``reason`` says why.
+    with the cancellation as its content), or ``"deferred"`` (the call was handed back
+    to the application without a result: it waits for a person's approval or for a
+    result from outside the loop, and the run pauses; its result, once given, comes in
+    a later run under the same ``tool_call_id``); ``reason`` says why.
     """
 
     execution: Execution

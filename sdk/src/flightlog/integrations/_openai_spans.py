@@ -15,6 +15,7 @@ from ._parts import TEXT_BLOCKS, block_part
 __all__ = [
     "ModelFacts",
     "custom",
+    "decoded",
     "kind",
     "model_facts",
     "output",
@@ -67,7 +68,8 @@ def output(text: str, output_type: str | None) -> Any:
         return text
 
 
-def _arguments(text: Any) -> dict[str, Any]:
+def decoded(text: Any) -> dict[str, Any]:
+    """Tool call arguments as an object: decoded from their JSON text."""
     if isinstance(text, Mapping):
         return dict(text)
     try:
@@ -103,7 +105,7 @@ def model_facts(data: Any) -> ModelFacts:
                 events.ToolCallPart(
                     id=str(call.get("id") or ""),
                     name=str(function.get("name") or ""),
-                    arguments=_arguments(function.get("arguments")),
+                    arguments=decoded(function.get("arguments")),
                 )
             )
         message = events.AssistantMessage(content=content, model=model)
@@ -142,7 +144,7 @@ def _response_message(response: Mapping[str, Any]) -> events.AssistantMessage:
                 events.ToolCallPart(
                     id=str(item.get("call_id") or ""),
                     name=str(item.get("name") or ""),
-                    arguments=_arguments(item.get("arguments")),
+                    arguments=decoded(item.get("arguments")),
                 )
             )
         else:
@@ -220,7 +222,7 @@ def request(items: Sequence[Any], names: dict[str, str]) -> list[Any]:
 
 def _call(names: dict[str, str], call_id: Any, name: Any, arguments: Any) -> events.ToolCallPart:
     part = events.ToolCallPart(
-        id=str(call_id or ""), name=str(name or ""), arguments=_arguments(arguments)
+        id=str(call_id or ""), name=str(name or ""), arguments=decoded(arguments)
     )
     names[part.id] = part.name
     return part

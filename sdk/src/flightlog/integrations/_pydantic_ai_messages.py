@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic_ai import DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.tools import ToolDefinition
 
@@ -13,9 +14,14 @@ from flightlog.protocol import events
 from ._parts import file_part
 
 __all__ = [
+    "agent_name",
     "assistant",
+    "attempt_error",
     "config",
     "declaration",
+    "deferred_end",
+    "deferred_ends",
+    "error_text",
     "request_messages",
     "system_prompt",
     "to_usage",
@@ -181,3 +187,67 @@ def assistant(response: ModelResponse) -> events.AssistantMessage:
         stop_reason=response.finish_reason,
         response_id=response.provider_response_id,
     )
+
+
+def deferred_end(
+    execution: events.Execution, call: Any, reason: str, asked: Any = None
+) -> events.ToolExecEnd:
+    """The end of a call pydantic-ai handed back to the application: ``reason`` is
+    ``approval`` (it waits for a person's approval) or the kind of a deferral
+    (``external``: its result comes from outside the loop); ``asked`` its metadata."""
+    return events.ToolExecEnd(
+        execution=execution,
+        tool_call_id=call.tool_call_id,
+        name=call.tool_name,
+        details=asked,
+        disposition="deferred",
+        reason=reason,
+    )
+
+
+def deferred_ends(output: Any, ended: set[str], execution: Any) -> tuple[list[events.Event], bool]:
+    """The calls a run that ends with ``DeferredToolRequests`` hands back and no hook
+    of the capability met (a tool that requires approval is never executed), each as
+    its ``tool_exec_start`` and deferred ``tool_exec_end``; ``ended`` holds the tool
+    call ids already ended, ``execution()`` makes each call's execution.  Also whether
+    the run ended so (it pauses)."""
+    if not isinstance(output, DeferredToolRequests):
+        return [], False
+    facts: list[events.Event] = []
+    metadata = output.metadata or {}
+    for calls, reason in ((output.calls, "external"), (output.approvals, "approval")):
+        for call in calls:
+            if call.tool_call_id in ended:
+                continue
+            made = execution()
+            facts.append(
+                events.ToolExecStart(
+                    execution=made,
+                    tool_call_id=call.tool_call_id,
+                    name=call.tool_name,
+                    arguments=call.args_as_dict(),
+                )
+            )
+            facts.append(deferred_end(made, call, reason, metadata.get(call.tool_call_id)))
+    return facts, True
+
+
+def attempt_error(attempt: Any) -> str | None:
+    """Why a fallback moved on from an attempt (its ``ModelRequestAttempt``)."""
+    if attempt is None or isinstance(attempt, str):
+        return attempt
+    error = getattr(attempt, "error", None)
+    if error:
+        return str(error)
+    model = getattr(attempt, "model_name", None) or "the model"
+    return f"{getattr(attempt, 'outcome', 'rejected')}: the response of {model} was rejected"
+
+
+def agent_name(ctx: RunContext[Any]) -> str:
+    agent = ctx.agent
+    return (agent.name if agent is not None else None) or "agent"
+
+
+def error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -522,8 +522,8 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
             return
         execution, call_id, name = root.tools.pop(run_id)
         if error is not None and is_interrupt(error):
-            # The tool asked a person (interrupt()): it did not fail, it did not answer;
-            # resumed, LangGraph runs it again from its start.
+            # The tool asked a person (interrupt()): it did not fail, it did not answer,
+            # the run pauses; resumed, LangGraph runs it again from its start.
             root.run.record(
                 events.ToolExecEnd(
                     execution=execution,
@@ -531,7 +531,7 @@ class FlightlogCallbackHandler(Hooks, BaseCallbackHandler):
                     name=name,
                     content=[],
                     details=list(interrupts(error).values()),
-                    disposition="skipped",
+                    disposition="deferred",
                     reason="interrupted",
                 )
             )

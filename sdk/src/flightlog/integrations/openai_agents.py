@@ -32,21 +32,23 @@ Recording never breaks the agent: see :mod:`flightlog.integrations._recorder`.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from agents.tracing import Span, Trace, TracingProcessor
 
 from flightlog.protocol import events, now
 
-from ._openai_spans import custom, model_facts, output, request, system_of, to_usage
+from ._openai_spans import custom, decoded, model_facts, output, request, system_of, to_usage
 from ._openai_spans import kind as span_kind
+from ._openai_state import Agent as _Agent
+from ._openai_state import Paused as _Paused
+from ._openai_state import Task as _Task
+from ._openai_state import Trace as _Trace
 from ._recorder import (
     CANCELLED,
     Hooks,
-    RecordedRun,
     Recorder,
     cancelled_tool_end,
     nearest,
@@ -56,61 +58,6 @@ __all__ = ["FlightlogProcessor"]
 
 #: How many ended traces the processor remembers the session of, for resumed runs.
 _ENDED_TRACES = 256
-
-
-@dataclass
-class _Agent:
-    name: str
-    #: The tool call that started it, for a sub-agent.
-    parent_id: str | None
-    output_type: str | None
-    turn: int = 0
-    #: Whether its current turn has had its ``turn_start`` and not yet its ``turn_end``.
-    turn_open: bool = False
-    #: Model calls of its current turn: every turn that runs to its end makes one.
-    turn_models: int = 0
-    #: Tool calls of its latest model response not yet matched to a tool span.
-    pending: deque[tuple[str, str, dict[str, Any]]] = field(default_factory=deque)
-    model_id: str | None = None
-    failed_model_id: str | None = None
-    output: Any = None
-    error: str | None = None
-    #: ``agent_end.reason`` when it failed: ``error``, ``max_turns`` or ``aborted``.
-    reason: str = "error"
-    #: Its agent span's data (the agent's, after a handoff), for the tools it offers.
-    data: Any = None
-    #: The name of each tool call met, by tool call id.
-    names: dict[str, str] = field(default_factory=dict)
-    #: The agent the run started with (``name`` is the one it handed off to).
-    started_as: str = ""
-
-
-@dataclass
-class _Task:
-    """One ``Runner.run`` (the SDK's task span): a run of its own."""
-
-    run: RecordedRun
-    top: _Agent | None = None
-    usage: events.Usage | None = None
-    #: Each tool span started and not yet ended: its call id and tool name.
-    calls: dict[str, tuple[str, str]] = field(default_factory=dict)
-    #: Model call spans started and not yet ended.
-    models: dict[str, Span[Any]] = field(default_factory=dict)
-
-
-@dataclass
-class _Trace:
-    trace_id: str
-    path: str
-    #: Runs resumed in a trace that has ended (``Runner.run`` of a ``RunState``): no
-    #: trace end comes, so it ends with its last task.
-    resumed: bool = False
-    parents: dict[str, str | None] = field(default_factory=dict)
-    kinds: dict[str, str] = field(default_factory=dict)
-    agents: dict[str, _Agent] = field(default_factory=dict)
-    tools: dict[str, events.Execution] = field(default_factory=dict)
-    #: Its runs, by task span (None: spans outside any task span).
-    tasks: dict[str | None, _Task] = field(default_factory=dict)
 
 
 class FlightlogProcessor(Hooks, TracingProcessor):
@@ -134,6 +81,9 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         self._traces: dict[str, _Trace] = {}
         #: The session of each trace that ended lately, for a run resumed in it.
         self._ended: OrderedDict[str, str] = OrderedDict()
+        #: Per session, what a paused run left for the run that resumes it, whose
+        #: spans say no more: the calls waiting for approval, the names of its calls.
+        self._paused: OrderedDict[str, _Paused] = OrderedDict()
 
     # --- the processor interface: every call is safe -----------------------------------
 
@@ -211,6 +161,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             self._cancelled(state, task)
             if top is not None and top.error is None:
                 top.error, top.reason = CANCELLED, "aborted"
+        paused = self._settle(state, task, paused=top is not None and top.error is None)
         if top is not None and top.turn_open:
             # Its turn span ends after the trace, if ever: the turn ends with the run.
             top.turn_open = False
@@ -219,7 +170,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             task.run.record(
                 events.AgentEnd(
                     ok=top.error is None,
-                    reason="completed" if top.error is None else top.reason,
+                    reason=top.reason if top.error is not None else _ended_as(paused),
                     error=top.error,
                     turns=top.turn,
                     usage=task.usage,
@@ -232,6 +183,38 @@ class FlightlogProcessor(Hooks, TracingProcessor):
         task.run.close(top.error if top is not None else None)
         if state.resumed and not state.tasks:
             self._traces.pop(state.trace_id, None)
+
+    def _settle(self, state: _Trace, task: _Task, *, paused: bool = False) -> bool:
+        """Write the held ends of the tools that gave no output, and the ``turn_end``
+        after them: as run (the loop went on), or, when the run ends ``paused`` after
+        them, as deferred, waiting for approval (``needs_approval``: the SDK ends such
+        a call's span with nothing); whether any was deferred."""
+        held, task.unanswered = task.unanswered, []
+        facts: list[events.Event] = []
+        for execution, call_id, name, arguments, time in held:
+            facts.append(
+                events.ToolExecEnd(
+                    execution=execution,
+                    tool_call_id=call_id,
+                    name=name,
+                    disposition="deferred" if paused else "ran",
+                    reason="approval" if paused else None,
+                    time=time,
+                )
+            )
+            if paused:
+                left = self._paused.setdefault(state.path, _Paused())
+                left.calls.append((call_id, name, arguments))
+                left.names.update(task.top.names if task.top is not None else {})
+                self._paused.move_to_end(state.path)
+                while len(self._paused) > _ENDED_TRACES:
+                    self._paused.popitem(last=False)
+        if task.turn_end is not None:
+            facts.append(task.turn_end)
+            task.turn_end = None
+        if facts:
+            task.run.record(*facts)
+        return paused and bool(held)
 
     def _cancelled(self, state: _Trace, task: _Task) -> None:
         for span in list(task.models.values()):
@@ -262,6 +245,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             agent = self._agent_of(state, span.parent_id)
             task = self._task_of(state, span.parent_id)
             if agent is not None:
+                self._settle(state, task)
                 agent.turn = int(custom(data).get("turn") or agent.turn + 1)
                 agent.turn_models = 0
                 if agent is task.top:
@@ -293,13 +277,15 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             task = self._task_of(state, span.parent_id)
             if agent is task.top and agent is not None and agent.turn_open:
                 agent.turn_open = False
-                task.run.record(
-                    events.TurnEnd(
-                        turn_index=agent.turn,
-                        usage=to_usage(custom(data).get("usage")),
-                        time=_at(span.ended_at),
-                    )
+                end = events.TurnEnd(
+                    turn_index=agent.turn,
+                    usage=to_usage(custom(data).get("usage")),
+                    time=_at(span.ended_at),
                 )
+                if task.unanswered:
+                    task.turn_end = end  # after the held tool ends
+                else:
+                    task.run.record(end)
         elif kind == "task" and span.span_id in state.tasks:
             state.tasks[span.span_id].usage = to_usage(custom(data).get("usage"))
             self._task_end(state, span.span_id)
@@ -358,6 +344,10 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             )
         elif task.top is None:
             task.top = agent
+            left = self._paused.get(state.path) if state.resumed else None
+            if left is not None:
+                # The tool results it sends answer calls the paused run met.
+                agent.names.update(left.names)
             task.run.record(events.AgentStart(agent=agent.name, time=_at(span.started_at)))
         else:
             # A handoff: the next agent goes on in the same loop, with its own turns.
@@ -396,6 +386,7 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             agent=agent.name if agent is not None else None,
             replaces=agent.failed_model_id if agent is not None else None,
         )
+        self._settle(state, self._task_of(state, span.parent_id))
         model, messages, message, usage, provider_state = model_facts(data)
         system, lead = system_of(data)
         sent = len(messages)
@@ -473,12 +464,25 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             name, arguments = data.name, {}
             wanted = data.name
         call_id = ""
+        matched = False
         if agent is not None:
             for index, (pending_id, pending_name, pending_args) in enumerate(agent.pending):
                 if pending_name == wanted or (wanted is None and "transfer" in pending_name):
                     del agent.pending[index]
                     # What the model sent (a handoff's arguments too: often {}).
                     call_id, name, arguments = pending_id, pending_name, pending_args
+                    matched = True
+                    break
+        left = self._paused.get(state.path)
+        awaiting = left.calls if left is not None else []
+        if not matched and wanted is not None:
+            # A call a paused run left waiting for approval, run by the resumed run:
+            # the same call (its tool call id), with the arguments its span was given.
+            asked = decoded(data.input) if data.input else None
+            for index, (waiting_id, waiting_name, waiting_args) in enumerate(awaiting):
+                if waiting_name == wanted and asked in (None, waiting_args):
+                    del awaiting[index]
+                    call_id, name, arguments = waiting_id, waiting_name, waiting_args
                     break
         execution = events.Execution(
             id=events.new_execution_id(),
@@ -514,6 +518,11 @@ class FlightlogProcessor(Hooks, TracingProcessor):
             seen = json.dumps({"assistant": data.to_agent})
             content: list[Any] = [events.TextPart(text=seen)]
             details = {"from": data.from_agent, "to": data.to_agent}
+        elif data.output is None and span.error is None:
+            # No output, no error: returned None, or waits for approval (see _settle).
+            arguments = decoded(data.input) if data.input else {}
+            task.unanswered.append((execution, call_id, name, arguments, _at(span.ended_at)))
+            return
         elif data.output is None:
             content = []
         else:
@@ -536,6 +545,11 @@ class FlightlogProcessor(Hooks, TracingProcessor):
                 time=_at(span.ended_at),
             )
         )
+
+
+def _ended_as(paused: bool) -> str:
+    """``agent_end.reason`` of a run that did not fail: it paused, or it completed."""
+    return "interrupted" if paused else "completed"
 
 
 def _replied(messages: list[Any]) -> Any:

@@ -39,6 +39,7 @@ from pydantic_ai.capabilities.abstract import (
     WrapRunHandler,
     WrapToolExecuteHandler,
 )
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.output import OutputContext
@@ -48,9 +49,14 @@ from pydantic_ai.tools import ToolDefinition
 from flightlog.protocol import events
 
 from ._pydantic_ai_messages import (
+    agent_name,
     assistant,
+    attempt_error,
     config,
     declaration,
+    deferred_end,
+    deferred_ends,
+    error_text,
     request_messages,
     to_usage,
     user_part,
@@ -122,6 +128,8 @@ class Flightlog(AbstractCapability[Any]):
     _failed_tools: dict[str, tuple[str, str]] = dataclasses.field(
         default_factory=dict, init=False, repr=False
     )
+    #: The tool call ids of the calls handed back to the application (deferred).
+    _deferred: set[str] = dataclasses.field(default_factory=set, init=False, repr=False)
     #: The system prompt parts of the messages sent so far, and how many were read.
     _system_parts: list[str] = dataclasses.field(default_factory=list, init=False, repr=False)
     _system_read: int = dataclasses.field(default=0, init=False, repr=False)
@@ -143,7 +151,7 @@ class Flightlog(AbstractCapability[Any]):
     ) -> AgentRunResult[Any]:
         recorder = self.recorder or default_recorder()
         parent = _parent.get()
-        self._agent = _agent_name(ctx)
+        self._agent = agent_name(ctx)
         self._key = f"agent {ctx.run_id}"
         if parent is not None:
             self._run, self._parent_id = parent.run, parent.tool_execution_id
@@ -199,11 +207,15 @@ class Flightlog(AbstractCapability[Any]):
 
     def _agent_end(self, result: AgentRunResult[Any]) -> None:
         usage = result.usage
+        # A run that ends with DeferredToolRequests pauses: the calls it hands back end
+        # as deferred (those that need approval never reach a hook of ours).
+        deferred, paused = deferred_ends(result.output, self._deferred, self._tool_execution)
         self._record(
+            *deferred,
             *self._unwind(),
             events.AgentEnd(
                 ok=True,
-                reason="completed",
+                reason="interrupted" if paused else "completed",
                 turns=self._turn,
                 usage=to_usage(usage),
                 output=result.output,
@@ -222,13 +234,13 @@ class Flightlog(AbstractCapability[Any]):
             events.AgentEnd(
                 ok=False,
                 reason="aborted" if cancelled else "error",
-                error=_error_text(exc),
+                error=error_text(exc),
                 turns=self._turn,
                 agent=self._agent,
                 parent_id=self._parent_id,
             ),
         )
-        self._close(_error_text(exc))
+        self._close(error_text(exc))
 
     def _close(self, error: str | None) -> None:
         run, self._run = self._run, None
@@ -403,9 +415,9 @@ class Flightlog(AbstractCapability[Any]):
             return
         # A fallback that ran out of models: its group lists each model's error (its
         # attempts, once the agent has filled them in).
-        grouped = [_error_text(e) for e in getattr(error, "exceptions", ())]
+        grouped = [error_text(e) for e in getattr(error, "exceptions", ())]
         self._explain(getattr(error, "attempts", None) or grouped)
-        self._model_error = _error_text(error)
+        self._model_error = error_text(error)
         self._record(events.ModelExecEnd(execution=execution, error=self._model_error))
 
     def _explain(self, attempts: Sequence[Any] | None) -> None:
@@ -417,7 +429,7 @@ class Flightlog(AbstractCapability[Any]):
             if self._run is not None:
                 self._run.paid(("retry", *_key(failed)))
             found = attempts[failed.attempt - 1] if failed.attempt <= len(attempts) else None
-            retries.append(events.Retry(execution=failed, error=_attempt_error(found)))
+            retries.append(events.Retry(execution=failed, error=attempt_error(found)))
         self._unexplained = []
         self._hold(*retries)
 
@@ -460,19 +472,22 @@ class Flightlog(AbstractCapability[Any]):
         self._safely(self._tool_end, execution, call, result)
         return result
 
-    def _tool_start(self, ctx: RunContext[Any], call: ToolCallPart, args: Any) -> events.Execution:
+    def _tool_execution(self, replaces: str | None = None) -> events.Execution:
         self._turn_tools += 1
         model = self._model_execution
-        execution = events.Execution(
+        return events.Execution(
             id=events.new_execution_id(),
             kind="tool",
             parent_id=model.id if model is not None else self._parent_id,
             turn_index=self._turn,
             agent=self._agent,
-            # pydantic-ai re-asks the model after ModelRetry: the new call replaces the
-            # failed one, under a new tool call id.
-            replaces=self._replaced(call) if ctx.retry else None,
+            replaces=replaces,
         )
+
+    def _tool_start(self, ctx: RunContext[Any], call: ToolCallPart, args: Any) -> events.Execution:
+        # pydantic-ai re-asks the model after ModelRetry: the new call replaces the
+        # failed one, under a new tool call id.
+        execution = self._tool_execution(self._replaced(call) if ctx.retry else None)
         arguments = args if isinstance(args, dict) else {"args": args}
         self._record(
             events.ToolExecStart(
@@ -519,18 +534,19 @@ class Flightlog(AbstractCapability[Any]):
             # Cancelled: the run ended, or a tool beside it raised.
             self._tool_done(cancelled_tool_end(execution, call.tool_call_id, call.tool_name))
             return
-        kind = type(exc).__name__
-        deferred = kind in ("CallDeferred", "ApprovalRequired")
-        text = _error_text(exc)
+        if isinstance(exc, CallDeferred | ApprovalRequired):
+            # Handed back to the application: the run pauses, the call has no result.
+            self._deferred.add(call.tool_call_id)
+            reason = "approval" if isinstance(exc, ApprovalRequired) else exc.kind
+            self._tool_done(deferred_end(execution, call, reason, exc.metadata))
+            return
         self._tool_done(
             events.ToolExecEnd(
                 execution=execution,
                 tool_call_id=call.tool_call_id,
                 name=call.tool_name,
-                content=[events.TextPart(text=text)],
-                is_error=not deferred,
-                disposition="skipped" if deferred else "ran",
-                reason=kind if deferred else None,
+                content=[events.TextPart(text=error_text(exc))],
+                is_error=True,
             )
         )
 
@@ -587,27 +603,6 @@ class Flightlog(AbstractCapability[Any]):
             return None
 
 
-def _attempt_error(attempt: Any) -> str | None:
-    """Why a fallback moved on from an attempt (its ``ModelRequestAttempt``)."""
-    if attempt is None or isinstance(attempt, str):
-        return attempt
-    error = getattr(attempt, "error", None)
-    if error:
-        return str(error)
-    model = getattr(attempt, "model_name", None) or "the model"
-    return f"{getattr(attempt, 'outcome', 'rejected')}: the response of {model} was rejected"
-
-
 def _key(execution: events.Execution) -> tuple[str, int]:
     """A call's key among the ends its run owes."""
     return execution.id, execution.attempt
-
-
-def _agent_name(ctx: RunContext[Any]) -> str:
-    agent = ctx.agent
-    return (agent.name if agent is not None else None) or "agent"
-
-
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -31,7 +31,12 @@ def build(path: Path, **options: bool) -> list[Span]:
 def test_the_format_example_as_spans(tmp_path: Path) -> None:
     spans = build(example_file(tmp_path))
     by_name = {span.name: span for span in spans}
-    assert sorted(by_name) == ["chat claude-x", "execute_tool read_file", "invoke_agent demo"]
+    assert sorted(by_name) == [
+        "chat claude-x",
+        "execute_tool read_file",
+        "invoke_agent demo",
+        "turn 0",
+    ]
     run = by_name["invoke_agent demo"]
     session_id = "5f0c2a9e8b7d4c1fa3e6b2d9c8a7f015"
     run_id = "a41e7c3b9d2f4e8a8c6b1f0e2d3c4b5a"
@@ -42,7 +47,14 @@ def test_the_format_example_as_spans(tmp_path: Path) -> None:
     assert run.error is not None and run.error.startswith("interrupted")
     chat = by_name["chat claude-x"]
     assert chat.span_id == span_id(session_id, run_id, "model", "m1", 1)
-    assert chat.parent_id == run.span_id and chat.kind == "client"
+    turn = by_name["turn 0"]
+    assert turn.span_id == span_id(session_id, run_id, "turn", 0)
+    assert turn.parent_id == run.span_id and turn.trace_id == run.trace_id
+    assert (turn.end_seq, turn.error) == (16, None)
+    assert turn.attributes["flightlog.turn.stop_reason"] == "tool_use"
+    assert turn.attributes["flightlog.turn.tool_call_count"] == 1
+    assert turn.attributes["gen_ai.usage.input_tokens"] == 412
+    assert chat.parent_id == turn.span_id and chat.kind == "client"
     assert chat.attributes["gen_ai.usage.input_tokens"] == 412
     assert chat.attributes["gen_ai.response.finish_reasons"] == ["tool_use"]
     assert chat.attributes["gen_ai.request.max_tokens"] == 1024
@@ -50,7 +62,7 @@ def test_the_format_example_as_spans(tmp_path: Path) -> None:
     tool = by_name["execute_tool read_file"]
     assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
     # Asked for by the model call: a link to it, not a child of it.
-    assert tool.parent_id == run.span_id
+    assert tool.parent_id == turn.span_id
     assert [link.span_id for link in tool.links] == [chat.span_id]
     assert not any(key.startswith("gen_ai.input") for s in spans for key in s.attributes)
     # The checkpoint is an event on the run.
@@ -92,10 +104,17 @@ def test_a_run_cut_short_ends_at_the_next_run_start(tmp_path: Path) -> None:
         "chat claude-x",
         "execute_tool read_file",
         "invoke_agent demo",
+        "turn 0",
     }
     tool = next(span for span in spans if span.name.startswith("execute_tool"))
     assert tool.error is not None and tool.error.startswith("interrupted")
     assert tool.attributes["error.type"] == "interrupted"
+    # The open turn ends where the open call does, with the run, and is no success.
+    turn = next(span for span in spans if span.name == "turn 0")
+    assert turn.error == "interrupted: no turn_end (turn 0)"
+    assert turn.attributes["error.type"] == "interrupted"
+    assert turn.end_ns == tool.end_ns and turn.start_ns < turn.end_ns
+    assert tool.parent_id == turn.span_id
     assert all(span.end_seq == 13 for span in spans if span.name != "chat claude-x")
 
 

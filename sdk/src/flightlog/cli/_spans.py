@@ -9,19 +9,23 @@ a :class:`Span` is plain data that ``flightlog export`` hands to the OpenTelemet
 * A **run** is one trace, and its root span is ``invoke_agent`` (``invoke_agent NAME``
   with the agent's name).  It ends at ``run_close``, or, for a run that was interrupted
   (no ``run_close``), at the ``run_start`` of the next run in the file.
+* A **turn** of the agent loop is a ``turn N`` span, the run's child, from ``turn_start``
+  to ``turn_end``; the calls of its ``turn_index`` are its children.
 * Each attempt of a **model call** is a ``chat`` span (``chat MODEL``, kind CLIENT), from
   ``model_request`` or ``model_exec_start`` to ``model_exec_end``.
 * Each attempt of a **tool call** is an ``execute_tool`` span (``execute_tool NAME``),
   from ``tool_queued`` or ``tool_exec_start`` to ``tool_exec_end``.
-* A call still open when its run ends has lost its end record: its span ends with the
-  run, with status ERROR ``interrupted``.  It is never reported as a success.
+* A call or a turn still open when its run ends has lost its end record: its span ends
+  with the run, with status ERROR ``interrupted``.  It is never reported as a success.
 * A **retry** (attempt 2 and on) links to the attempt it replaces; a tool call whose
   ``tool_call_id`` already ran in an earlier run of the session (re-issued after a
   resume) links to that earlier span.  A tool call nested in another tool call (a
-  sub-agent) is that call's child; every other call is the run's child.
+  sub-agent) is that call's child; every other call is its turn's child (a sub-agent's
+  call is in its calling tool's turn), or the run's when it is in no turn.
 
 Ids are derived, never random: the trace id from (session id, run id) and each span id
-from (session id, run id, execution kind, execution id, attempt).  Exporting the same
+from (session id, run id, execution kind, execution id, attempt), or a turn's from
+(session id, run id, ``"turn"``, turn index).  Exporting the same
 file twice sends the same ids, so a backend keeps one copy.
 
 Every span carries ``Span.end_seq``, the seq of the record that completed it: a follower
@@ -80,6 +84,19 @@ class _Call:
     attributes: dict[str, AttributeValue] = field(default_factory=dict)
     name: str | None = None
     tool_call_id: str | None = None
+    turn: int | None = None  # the turn_index of the turn whose span is its parent
+
+
+@dataclass
+class _Turn:
+    index: int
+    span_id: int
+    start_ns: int
+    attributes: dict[str, AttributeValue]
+    tokens: dict[str, int] = field(default_factory=dict)
+    cost: Total = field(default_factory=Total)
+    error: str | None = None
+    failed_exec: str | None = None  # the call whose error is the turn's, if one is
 
 
 @dataclass
@@ -98,6 +115,9 @@ class _Run:
     outcome: str | None = None  # the error of agent_end; "" when it ended well
     last_ns: int = 0
     cost: Total = field(default_factory=Total)
+    turns: dict[int, _Turn] = field(default_factory=dict)  # open turns, by turn_index
+    turn_ids: dict[int, int] = field(default_factory=dict)  # turn_index -> span id
+    turn_of: dict[str, int | None] = field(default_factory=dict)  # exec id -> turn_index
 
 
 _MODEL_STARTS: Final = frozenset({"model_request", "model_exec_start"})
@@ -169,6 +189,12 @@ class SpanBuilder:
                 self._agent_end(run, data)
             case "error":
                 run.events.append(self._error_event(data, at))
+                if data.get("fatal") is True and run.turns:
+                    run.turns[max(run.turns)].error = str(data.get("message") or "fatal error")
+            case "turn_start":
+                self._turn_start(run, data, at)
+            case "turn_end":
+                return self._turn_end(run, record, data, at)
             case "checkpoint":
                 run.events.append(
                     SpanEvent("flightlog.checkpoint", at, {"flightlog.seq": record.seq})
@@ -241,6 +267,10 @@ class SpanBuilder:
             self._call_span(run, call, end, INTERRUPTED, record.seq)
             for call in list(run.calls.values())
         ]
+        spans += [
+            self._turn_span(run, turn, end, record.seq, interrupted=True)
+            for turn in list(run.turns.values())
+        ]
         error: str | None
         if interrupted:
             error = f"{INTERRUPTED}: the run has no run_close"
@@ -252,12 +282,7 @@ class SpanBuilder:
             run.attributes["error.type"] = (
                 INTERRUPTED if error.startswith(INTERRUPTED) else "agent_error"
             )
-        if run.cost.sources:
-            if run.cost.priced:
-                run.attributes["flightlog.cost.amount"] = float(run.cost.amount)
-                run.attributes["flightlog.cost.currency"] = run.cost.currency
-            run.attributes["flightlog.cost.priced_calls"] = run.cost.priced
-            run.attributes["flightlog.cost.unknown_calls"] = run.cost.unknown
+        _add_cost(run.attributes, run.cost)
         name = f"invoke_agent {run.agent_name}" if run.agent_name else "invoke_agent"
         spans.append(
             Span(
@@ -285,6 +310,84 @@ class SpanBuilder:
             attributes["exception.type"] = data["code"]
         return SpanEvent("exception", at, attributes)
 
+    # ----------------------------------------------------------------------- turns
+
+    def _turn_start(self, run: _Run, data: Mapping[str, Any], at: int) -> None:
+        assert self.session_id is not None
+        index = data.get("turn_index")
+        if not isinstance(index, int) or isinstance(index, bool) or index in run.turns:
+            return
+        # A turn_index used again in one run (a second loop) gets an id of its own.
+        again = (at,) if index in run.turn_ids else ()
+        own = span_id(self.session_id, run.run_id, "turn", index, *again)
+        run.turn_ids[index] = own
+        run.turns[index] = _Turn(
+            index=index,
+            span_id=own,
+            start_ns=at,
+            attributes={
+                "gen_ai.conversation.id": self.session_id,
+                "flightlog.run_id": run.run_id,
+                "flightlog.turn.index": index,
+            },
+        )
+
+    def _turn_end(self, run: _Run, record: Record, data: Mapping[str, Any], at: int) -> list[Span]:
+        index = data.get("turn_index")
+        turn = run.turns.get(index) if isinstance(index, int) else None
+        if turn is None:
+            return []
+        attributes = turn.attributes
+        if isinstance(data.get("stop_reason"), str):
+            attributes["flightlog.turn.stop_reason"] = data["stop_reason"]
+        for name in ("message_count", "tool_call_count"):
+            if isinstance(data.get(name), int):
+                attributes[f"flightlog.turn.{name}"] = data[name]
+        add_usage(attributes, data.get("usage"))  # the loop's own count, when it gives one
+        return [self._turn_span(run, turn, at, record.seq, interrupted=False)]
+
+    def _count_in_turn(self, run: _Run, call: _Call, error: str | None) -> None:
+        """Adds an ended call's tokens to its open turn; a failed model call or a cancelled
+        tool call fails the turn, unless a later attempt of the same call succeeds."""
+        turn = run.turns.get(call.turn) if call.turn is not None else None
+        if turn is None:
+            return
+        for key, value in call.attributes.items():
+            if key.startswith("gen_ai.usage.") and isinstance(value, int):
+                turn.tokens[key] = turn.tokens.get(key, 0) + value
+        cancelled = call.attributes.get("flightlog.tool.disposition") == "cancelled"
+        if error is not None and (call.kind == "model" or cancelled):
+            turn.error, turn.failed_exec = error, call.exec_id
+        elif error is None and turn.failed_exec == call.exec_id:
+            turn.error = turn.failed_exec = None
+
+    def _turn_span(
+        self, run: _Run, turn: _Turn, end: int, end_seq: int, *, interrupted: bool
+    ) -> Span:
+        run.turns.pop(turn.index, None)
+        attributes = turn.attributes
+        for key, total in turn.tokens.items():
+            attributes.setdefault(key, total)
+        _add_cost(attributes, turn.cost)
+        error = turn.error
+        if interrupted:
+            attributes["error.type"] = INTERRUPTED
+            error = f"{INTERRUPTED}: no turn_end (turn {turn.index})"
+        elif error is not None:
+            attributes["error.type"] = "turn_error"
+        return Span(
+            name=f"turn {turn.index}",
+            trace_id=run.trace_id,
+            span_id=turn.span_id,
+            parent_id=run.span_id,
+            kind="internal",
+            start_ns=turn.start_ns,
+            end_ns=max(end, turn.start_ns),
+            attributes=attributes,
+            error=error,
+            end_seq=end_seq,
+        )
+
     # ----------------------------------------------------------------------- calls
 
     def _start_call(self, run: _Run, kind: str, data: Mapping[str, Any], at: int) -> None:
@@ -309,8 +412,13 @@ class SpanBuilder:
             run.kinds[call.exec_id] = (exec_kind, attempt)
             turn = execution.get("turn_index")
             if isinstance(turn, int) and not isinstance(turn, bool):
-                # A turn is no span of its own: its calls say which, so costs add up by turn.
                 call.attributes["flightlog.execution.turn_index"] = turn
+            else:
+                turn = None
+            if call.parent_exec is not None and call.parent_exec in run.turn_of:
+                turn = run.turn_of[call.parent_exec]  # a sub-agent's call: its caller's turn
+            call.turn = turn if turn in run.turn_ids else None
+            run.turn_of[call.exec_id] = call.turn
         if kind == "model_request":
             self._model_request(call, data)
         elif kind == "model_exec_start":
@@ -407,6 +515,7 @@ class SpanBuilder:
         else:
             self._tool_start(call, data)
             error = self._tool_end(call, data)
+        self._count_in_turn(run, call, error)
         return [self._call_span(run, call, at, error, record.seq)]
 
     def _model_end(self, call: _Call, data: Mapping[str, Any]) -> str | None:
@@ -440,6 +549,9 @@ class SpanBuilder:
         if found is None:
             return
         run.cost.add(found)
+        turn = run.turns.get(call.turn) if call.turn is not None else None
+        if turn is not None:
+            turn.cost.add(found)
         attributes["flightlog.cost.source"] = found.source
         if found.amount is None:
             attributes["flightlog.cost.unknown"] = True
@@ -483,7 +595,7 @@ class SpanBuilder:
                     {"flightlog.link": "retry_of"},
                 )
             )
-        parent_id = run.span_id
+        parent_id = run.turn_ids[call.turn] if call.turn is not None else run.span_id
         if call.parent_exec is not None and call.parent_exec in run.kinds:
             parent_kind, parent_attempt = run.kinds[call.parent_exec]
             parent_span = span_id(
@@ -528,3 +640,13 @@ class SpanBuilder:
             links=links,
             end_seq=end_seq,
         )
+
+
+def _add_cost(attributes: dict[str, AttributeValue], cost: Total) -> None:
+    """A run's or a turn's price: the sum of its priced calls, and how many were not."""
+    if cost.sources:
+        if cost.priced:
+            attributes["flightlog.cost.amount"] = float(cost.amount)
+            attributes["flightlog.cost.currency"] = cost.currency
+        attributes["flightlog.cost.priced_calls"] = cost.priced
+        attributes["flightlog.cost.unknown_calls"] = cost.unknown

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import msgspec
 
+from flightlog.cli._demo import record_demo_run
 from flightlog.cli._spans import Span, SpanBuilder, span_id, trace_id
-from flightlog.protocol import Record
-from flightlog.sdk import read
+from flightlog.protocol import Execution, Record
+from flightlog.protocol.events import AgentStart, ModelExecStart, TurnStart
+from flightlog.sdk import connect, read
+from support import DaemonProcess, read_lines, wait_for
 
 DOCS_EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 
@@ -284,3 +287,96 @@ def test_a_reissued_tool_call_links_to_its_first_run() -> None:
     (link,) = again.links
     assert (link.trace_id, link.span_id) == (interrupted.trace_id, interrupted.span_id)
     assert second_run.error is None
+
+
+# --------------------------------------------------------------------- turns
+
+
+def test_turn_spans_of_a_recorded_session(daemon: DaemonProcess) -> None:
+    """A session recorded through a real daemon: the demo loop (two turns, retries), then
+    a run killed in its first turn; every call is its turn's child, every turn the run's."""
+    with connect(daemon.socket, client_name="turns") as client:
+        session = client.create("turns.jsonl")
+        with session.begin_run() as run:
+            record_demo_run(run, pace=0)
+        cut = session.begin_run()
+        cut.record(AgentStart(agent="booker"))
+        cut.record(TurnStart(turn_index=0))
+        model = Execution(id="m0", kind="model", turn_index=0)
+        cut.record(ModelExecStart(execution=model, model="m-x"))
+        session.sync()
+    # The agent's connection is gone with the cut run open: it has no run_close, and
+    # ends where the next run starts.
+    path = daemon.root / "turns.jsonl"
+    with connect(daemon.socket) as client:
+        wait_for(lambda: all(s.path != str(path) for s in client.status().sessions))
+        again = client.open("turns.jsonl")
+        with again.begin_run():
+            pass
+        again.close()
+    assert [line["type"] for line in read_lines(path)].count("run_close") == 2
+    spans = build(path)
+    runs = {s.trace_id: s for s in spans if s.parent_id is None and s.name != "invoke_agent"}
+    turns = {s.span_id: s for s in spans if s.name.startswith("turn ")}
+    assert sorted(t.name for t in turns.values()) == ["turn 0", "turn 0", "turn 1"]
+    for turn in turns.values():
+        assert turn.parent_id == runs[turn.trace_id].span_id
+    calls = [s for s in spans if s.name.startswith(("chat", "execute_tool"))]
+    assert len(calls) == 7
+    for call in calls:
+        turn = turns[call.parent_id]  # type: ignore[index]
+        assert turn.trace_id == call.trace_id
+        assert (
+            turn.attributes["flightlog.turn.index"]
+            == call.attributes["flightlog.execution.turn_index"]
+        )
+        assert turn.start_ns <= call.start_ns <= call.end_ns <= turn.end_ns
+    demo = next(s for s in runs.values() if s.name == "invoke_agent trip-planner")
+    demo_turns = [t for t in turns.values() if t.trace_id == demo.trace_id]
+    # Turn 1 retried its rate-limited model call to success: the turn did not fail.
+    assert [t.error for t in demo_turns] == [None, None]
+    cut_run = next(s for s in runs.values() if s is not demo)
+    (open_turn,) = [t for t in turns.values() if t.trace_id == cut_run.trace_id]
+    (open_call,) = [c for c in calls if c.trace_id == cut_run.trace_id]
+    assert open_turn.error == "interrupted: no turn_end (turn 0)"
+    assert open_turn.end_ns == open_call.end_ns == cut_run.end_ns
+    assert open_turn.end_seq == cut_run.end_seq
+
+
+def test_a_turn_sums_its_calls_and_fails_with_them() -> None:
+    model = {**execution("m", "model"), "turn_index": 0}
+    delegate = {**execution("t", "tool"), "turn_index": 0}
+    sub_model = {**execution("s", "model", parent="t"), "turn_index": 0}
+    usage = {"input_tokens": 10, "output_tokens": 2}
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            ("agent_start", RUN_1, {"agent": "boss"}),
+            ("turn_start", RUN_1, {"turn_index": 0}),
+            ("model_exec_end", RUN_1, {"execution": model, "usage": usage}),
+            ("tool_exec_start", RUN_1, {"execution": delegate, "name": "delegate"}),
+            ("model_exec_end", RUN_1, {"execution": sub_model, "usage": usage}),
+            (
+                "tool_exec_end",
+                RUN_1,
+                {
+                    "execution": delegate,
+                    "name": "delegate",
+                    "is_error": True,
+                    "disposition": "cancelled",
+                    "content": [{"$type": "text", "text": "cancelled"}],
+                },
+            ),
+            ("turn_end", RUN_1, {"turn_index": 0, "tool_call_count": 1}),
+            ("agent_end", RUN_1, {"ok": False, "error": "cancelled"}),
+            ("run_close", RUN_1, {"error": None}),
+        )
+    )
+    chat, sub_chat, tool, turn, run = spans
+    assert turn.parent_id == run.span_id
+    assert chat.parent_id == tool.parent_id == turn.span_id
+    # A sub-agent's model call is in its calling tool's turn.
+    assert sub_chat.parent_id == turn.span_id
+    assert turn.attributes["gen_ai.usage.input_tokens"] == 20
+    assert turn.attributes["gen_ai.usage.output_tokens"] == 4
+    assert (turn.error, turn.attributes["error.type"]) == ("cancelled", "turn_error")

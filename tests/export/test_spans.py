@@ -380,3 +380,22 @@ def test_a_turn_sums_its_calls_and_fails_with_them() -> None:
     assert turn.attributes["gen_ai.usage.input_tokens"] == 20
     assert turn.attributes["gen_ai.usage.output_tokens"] == 4
     assert (turn.error, turn.attributes["error.type"]) == ("cancelled", "turn_error")
+
+
+def test_a_fatal_error_fails_its_turn_and_a_turn_index_used_again_gets_its_own_id() -> None:
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            ("turn_start", RUN_1, {"turn_index": 0}),
+            ("turn_end", RUN_1, {"turn_index": 0}),
+            ("turn_start", RUN_1, {"turn_index": 0}),  # a second loop in the same run
+            ("error", RUN_1, {"message": "boom", "fatal": True}),
+            ("turn_end", RUN_1, {"turn_index": 0}),
+            ("run_close", RUN_1, {"error": None}),
+        )
+    )
+    first, second, run = spans
+    assert first.parent_id == second.parent_id == run.span_id
+    assert first.span_id == span_id(SESSION, RUN_1, "turn", 0) != second.span_id
+    assert first.error is None
+    assert (second.error, second.attributes["error.type"]) == ("boom", "turn_error")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from flightlog.protocol import Record, parse_time
 
 __all__ = [
+    "INTERRUPTED",
     "AttributeValue",
     "Link",
     "Span",
@@ -20,6 +21,9 @@ __all__ = [
     "span_id",
     "trace_id",
 ]
+
+#: The error of a span whose end record is missing.
+INTERRUPTED: Final = "interrupted"
 
 AttributeValue: TypeAlias = str | bool | int | float | Sequence[str]
 

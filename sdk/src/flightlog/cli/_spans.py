@@ -59,6 +59,7 @@ from ._genai_messages import genai_message, genai_parts, json_text
 from ._pricing import Pricer
 from ._render import record_data
 from ._span_data import (
+    INTERRUPTED,
     AttributeValue,
     Link,
     Span,
@@ -68,10 +69,9 @@ from ._span_data import (
     span_id,
     trace_id,
 )
+from ._turn_spans import Turn, add_cost
 
 __all__ = ["AttributeValue", "Link", "Span", "SpanBuilder", "SpanEvent", "span_id", "trace_id"]
-
-INTERRUPTED: Final = "interrupted"
 
 
 @dataclass
@@ -85,18 +85,6 @@ class _Call:
     name: str | None = None
     tool_call_id: str | None = None
     turn: int | None = None  # the turn_index of the turn whose span is its parent
-
-
-@dataclass
-class _Turn:
-    index: int
-    span_id: int
-    start_ns: int
-    attributes: dict[str, AttributeValue]
-    tokens: dict[str, int] = field(default_factory=dict)
-    cost: Total = field(default_factory=Total)
-    error: str | None = None
-    failed_exec: str | None = None  # the call whose error is the turn's, if one is
 
 
 @dataclass
@@ -115,7 +103,7 @@ class _Run:
     outcome: str | None = None  # the error of agent_end; "" when it ended well
     last_ns: int = 0
     cost: Total = field(default_factory=Total)
-    turns: dict[int, _Turn] = field(default_factory=dict)  # open turns, by turn_index
+    turns: dict[int, Turn] = field(default_factory=dict)  # open turns, by turn_index
     turn_ids: dict[int, int] = field(default_factory=dict)  # turn_index -> span id
     turn_of: dict[str, int | None] = field(default_factory=dict)  # exec id -> turn_index
 
@@ -268,8 +256,8 @@ class SpanBuilder:
             for call in list(run.calls.values())
         ]
         spans += [
-            self._turn_span(run, turn, end, record.seq, interrupted=True)
-            for turn in list(run.turns.values())
+            turn.span(run.trace_id, run.span_id, end, record.seq, interrupted=True)
+            for turn in run.turns.values()
         ]
         error: str | None
         if interrupted:
@@ -282,7 +270,7 @@ class SpanBuilder:
             run.attributes["error.type"] = (
                 INTERRUPTED if error.startswith(INTERRUPTED) else "agent_error"
             )
-        _add_cost(run.attributes, run.cost)
+        add_cost(run.attributes, run.cost)
         name = f"invoke_agent {run.agent_name}" if run.agent_name else "invoke_agent"
         spans.append(
             Span(
@@ -321,72 +309,15 @@ class SpanBuilder:
         again = (at,) if index in run.turn_ids else ()
         own = span_id(self.session_id, run.run_id, "turn", index, *again)
         run.turn_ids[index] = own
-        run.turns[index] = _Turn(
-            index=index,
-            span_id=own,
-            start_ns=at,
-            attributes={
-                "gen_ai.conversation.id": self.session_id,
-                "flightlog.run_id": run.run_id,
-                "flightlog.turn.index": index,
-            },
-        )
+        run.turns[index] = Turn(index, own, at, self.session_id, run.run_id)
 
     def _turn_end(self, run: _Run, record: Record, data: Mapping[str, Any], at: int) -> list[Span]:
         index = data.get("turn_index")
-        turn = run.turns.get(index) if isinstance(index, int) else None
+        turn = run.turns.pop(index) if isinstance(index, int) and index in run.turns else None
         if turn is None:
             return []
-        attributes = turn.attributes
-        if isinstance(data.get("stop_reason"), str):
-            attributes["flightlog.turn.stop_reason"] = data["stop_reason"]
-        for name in ("message_count", "tool_call_count"):
-            if isinstance(data.get(name), int):
-                attributes[f"flightlog.turn.{name}"] = data[name]
-        add_usage(attributes, data.get("usage"))  # the loop's own count, when it gives one
-        return [self._turn_span(run, turn, at, record.seq, interrupted=False)]
-
-    def _count_in_turn(self, run: _Run, call: _Call, error: str | None) -> None:
-        """Adds an ended call's tokens to its open turn; a failed model call or a cancelled
-        tool call fails the turn, unless a later attempt of the same call succeeds."""
-        turn = run.turns.get(call.turn) if call.turn is not None else None
-        if turn is None:
-            return
-        for key, value in call.attributes.items():
-            if key.startswith("gen_ai.usage.") and isinstance(value, int):
-                turn.tokens[key] = turn.tokens.get(key, 0) + value
-        cancelled = call.attributes.get("flightlog.tool.disposition") == "cancelled"
-        if error is not None and (call.kind == "model" or cancelled):
-            turn.error, turn.failed_exec = error, call.exec_id
-        elif error is None and turn.failed_exec == call.exec_id:
-            turn.error = turn.failed_exec = None
-
-    def _turn_span(
-        self, run: _Run, turn: _Turn, end: int, end_seq: int, *, interrupted: bool
-    ) -> Span:
-        run.turns.pop(turn.index, None)
-        attributes = turn.attributes
-        for key, total in turn.tokens.items():
-            attributes.setdefault(key, total)
-        _add_cost(attributes, turn.cost)
-        error = turn.error
-        if interrupted:
-            attributes["error.type"] = INTERRUPTED
-            error = f"{INTERRUPTED}: no turn_end (turn {turn.index})"
-        elif error is not None:
-            attributes["error.type"] = "turn_error"
-        return Span(
-            name=f"turn {turn.index}",
-            trace_id=run.trace_id,
-            span_id=turn.span_id,
-            parent_id=run.span_id,
-            kind="internal",
-            start_ns=turn.start_ns,
-            end_ns=max(end, turn.start_ns),
-            attributes=attributes,
-            error=error,
-            end_seq=end_seq,
-        )
+        turn.summary(data)
+        return [turn.span(run.trace_id, run.span_id, at, record.seq, interrupted=False)]
 
     # ----------------------------------------------------------------------- calls
 
@@ -515,7 +446,9 @@ class SpanBuilder:
         else:
             self._tool_start(call, data)
             error = self._tool_end(call, data)
-        self._count_in_turn(run, call, error)
+        turn = run.turns.get(call.turn) if call.turn is not None else None
+        if turn is not None:
+            turn.count(call.kind, call.exec_id, call.attributes, error)
         return [self._call_span(run, call, at, error, record.seq)]
 
     def _model_end(self, call: _Call, data: Mapping[str, Any]) -> str | None:
@@ -640,13 +573,3 @@ class SpanBuilder:
             links=links,
             end_seq=end_seq,
         )
-
-
-def _add_cost(attributes: dict[str, AttributeValue], cost: Total) -> None:
-    """A run's or a turn's price: the sum of its priced calls, and how many were not."""
-    if cost.sources:
-        if cost.priced:
-            attributes["flightlog.cost.amount"] = float(cost.amount)
-            attributes["flightlog.cost.currency"] = cost.currency
-        attributes["flightlog.cost.priced_calls"] = cost.priced
-        attributes["flightlog.cost.unknown_calls"] = cost.unknown

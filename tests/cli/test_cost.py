@@ -164,6 +164,14 @@ def test_the_export_carries_each_price_and_its_source(
         if "flightlog.cost.amount" in span.attributes
     }
     assert by_turn == {0: float(M1), 1: float(M2)}
+    # Each turn's span carries that sum, as a run's span carries the run's.
+    turns = {
+        span.attributes["flightlog.turn.index"]: span.attributes
+        for span in spans
+        if span.trace_id == calls["m1"].trace_id and span.name.startswith("turn ")
+    }
+    assert {index: turn["flightlog.cost.amount"] for index, turn in turns.items()} == by_turn
+    assert all(turn["flightlog.cost.priced_calls"] == 1 for turn in turns.values())
     assert calls["m3"].attributes["flightlog.cost.unknown"] is True
     assert calls["m3"].attributes["flightlog.cost.source"] == UNKNOWN
     assert "flightlog.cost.amount" not in calls["m3"].attributes

@@ -55,6 +55,7 @@ def test_cursors_move_only_once_the_backend_took_the_spans(
     assert [s.name for s in backend.spans] == [
         "chat claude-x",
         "execute_tool read_file",
+        "turn 0",
         "invoke_agent demo",
     ]
     (cursor,) = state.glob("*.cursor")
@@ -80,7 +81,11 @@ def test_a_cursor_between_spans_sends_only_the_later_ones(tmp_path: Path) -> Non
     follower = _Follower(backend, _Cursors(str(state)), content=False)  # type: ignore[arg-type]
     feed(follower, path)
     follower.flush()
-    assert [s.name for s in backend.spans] == ["execute_tool read_file", "invoke_agent demo"]
+    assert [s.name for s in backend.spans] == [
+        "execute_tool read_file",
+        "turn 0",
+        "invoke_agent demo",
+    ]
 
 
 def test_a_damaged_cursor_file_is_a_usage_error(tmp_path: Path) -> None:

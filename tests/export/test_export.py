@@ -36,6 +36,7 @@ from flightlog.protocol.events import (
     ToolExecEnd,
     ToolExecStart,
     ToolQueued,
+    TurnStart,
     UserMessage,
 )
 from flightlog.sdk import connect
@@ -55,6 +56,7 @@ class Session:
 def _interrupted_run(run: Any) -> None:
     question = UserMessage(content="Book a table for two in Lisbon tonight.")
     run.record(AgentStart(agent="booker", messages=[question]))
+    run.record(TurnStart(turn_index=0))
     model = Execution(id="m0", kind="model", turn_index=0)
     run.record(ModelRequest(execution=model, messages=[question], config=CallConfig(model="m-x")))
     run.record(ModelExecStart(execution=model, model="m-x"))
@@ -140,10 +142,10 @@ def spans_of(phoenix: Phoenix, project: str, count: int) -> list[dict[str, Any]]
     return phoenix.spans(project)
 
 
-# The demo run: 1 invoke_agent, 3 chat (one of them a failed attempt 1), 3 execute_tool
-# (one a failed attempt 1); the interrupted run: invoke_agent, chat, execute_tool; the
-# re-issuing run: invoke_agent, execute_tool.
-EXPECTED_SPANS = 7 + 3 + 2
+# The demo run: 1 invoke_agent, 2 turns, 3 chat (one of them a failed attempt 1), 3
+# execute_tool (one a failed attempt 1); the interrupted run: invoke_agent, its open turn,
+# chat, execute_tool; the re-issuing run (no turn records): invoke_agent, execute_tool.
+EXPECTED_SPANS = 9 + 4 + 2
 
 
 def by_name(spans: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -164,15 +166,22 @@ def test_export_follows_the_genai_conventions(phoenix: Phoenix, session: Session
         "invoke_agent booker",
         "invoke_agent trip-planner",
     ]
-    # One trace per run; every other span hangs under its run's invoke_agent span.
+    # One trace per run; a turn hangs under its run's invoke_agent span, and a call
+    # under its turn (or the run, in a run with no turn records).
     root_of_trace = {span["context"]["trace_id"]: span["context"]["span_id"] for span in roots}
     assert len(root_of_trace) == 3
+    turns = by_name(spans, "turn ")
+    turn_ids = {span["context"]["span_id"] for span in turns}
+    for span in turns:
+        assert span["parent_id"] == root_of_trace[span["context"]["trace_id"]], span
     for span in spans:
-        if span["parent_id"] is not None:
-            assert span["parent_id"] == root_of_trace[span["context"]["trace_id"]], span
+        if span["parent_id"] is not None and span not in turns:
+            root = root_of_trace[span["context"]["trace_id"]]
+            assert span["parent_id"] in turn_ids | {root}, span
         attributes = span["attributes"]
         assert attributes["gen_ai.conversation.id"] == session.session_id
-        assert attributes["gen_ai.operation.name"] in ("invoke_agent", "chat", "execute_tool")
+        if span not in turns:
+            assert attributes["gen_ai.operation.name"] in ("invoke_agent", "chat", "execute_tool")
         assert "gen_ai.input.messages" not in attributes  # content is opt-in
 
     demo_trace = next(s for s in roots if s["name"] == "invoke_agent trip-planner")
@@ -180,6 +189,18 @@ def test_export_follows_the_genai_conventions(phoenix: Phoenix, session: Session
     assert demo_trace["status_code"] == "UNSET"
     assert demo_trace["attributes"]["gen_ai.agent.name"] == "trip-planner"
     assert demo_trace["attributes"]["flightlog.meta.app"] == "export-test"
+    demo_turns = {s["name"]: s for s in by_name(demo, "turn ")}
+    assert sorted(demo_turns) == ["turn 0", "turn 1"]
+    children = {
+        name: sorted(s["name"] for s in demo if s["parent_id"] == turn["context"]["span_id"])
+        for name, turn in demo_turns.items()
+    }
+    assert children == {
+        "turn 0": ["chat demo-sonnet-1", *["execute_tool get_weather"] * 3],
+        "turn 1": ["chat demo-sonnet-1", "chat demo-sonnet-1"],
+    }
+    assert demo_turns["turn 1"]["attributes"]["flightlog.turn.stop_reason"] == "end_turn"
+    assert all(turn["status_code"] == "UNSET" for turn in demo_turns.values())
 
     chats = by_name(demo, "chat ")
     assert {s["name"] for s in chats} == {"chat demo-sonnet-1"}
@@ -223,7 +244,9 @@ def test_export_follows_the_genai_conventions(phoenix: Phoenix, session: Session
     interrupted = [
         s for s in spans if s["context"]["trace_id"] == interrupted_trace["context"]["trace_id"]
     ]
-    assert len(interrupted) == 3
+    assert len(interrupted) == 4
+    (open_turn,) = by_name(interrupted, "turn ")
+    assert open_turn["status_message"] == "interrupted: no turn_end (turn 0)"
     for span in interrupted:
         assert span["status_code"] == "ERROR"
         assert span["status_message"].startswith("interrupted")
@@ -409,7 +432,8 @@ def test_a_damaged_file_exports_what_comes_before_the_bad_line(
     result = export(phoenix, project, str(copy))
     assert result.returncode == 1
     assert f"line {first_run_close + 3}: not a valid record" in result.stderr
-    # The demo run, complete before the damage, is there; the rest is not.
-    spans = spans_of(phoenix, project, 7)
-    assert len(spans) == 7
+    # The demo run (7 spans and its 2 turns), complete before the damage, is there; the
+    # rest is not.
+    spans = spans_of(phoenix, project, 9)
+    assert len(spans) == 9
     assert sum(span["parent_id"] is None for span in spans) == 1

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import msgspec
 
+from flightlog.cli._demo import record_demo_run
 from flightlog.cli._spans import Span, SpanBuilder, span_id, trace_id
-from flightlog.protocol import Record
-from flightlog.sdk import read
+from flightlog.protocol import Execution, Record
+from flightlog.protocol.events import AgentStart, ModelExecStart, TurnStart
+from flightlog.sdk import connect, read
+from support import DaemonProcess, read_lines, wait_for
 
 DOCS_EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "format.md"
 
@@ -31,7 +34,12 @@ def build(path: Path, **options: bool) -> list[Span]:
 def test_the_format_example_as_spans(tmp_path: Path) -> None:
     spans = build(example_file(tmp_path))
     by_name = {span.name: span for span in spans}
-    assert sorted(by_name) == ["chat claude-x", "execute_tool read_file", "invoke_agent demo"]
+    assert sorted(by_name) == [
+        "chat claude-x",
+        "execute_tool read_file",
+        "invoke_agent demo",
+        "turn 0",
+    ]
     run = by_name["invoke_agent demo"]
     session_id = "5f0c2a9e8b7d4c1fa3e6b2d9c8a7f015"
     run_id = "a41e7c3b9d2f4e8a8c6b1f0e2d3c4b5a"
@@ -42,7 +50,14 @@ def test_the_format_example_as_spans(tmp_path: Path) -> None:
     assert run.error is not None and run.error.startswith("interrupted")
     chat = by_name["chat claude-x"]
     assert chat.span_id == span_id(session_id, run_id, "model", "m1", 1)
-    assert chat.parent_id == run.span_id and chat.kind == "client"
+    turn = by_name["turn 0"]
+    assert turn.span_id == span_id(session_id, run_id, "turn", 0)
+    assert turn.parent_id == run.span_id and turn.trace_id == run.trace_id
+    assert (turn.end_seq, turn.error) == (16, None)
+    assert turn.attributes["flightlog.turn.stop_reason"] == "tool_use"
+    assert turn.attributes["flightlog.turn.tool_call_count"] == 1
+    assert turn.attributes["gen_ai.usage.input_tokens"] == 412
+    assert chat.parent_id == turn.span_id and chat.kind == "client"
     assert chat.attributes["gen_ai.usage.input_tokens"] == 412
     assert chat.attributes["gen_ai.response.finish_reasons"] == ["tool_use"]
     assert chat.attributes["gen_ai.request.max_tokens"] == 1024
@@ -50,7 +65,7 @@ def test_the_format_example_as_spans(tmp_path: Path) -> None:
     tool = by_name["execute_tool read_file"]
     assert tool.attributes["gen_ai.tool.call.id"] == "call_1"
     # Asked for by the model call: a link to it, not a child of it.
-    assert tool.parent_id == run.span_id
+    assert tool.parent_id == turn.span_id
     assert [link.span_id for link in tool.links] == [chat.span_id]
     assert not any(key.startswith("gen_ai.input") for s in spans for key in s.attributes)
     # The checkpoint is an event on the run.
@@ -92,10 +107,17 @@ def test_a_run_cut_short_ends_at_the_next_run_start(tmp_path: Path) -> None:
         "chat claude-x",
         "execute_tool read_file",
         "invoke_agent demo",
+        "turn 0",
     }
     tool = next(span for span in spans if span.name.startswith("execute_tool"))
     assert tool.error is not None and tool.error.startswith("interrupted")
     assert tool.attributes["error.type"] == "interrupted"
+    # The open turn ends where the open call does, with the run, and is no success.
+    turn = next(span for span in spans if span.name == "turn 0")
+    assert turn.error == "interrupted: no turn_end (turn 0)"
+    assert turn.attributes["error.type"] == "interrupted"
+    assert turn.end_ns == tool.end_ns and turn.start_ns < turn.end_ns
+    assert tool.parent_id == turn.span_id
     assert all(span.end_seq == 13 for span in spans if span.name != "chat claude-x")
 
 
@@ -265,3 +287,115 @@ def test_a_reissued_tool_call_links_to_its_first_run() -> None:
     (link,) = again.links
     assert (link.trace_id, link.span_id) == (interrupted.trace_id, interrupted.span_id)
     assert second_run.error is None
+
+
+# --------------------------------------------------------------------- turns
+
+
+def test_turn_spans_of_a_recorded_session(daemon: DaemonProcess) -> None:
+    """A session recorded through a real daemon: the demo loop (two turns, retries), then
+    a run killed in its first turn; every call is its turn's child, every turn the run's."""
+    with connect(daemon.socket, client_name="turns") as client:
+        session = client.create("turns.jsonl")
+        with session.begin_run() as run:
+            record_demo_run(run, pace=0)
+        cut = session.begin_run()
+        cut.record(AgentStart(agent="booker"))
+        cut.record(TurnStart(turn_index=0))
+        model = Execution(id="m0", kind="model", turn_index=0)
+        cut.record(ModelExecStart(execution=model, model="m-x"))
+        session.sync()
+    # The agent's connection is gone with the cut run open: it has no run_close, and
+    # ends where the next run starts.
+    path = daemon.root / "turns.jsonl"
+    with connect(daemon.socket) as client:
+        wait_for(lambda: all(s.path != str(path) for s in client.status().sessions))
+        again = client.open("turns.jsonl")
+        with again.begin_run():
+            pass
+        again.close()
+    assert [line["type"] for line in read_lines(path)].count("run_close") == 2
+    spans = build(path)
+    runs = {s.trace_id: s for s in spans if s.parent_id is None and s.name != "invoke_agent"}
+    turns = {s.span_id: s for s in spans if s.name.startswith("turn ")}
+    assert sorted(t.name for t in turns.values()) == ["turn 0", "turn 0", "turn 1"]
+    for turn in turns.values():
+        assert turn.parent_id == runs[turn.trace_id].span_id
+    calls = [s for s in spans if s.name.startswith(("chat", "execute_tool"))]
+    assert len(calls) == 7
+    for call in calls:
+        turn = turns[call.parent_id]  # type: ignore[index]
+        assert turn.trace_id == call.trace_id
+        assert (
+            turn.attributes["flightlog.turn.index"]
+            == call.attributes["flightlog.execution.turn_index"]
+        )
+        assert turn.start_ns <= call.start_ns <= call.end_ns <= turn.end_ns
+    demo = next(s for s in runs.values() if s.name == "invoke_agent trip-planner")
+    demo_turns = [t for t in turns.values() if t.trace_id == demo.trace_id]
+    # Turn 1 retried its rate-limited model call to success: the turn did not fail.
+    assert [t.error for t in demo_turns] == [None, None]
+    cut_run = next(s for s in runs.values() if s is not demo)
+    (open_turn,) = [t for t in turns.values() if t.trace_id == cut_run.trace_id]
+    (open_call,) = [c for c in calls if c.trace_id == cut_run.trace_id]
+    assert open_turn.error == "interrupted: no turn_end (turn 0)"
+    assert open_turn.end_ns == open_call.end_ns == cut_run.end_ns
+    assert open_turn.end_seq == cut_run.end_seq
+
+
+def test_a_turn_sums_its_calls_and_fails_with_them() -> None:
+    model = {**execution("m", "model"), "turn_index": 0}
+    delegate = {**execution("t", "tool"), "turn_index": 0}
+    sub_model = {**execution("s", "model", parent="t"), "turn_index": 0}
+    usage = {"input_tokens": 10, "output_tokens": 2}
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            ("agent_start", RUN_1, {"agent": "boss"}),
+            ("turn_start", RUN_1, {"turn_index": 0}),
+            ("model_exec_end", RUN_1, {"execution": model, "usage": usage}),
+            ("tool_exec_start", RUN_1, {"execution": delegate, "name": "delegate"}),
+            ("model_exec_end", RUN_1, {"execution": sub_model, "usage": usage}),
+            (
+                "tool_exec_end",
+                RUN_1,
+                {
+                    "execution": delegate,
+                    "name": "delegate",
+                    "is_error": True,
+                    "disposition": "cancelled",
+                    "content": [{"$type": "text", "text": "cancelled"}],
+                },
+            ),
+            ("turn_end", RUN_1, {"turn_index": 0, "tool_call_count": 1}),
+            ("agent_end", RUN_1, {"ok": False, "error": "cancelled"}),
+            ("run_close", RUN_1, {"error": None}),
+        )
+    )
+    chat, sub_chat, tool, turn, run = spans
+    assert turn.parent_id == run.span_id
+    assert chat.parent_id == tool.parent_id == turn.span_id
+    # A sub-agent's model call is in its calling tool's turn.
+    assert sub_chat.parent_id == turn.span_id
+    assert turn.attributes["gen_ai.usage.input_tokens"] == 20
+    assert turn.attributes["gen_ai.usage.output_tokens"] == 4
+    assert (turn.error, turn.attributes["error.type"]) == ("cancelled", "turn_error")
+
+
+def test_a_fatal_error_fails_its_turn_and_a_turn_index_used_again_gets_its_own_id() -> None:
+    spans = spans_of(
+        records(
+            ("run_start", RUN_1, {}),
+            ("turn_start", RUN_1, {"turn_index": 0}),
+            ("turn_end", RUN_1, {"turn_index": 0}),
+            ("turn_start", RUN_1, {"turn_index": 0}),  # a second loop in the same run
+            ("error", RUN_1, {"message": "boom", "fatal": True}),
+            ("turn_end", RUN_1, {"turn_index": 0}),
+            ("run_close", RUN_1, {"error": None}),
+        )
+    )
+    first, second, run = spans
+    assert first.parent_id == second.parent_id == run.span_id
+    assert first.span_id == span_id(SESSION, RUN_1, "turn", 0) != second.span_id
+    assert first.error is None
+    assert (second.error, second.attributes["error.type"]) == ("boom", "turn_error")

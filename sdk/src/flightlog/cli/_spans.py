@@ -9,19 +9,23 @@ a :class:`Span` is plain data that ``flightlog export`` hands to the OpenTelemet
 * A **run** is one trace, and its root span is ``invoke_agent`` (``invoke_agent NAME``
   with the agent's name).  It ends at ``run_close``, or, for a run that was interrupted
   (no ``run_close``), at the ``run_start`` of the next run in the file.
+* A **turn** of the agent loop is a ``turn N`` span, the run's child, from ``turn_start``
+  to ``turn_end``; the calls of its ``turn_index`` are its children.
 * Each attempt of a **model call** is a ``chat`` span (``chat MODEL``, kind CLIENT), from
   ``model_request`` or ``model_exec_start`` to ``model_exec_end``.
 * Each attempt of a **tool call** is an ``execute_tool`` span (``execute_tool NAME``),
   from ``tool_queued`` or ``tool_exec_start`` to ``tool_exec_end``.
-* A call still open when its run ends has lost its end record: its span ends with the
-  run, with status ERROR ``interrupted``.  It is never reported as a success.
+* A call or a turn still open when its run ends has lost its end record: its span ends
+  with the run, with status ERROR ``interrupted``.  It is never reported as a success.
 * A **retry** (attempt 2 and on) links to the attempt it replaces; a tool call whose
   ``tool_call_id`` already ran in an earlier run of the session (re-issued after a
   resume) links to that earlier span.  A tool call nested in another tool call (a
-  sub-agent) is that call's child; every other call is the run's child.
+  sub-agent) is that call's child; every other call is its turn's child (a sub-agent's
+  call is in its calling tool's turn), or the run's when it is in no turn.
 
 Ids are derived, never random: the trace id from (session id, run id) and each span id
-from (session id, run id, execution kind, execution id, attempt).  Exporting the same
+from (session id, run id, execution kind, execution id, attempt), or a turn's from
+(session id, run id, ``"turn"``, turn index).  Exporting the same
 file twice sends the same ids, so a backend keeps one copy.
 
 Every span carries ``Span.end_seq``, the seq of the record that completed it: a follower
@@ -44,147 +48,30 @@ messages and says why in ``flightlog.prompt_error``.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal
 
-from flightlog.protocol import Record, parse_time
+from flightlog.protocol import Record
 from flightlog.sdk import CallNotFound, Total, Transcript
 
+from ._genai_messages import genai_message, genai_parts, json_text
 from ._pricing import Pricer
 from ._render import record_data
+from ._span_data import (
+    INTERRUPTED,
+    AttributeValue,
+    Link,
+    Span,
+    SpanEvent,
+    add_usage,
+    record_ns,
+    span_id,
+    trace_id,
+)
+from ._turn_spans import Turn, add_cost
 
 __all__ = ["AttributeValue", "Link", "Span", "SpanBuilder", "SpanEvent", "span_id", "trace_id"]
-
-AttributeValue: TypeAlias = str | bool | int | float | Sequence[str]
-
-INTERRUPTED: Final = "interrupted"
-
-
-def _digest(*parts: str) -> bytes:
-    return hashlib.sha256("\x1f".join(("flightlog", *parts)).encode()).digest()
-
-
-def trace_id(session_id: str, run_id: str) -> int:
-    """The 128-bit trace id of a run: the same for every export of it."""
-    return int.from_bytes(_digest("trace", session_id, run_id)[:16]) or 1
-
-
-def span_id(session_id: str, run_id: str, *call: str | int) -> int:
-    """The 64-bit id of a run's span (no ``call``) or of a call's span (kind, id, attempt)."""
-    return int.from_bytes(_digest("span", session_id, run_id, *map(str, call))[:8]) or 1
-
-
-@dataclass(frozen=True)
-class Link:
-    """A link to another span: a retry's failed attempt, a re-issued call's first run."""
-
-    trace_id: int
-    span_id: int
-    attributes: dict[str, AttributeValue]
-
-
-@dataclass(frozen=True)
-class SpanEvent:
-    """A span event: an error record, a checkpoint."""
-
-    name: str
-    time_ns: int
-    attributes: dict[str, AttributeValue]
-
-
-@dataclass
-class Span:
-    """One finished span, ready to be turned into an OpenTelemetry ``ReadableSpan``."""
-
-    name: str
-    trace_id: int
-    span_id: int
-    parent_id: int | None
-    kind: Literal["internal", "client"]
-    start_ns: int
-    end_ns: int
-    attributes: dict[str, AttributeValue]
-    error: str | None = None  # None: status unset (the conventions' success)
-    events: list[SpanEvent] = field(default_factory=list)
-    links: list[Link] = field(default_factory=list)
-    end_seq: int = 0
-
-
-#: OTLP carries times as unsigned 64-bit nanoseconds since 1970.
-_MAX_NS = (1 << 64) - 1
-
-
-def _ns(record: Record) -> int:
-    """``record``'s time in nanoseconds since 1970; ValueError when OTLP cannot carry
-    it (before 1970, after 2554) or it is no time (a line of an old file)."""
-    moment = parse_time(record.time)
-    ns = int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
-    if not 0 <= ns <= _MAX_NS:
-        raise ValueError(f"time {record.time} is outside what OTLP carries (1970 to 2554)")
-    return ns
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _text_of(parts: Any) -> list[dict[str, Any]]:
-    """The parts of a message in the conventions' JSON shape."""
-    if isinstance(parts, str):
-        return [{"type": "text", "content": parts}]
-    if not isinstance(parts, list):
-        return [{"type": "text", "content": _json(parts)}]
-    converted: list[dict[str, Any]] = []
-    for part in parts:
-        kind = part.get("$type") if isinstance(part, dict) else None
-        if kind == "text":
-            converted.append({"type": "text", "content": part.get("text", "")})
-        elif kind == "thinking":
-            converted.append({"type": "reasoning", "content": part.get("thinking", "")})
-        elif kind == "tool_call":
-            converted.append(
-                {
-                    "type": "tool_call",
-                    "id": part.get("id"),
-                    "name": part.get("name"),
-                    "arguments": part.get("arguments"),
-                }
-            )
-        elif kind in ("image", "file"):
-            converted.append({"type": "blob", "mime_type": part.get("media_type")})
-        else:
-            converted.append({"type": "text", "content": _json(part)})
-    return converted
-
-
-def _message(message: Any, finish_reason: str | None = None) -> dict[str, Any]:
-    """A recorded message in the conventions' shape (role, parts)."""
-    kind = message.get("$type") if isinstance(message, dict) else None
-    if kind in ("user", "system"):
-        return {"role": kind, "parts": _text_of(message.get("content"))}
-    if kind == "assistant":
-        converted: dict[str, Any] = {
-            "role": "assistant",
-            "parts": _text_of(message.get("content")),
-        }
-        if finish_reason is not None:
-            converted["finish_reason"] = finish_reason
-        return converted
-    if kind == "tool_result":
-        return {
-            "role": "tool",
-            "parts": [
-                {
-                    "type": "tool_call_response",
-                    "id": message.get("tool_call_id"),
-                    "response": message.get("content"),
-                }
-            ],
-        }
-    return {"role": "user", "parts": _text_of(message)}
 
 
 @dataclass
@@ -197,6 +84,7 @@ class _Call:
     attributes: dict[str, AttributeValue] = field(default_factory=dict)
     name: str | None = None
     tool_call_id: str | None = None
+    turn: int | None = None  # the turn_index of the turn whose span is its parent
 
 
 @dataclass
@@ -215,6 +103,9 @@ class _Run:
     outcome: str | None = None  # the error of agent_end; "" when it ended well
     last_ns: int = 0
     cost: Total = field(default_factory=Total)
+    turns: dict[int, Turn] = field(default_factory=dict)  # open turns, by turn_index
+    turn_ids: dict[int, int] = field(default_factory=dict)  # turn_index -> span id
+    turn_of: dict[str, int | None] = field(default_factory=dict)  # exec id -> turn_index
 
 
 _MODEL_STARTS: Final = frozenset({"model_request", "model_exec_start"})
@@ -264,14 +155,14 @@ class SpanBuilder:
         if self.session_id is None:
             self.session_id = record.session_id
         if record.type == "run_start":
-            _ns(record)  # a time no span carries skips it before the run it ends
+            record_ns(record)  # a time no span carries skips it before the run it ends
             done = self._end_run(record, interrupted=True) if self.run is not None else []
             self._start_run(record)
             return done
         run = self.run
         if run is None or record.run_id != run.run_id:
             return []
-        at = _ns(record)
+        at = record_ns(record)
         run.last_ns = max(run.last_ns, at)
         data = record_data(record)
         match record.type:
@@ -286,6 +177,12 @@ class SpanBuilder:
                 self._agent_end(run, data)
             case "error":
                 run.events.append(self._error_event(data, at))
+                if data.get("fatal") is True and run.turns:
+                    run.turns[max(run.turns)].error = str(data.get("message") or "fatal error")
+            case "turn_start":
+                self._turn_start(run, data, at)
+            case "turn_end":
+                return self._turn_end(run, record, data, at)
             case "checkpoint":
                 run.events.append(
                     SpanEvent("flightlog.checkpoint", at, {"flightlog.seq": record.seq})
@@ -319,7 +216,7 @@ class SpanBuilder:
         for key, value in self.meta.items():
             if isinstance(value, str | bool | int | float):
                 attributes[f"flightlog.meta.{key}"] = value
-        at = _ns(record)
+        at = record_ns(record)
         self.run = _Run(
             run_id=run_id,
             trace_id=trace_id(self.session_id, run_id),
@@ -335,8 +232,8 @@ class SpanBuilder:
             run.agent_name = data["agent"]
             run.attributes["gen_ai.agent.name"] = data["agent"]
         if self.content and isinstance(data.get("messages"), list):
-            run.attributes["gen_ai.input.messages"] = _json(
-                [_message(message) for message in data["messages"]]
+            run.attributes["gen_ai.input.messages"] = json_text(
+                [genai_message(message) for message in data["messages"]]
             )
 
     def _agent_end(self, run: _Run, data: Mapping[str, Any]) -> None:
@@ -347,16 +244,20 @@ class SpanBuilder:
             run.attributes["flightlog.agent.reason"] = data["reason"]
         if isinstance(data.get("turns"), int):
             run.attributes["flightlog.agent.turns"] = data["turns"]
-        _usage(run.attributes, data.get("usage"))
+        add_usage(run.attributes, data.get("usage"))
 
     def _end_run(self, record: Record, *, interrupted: bool) -> list[Span]:
         run = self.run
         assert run is not None
-        end = run.last_ns if interrupted else max(_ns(record), run.start_ns)
+        end = run.last_ns if interrupted else max(record_ns(record), run.start_ns)
         self.run = None
         spans = [
             self._call_span(run, call, end, INTERRUPTED, record.seq)
             for call in list(run.calls.values())
+        ]
+        spans += [
+            turn.span(run.trace_id, run.span_id, end, record.seq, interrupted=True)
+            for turn in run.turns.values()
         ]
         error: str | None
         if interrupted:
@@ -369,12 +270,7 @@ class SpanBuilder:
             run.attributes["error.type"] = (
                 INTERRUPTED if error.startswith(INTERRUPTED) else "agent_error"
             )
-        if run.cost.sources:
-            if run.cost.priced:
-                run.attributes["flightlog.cost.amount"] = float(run.cost.amount)
-                run.attributes["flightlog.cost.currency"] = run.cost.currency
-            run.attributes["flightlog.cost.priced_calls"] = run.cost.priced
-            run.attributes["flightlog.cost.unknown_calls"] = run.cost.unknown
+        add_cost(run.attributes, run.cost)
         name = f"invoke_agent {run.agent_name}" if run.agent_name else "invoke_agent"
         spans.append(
             Span(
@@ -402,6 +298,27 @@ class SpanBuilder:
             attributes["exception.type"] = data["code"]
         return SpanEvent("exception", at, attributes)
 
+    # ----------------------------------------------------------------------- turns
+
+    def _turn_start(self, run: _Run, data: Mapping[str, Any], at: int) -> None:
+        assert self.session_id is not None
+        index = data.get("turn_index")
+        if not isinstance(index, int) or isinstance(index, bool) or index in run.turns:
+            return
+        # A turn_index used again in one run (a second loop) gets an id of its own.
+        again = (at,) if index in run.turn_ids else ()
+        own = span_id(self.session_id, run.run_id, "turn", index, *again)
+        run.turn_ids[index] = own
+        run.turns[index] = Turn(index, own, at, self.session_id, run.run_id)
+
+    def _turn_end(self, run: _Run, record: Record, data: Mapping[str, Any], at: int) -> list[Span]:
+        index = data.get("turn_index")
+        turn = run.turns.pop(index) if isinstance(index, int) and index in run.turns else None
+        if turn is None:
+            return []
+        turn.summary(data)
+        return [turn.span(run.trace_id, run.span_id, at, record.seq, interrupted=False)]
+
     # ----------------------------------------------------------------------- calls
 
     def _start_call(self, run: _Run, kind: str, data: Mapping[str, Any], at: int) -> None:
@@ -426,8 +343,13 @@ class SpanBuilder:
             run.kinds[call.exec_id] = (exec_kind, attempt)
             turn = execution.get("turn_index")
             if isinstance(turn, int) and not isinstance(turn, bool):
-                # A turn is no span of its own: its calls say which, so costs add up by turn.
                 call.attributes["flightlog.execution.turn_index"] = turn
+            else:
+                turn = None
+            if call.parent_exec is not None and call.parent_exec in run.turn_of:
+                turn = run.turn_of[call.parent_exec]  # a sub-agent's call: its caller's turn
+            call.turn = turn if turn in run.turn_ids else None
+            run.turn_of[call.exec_id] = call.turn
         if kind == "model_request":
             self._model_request(call, data)
         elif kind == "model_exec_start":
@@ -470,12 +392,14 @@ class SpanBuilder:
             else:
                 messages, system = prompt.messages, prompt.system
         if isinstance(messages, list):
-            attributes["gen_ai.input.messages"] = _json([_message(m) for m in messages])
+            attributes["gen_ai.input.messages"] = json_text([genai_message(m) for m in messages])
         if isinstance(system, str):
-            attributes["gen_ai.system_instructions"] = _json([{"type": "text", "content": system}])
+            attributes["gen_ai.system_instructions"] = json_text(
+                [{"type": "text", "content": system}]
+            )
         tools = data.get("tools")
         if isinstance(tools, list) and tools:
-            attributes["gen_ai.tool.definitions"] = _json(
+            attributes["gen_ai.tool.definitions"] = json_text(
                 [{"type": "function", **tool} for tool in tools if isinstance(tool, dict)]
             )
 
@@ -486,7 +410,7 @@ class SpanBuilder:
             call.tool_call_id = data["tool_call_id"]
         if self.content and "arguments" in data:
             # The actual arguments (tool_invoke_start) replace the requested ones.
-            call.attributes["gen_ai.tool.call.arguments"] = _json(data["arguments"])
+            call.attributes["gen_ai.tool.call.arguments"] = json_text(data["arguments"])
 
     def _retry(self, run: _Run, data: Mapping[str, Any]) -> None:
         execution = data.get("execution")
@@ -522,11 +446,14 @@ class SpanBuilder:
         else:
             self._tool_start(call, data)
             error = self._tool_end(call, data)
+        turn = run.turns.get(call.turn) if call.turn is not None else None
+        if turn is not None:
+            turn.count(call.kind, call.exec_id, call.attributes, error)
         return [self._call_span(run, call, at, error, record.seq)]
 
     def _model_end(self, call: _Call, data: Mapping[str, Any]) -> str | None:
         attributes = call.attributes
-        _usage(attributes, data.get("usage"))
+        add_usage(attributes, data.get("usage"))
         message = data.get("message")
         stop_reason: str | None = None
         if isinstance(message, dict):
@@ -538,7 +465,9 @@ class SpanBuilder:
                 stop_reason = message["stop_reason"]
                 attributes["gen_ai.response.finish_reasons"] = [stop_reason]
             if self.content:
-                attributes["gen_ai.output.messages"] = _json([_message(message, stop_reason)])
+                attributes["gen_ai.output.messages"] = json_text(
+                    [genai_message(message, stop_reason)]
+                )
         error = data.get("error")
         if isinstance(error, str):
             attributes["error.type"] = "model_error"
@@ -553,6 +482,9 @@ class SpanBuilder:
         if found is None:
             return
         run.cost.add(found)
+        turn = run.turns.get(call.turn) if call.turn is not None else None
+        if turn is not None:
+            turn.cost.add(found)
         attributes["flightlog.cost.source"] = found.source
         if found.amount is None:
             attributes["flightlog.cost.unknown"] = True
@@ -568,11 +500,11 @@ class SpanBuilder:
         if isinstance(data.get("reason"), str):
             attributes["flightlog.tool.reason"] = data["reason"]
         if self.content and "content" in data:
-            attributes["gen_ai.tool.call.result"] = _json(data["content"])
+            attributes["gen_ai.tool.call.result"] = json_text(data["content"])
         if data.get("is_error") is True:
             attributes["error.type"] = "tool_error"
             content = data.get("content")
-            parts = _text_of(content) if content else []
+            parts = genai_parts(content) if content else []
             text = " ".join(str(p.get("content", "")) for p in parts if p.get("type") == "text")
             return text or str(data.get("reason") or "the tool failed")
         return None
@@ -596,7 +528,7 @@ class SpanBuilder:
                     {"flightlog.link": "retry_of"},
                 )
             )
-        parent_id = run.span_id
+        parent_id = run.turn_ids[call.turn] if call.turn is not None else run.span_id
         if call.parent_exec is not None and call.parent_exec in run.kinds:
             parent_kind, parent_attempt = run.kinds[call.parent_exec]
             parent_span = span_id(
@@ -641,19 +573,3 @@ class SpanBuilder:
             links=links,
             end_seq=end_seq,
         )
-
-
-def _usage(attributes: dict[str, AttributeValue], usage: Any) -> None:
-    if not isinstance(usage, dict):
-        return
-    for name, attribute in (
-        ("input_tokens", "gen_ai.usage.input_tokens"),
-        ("output_tokens", "gen_ai.usage.output_tokens"),
-        ("cache_read_tokens", "gen_ai.usage.cache_read.input_tokens"),
-        ("cache_write_tokens", "gen_ai.usage.cache_creation.input_tokens"),
-    ):
-        value = usage.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            attributes[attribute] = value
-    if isinstance(usage.get("cost"), int | float) and not isinstance(usage["cost"], bool):
-        attributes["flightlog.usage.cost"] = float(usage["cost"])

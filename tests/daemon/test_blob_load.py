@@ -6,16 +6,19 @@ and a blob the store does not hold leaves its reference in the record."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from flightlog.cli._main import run
 from flightlog.protocol import ErrorCode, events
 from flightlog.protocol._blobs import BLOB_DIR, has_references
-from flightlog.protocol.wire import BlobLoaded, ErrorReply, LoadBlob
+from flightlog.protocol.wire import DEFAULT_MAX_FRAME_SIZE, BlobLoaded, ErrorReply, LoadBlob
 from flightlog.sdk import connect
 from support import DaemonProcess, RawClient
 from support.daemon import as_uid, needs_root, shared_daemon
@@ -147,3 +150,52 @@ def test_a_missing_blob_leaves_the_reference_and_says_so(shared: DaemonProcess) 
     assert has_references(line) and DIGEST.encode() in line
     assert len(problems) == 1 and DIGEST in problems[0] and "blob_not_found" in problems[0]
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.BLOB_NOT_FOUND
+
+
+def _show(daemon: DaemonProcess, path: str) -> tuple[int, str]:
+    """``flightlog show PATH`` in this process (a uid that may not run the venv's
+    python, nor import what the parent did not): its exit code and what it said on
+    stderr."""
+    os.environ["FLIGHTLOG_SOCKET"] = daemon.socket
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = run(["show", path])
+    return code, err.getvalue()
+
+
+def test_show_through_the_daemon_says_which_blob_it_could_not_put_back(
+    shared: DaemonProcess,
+) -> None:
+    as_uid(OWNER, lambda: _record(shared.socket, "shown.jsonl"))
+    own = shared.root / "uid" / str(OWNER)
+    path = str(own / "shown.jsonl")
+    # Read from the file (root may): what show imports on the way is then imported.
+    assert _show(shared, path) == (0, "")
+    whole = as_uid(OWNER, lambda: _show(shared, path))
+    blob = own / BLOB_DIR / "sha256" / DIGEST[:2] / DIGEST
+    kept = blob.read_bytes()
+    blob.unlink()
+    try:
+        cut = as_uid(OWNER, lambda: _show(shared, path))
+    finally:
+        blob.write_bytes(kept)
+
+    assert whole == (0, "")
+    code, said = cut
+    assert code == 0, said
+    assert DIGEST in said and "blob_not_found" in said and "the reference is kept" in said
+
+
+def test_a_blob_larger_than_a_frame_is_refused_naming_its_size(shared: DaemonProcess) -> None:
+    big = os.urandom(1024) * (DEFAULT_MAX_FRAME_SIZE // 1024 + 1)
+    digest = hashlib.sha256(big).hexdigest()
+    where = shared.root / "uid" / str(OWNER) / BLOB_DIR / "sha256" / digest[:2]
+    where.mkdir(mode=0o700, exist_ok=True)
+    (where / digest).write_bytes(big)
+    try:
+        reply = as_uid(OWNER, lambda: _load(shared.socket, "shots.jsonl", digest))
+    finally:
+        (where / digest).unlink()
+
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.BLOB_TOO_LARGE
+    assert str(len(big)) in reply.message

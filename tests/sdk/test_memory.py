@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from flightlog.protocol import (
+    ErrorCode,
     Record,
     events,
     now,
@@ -23,10 +24,13 @@ from flightlog.protocol import (
 from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     BeginRun,
+    BlobLoaded,
     CloseRun,
     CloseSession,
     Create,
+    ErrorReply,
     Hello,
+    LoadBlob,
     LoadCheckpoint,
     Message,
     Open,
@@ -300,3 +304,34 @@ def test_the_memory_daemon_takes_blobs_out_as_flightlogd_does() -> None:
     assert bytes(from_memory.data) == bytes(from_daemon.data)
     assert data.encode() in bytes(from_memory.data)
     shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_memory_daemon_answers_load_blob_from_its_blobs() -> None:
+    """``load_blob`` of a session's blob: its bytes; of a blob it does not hold, or of
+    a session that does not exist, the refusal flightlogd gives."""
+    payload = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+    memory = MemoryDaemon(blobs=True)
+    with connect(transport=MockTransport(memory)) as client:
+        session = client.create("shots.jsonl")
+        with session.begin_run() as run:
+            run.record(
+                events.ToolExecEnd(
+                    execution=events.Execution(id="t1", kind="tool"),
+                    tool_call_id="c1",
+                    name="screenshot",
+                    content=[{"type": "image", "data": base64.b64encode(payload).decode()}],
+                )
+            )
+        session.close()
+    assert memory.blobs is not None
+    [digest] = memory.blobs
+    peer = Memory(memory)
+    peer.request(Hello(id=1, version=PROTOCOL_VERSION))
+
+    [loaded] = peer.request(LoadBlob(id=2, path="shots.jsonl", sha256=digest))
+    [missing] = peer.request(LoadBlob(id=3, path="shots.jsonl", sha256="0" * 64))
+    [nowhere] = peer.request(LoadBlob(id=4, path="other.jsonl", sha256=digest))
+
+    assert loaded == BlobLoaded(id=2, sha256=digest, data=payload)
+    assert isinstance(missing, ErrorReply) and missing.code == ErrorCode.BLOB_NOT_FOUND
+    assert isinstance(nowhere, ErrorReply) and nowhere.code == ErrorCode.SESSION_NOT_FOUND

@@ -20,22 +20,31 @@ caller closes it once the lines that refer to the blobs are written.  A collecti
 the blobs nobody refers to (``flightlog.sdk._blobs.collect_blobs``) removes only under
 that lock held exclusive, after scanning again what was written meanwhile, so a blob
 whose line is on its way is never taken (docs/operations.md).
+
+:func:`open_blob` opens a blob for a reader that may read a session through the daemon
+but cannot read the store (``load_blob``, docs/protocol.md): the store it looks in is
+the session's owner's, the one whose sessions the reader may read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
 import time
 
+from flightlog.protocol import ErrorCode, FlightlogError, LocalProtocolError
 from flightlog.protocol._blobs import BLOB_DIR, BLOB_LOCK, Blob
 
 from ._paths import USERS_DIR, ResolvedPath, Roots
 
-__all__ = ["BlobStore", "store_parts"]
+__all__ = ["BlobStore", "open_blob", "read_blob", "store_parts"]
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 _TEMP_SUFFIX = ".blob-tmp"
 #: Seconds after which a temporary blob is taken for one a killed store left.
@@ -133,3 +142,56 @@ def _write(dir_fd: int, blob: Blob) -> None:
             os.unlink(temp, dir_fd=dir_fd)
         raise
     os.fsync(dir_fd)
+
+
+def open_blob(roots: Roots, resolved: ResolvedPath, sha256: str, most: int) -> tuple[int, int]:
+    """A descriptor of the blob ``sha256`` in the store of the session at ``resolved``
+    and its size, for the caller to read (:func:`read_blob`) and close (blocking).
+
+    Raises :class:`LocalProtocolError` (``bad_message``: not a digest),
+    :class:`FlightlogError` (``blob_not_found``; ``blob_too_large`` over ``most``
+    bytes) and :class:`~._paths.PathRefused`."""
+    if not _DIGEST.fullmatch(sha256):
+        raise LocalProtocolError(
+            f"{sha256!r} is not a blob's digest (64 lowercase hex digits)",
+            code=ErrorCode.BAD_MESSAGE,
+        )
+    where = ResolvedPath(resolved.root, (*store_parts(resolved), sha256[:2], sha256))
+    try:
+        with roots.parent_dir(where, create=False) as dir_fd:
+            fd = os.open(sha256, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        raise _not_found(resolved, sha256) from None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise _not_found(resolved, sha256) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_found(resolved, sha256)
+        if st.st_size > most:
+            raise FlightlogError(
+                f"blob {sha256} holds {st.st_size} bytes, more than a frame carries "
+                f"({most}); read it from the store",
+                code=ErrorCode.BLOB_TOO_LARGE,
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def read_blob(fd: int, size: int) -> bytes:
+    """The ``size`` bytes of the blob opened at ``fd``, which it closes (blocking)."""
+    try:
+        return os.pread(fd, size, 0) if size else b""
+    finally:
+        os.close(fd)
+
+
+def _not_found(resolved: ResolvedPath, sha256: str) -> FlightlogError:
+    return FlightlogError(
+        f"the blob store of {resolved.path} holds no blob {sha256}",
+        code=ErrorCode.BLOB_NOT_FOUND,
+    )

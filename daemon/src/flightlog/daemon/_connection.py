@@ -50,12 +50,14 @@ from flightlog.protocol.ring import (
     ring_supported,
 )
 from flightlog.protocol.wire import (
+    BlobLoaded,
     CloseRun,
     CloseSession,
     ConnectionClosed,
     ConnectionState,
     Create,
     ErrorReply,
+    LoadBlob,
     LoadCheckpoint,
     Message,
     Open,
@@ -75,6 +77,7 @@ from flightlog.protocol.wire import (
 
 from ._access import peer_groups
 from ._actor import SessionActor
+from ._blobstore import open_blob, read_blob
 from ._budget import ConnectionBudget, MemoryBudget
 from ._channel import Channel, ThreadWrite
 from ._config import Config
@@ -106,6 +109,8 @@ _FRAMES_PER_TURN = 64
 _REQUESTS_PER_TURN = 8
 #: The largest frame read before the hello (a hello is a few hundred bytes).
 _HELLO_FRAME_SIZE = 64 * 1024
+#: A BlobLoaded frame's bytes besides the blob's (its id, tag and digest; generous).
+_BLOB_ENVELOPE = 256
 #: A ring's memfd can neither shrink (the daemon's reads of it would fault) nor grow,
 #: and its seals are final.
 _RING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -521,6 +526,31 @@ class Connection:
                 await self._tails.subscribe(self, event, self._registry.live)
             case Unsubscribe():
                 await self._tails.unsubscribe(self, event)
+            case LoadBlob():
+                await self._load_blob(event)
+
+    async def _load_blob(self, request: LoadBlob) -> None:
+        """Answer with a blob of a session's store, to a peer that may read the
+        session; what it loads is charged to the memory budget, as a loaded
+        checkpoint is, until the reply is sent."""
+        access = self._tails.access
+        resolved = access.resolve(self, request.path)
+        access.check_read(self, resolved)
+        most = self._config.max_frame_size - _BLOB_ENVELOPE
+        fd, size = await anyio.to_thread.run_sync(
+            open_blob, access.roots, resolved, request.sha256, most
+        )
+        try:
+            # Its bytes, then its encoded reply.
+            await self.reserve(2 * size)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            data = await anyio.to_thread.run_sync(read_blob, fd, size)
+            await self.send(BlobLoaded(id=request.id, sha256=request.sha256, data=data))
+        finally:
+            self.release_bytes(2 * size)
 
     async def _claim(self, message: Create | Open) -> None:
         """Create or open a session and answer with it; its place in the uid's share

@@ -79,12 +79,14 @@ from ._wire import (
     PROTOCOL_VERSION,
     Ack,
     BeginRun,
+    BlobLoaded,
     CheckpointLoaded,
     CloseRun,
     CloseSession,
     Create,
     ErrorReply,
     Hello,
+    LoadBlob,
     LoadCheckpoint,
     Message,
     Open,
@@ -529,6 +531,22 @@ class ClientConnection(ClientSessions):
         )
         pending.acks = True
         return pending
+
+    def load_blob(self, path: str, sha256: str) -> Pending[bytes]:
+        """The bytes of the blob ``sha256`` from the store of the session at ``path``
+        (as a tail names it), for a reader that cannot read the store itself."""
+
+        def loaded(reply: BlobLoaded) -> bytes:
+            if reply.sha256 != sha256:
+                raise RemoteProtocolError(
+                    f"the daemon answered a load of blob {sha256} with blob {reply.sha256}",
+                    code=ErrorCode.BAD_MESSAGE,
+                )
+            return reply.data
+
+        return self._request(
+            lambda id: LoadBlob(id=id, path=path, sha256=sha256), loaded, BlobLoaded
+        )
 
     def status(self) -> Pending[StatusReply]:
         """What the daemon holds."""

@@ -51,6 +51,8 @@ class ErrorCode(StrEnum):
     SHUTTING_DOWN = "shutting_down"
     TOO_MANY = "too_many"
     PERMISSION_DENIED = "permission_denied"
+    BLOB_NOT_FOUND = "blob_not_found"
+    BLOB_TOO_LARGE = "blob_too_large"
     CONNECTION_LOST = "connection_lost"
     DAEMON_UNREACHABLE = "daemon_unreachable"
     INTERNAL = "internal"

@@ -88,6 +88,7 @@ from ._wire import (
     Create,
     ErrorReply,
     Hello,
+    LoadBlob,
     LoadCheckpoint,
     Message,
     Open,
@@ -187,6 +188,7 @@ ServerEvent = (
     | Subscribe
     | Unsubscribe
     | Status
+    | LoadBlob
     | ConnectionClosed
 )
 
@@ -522,7 +524,7 @@ class ServerConnection:
                         code=ErrorCode.SUBSCRIPTION_NOT_FOUND,
                     )
                 return message
-            case Create() | Open() | Status():
+            case Create() | Open() | Status() | LoadBlob():
                 return message
         raise LocalProtocolError(  # pragma: no cover - the connection rules admit no other
             f"unexpected {type(message).__name__}", code=ErrorCode.BAD_MESSAGE

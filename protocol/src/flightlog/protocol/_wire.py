@@ -25,6 +25,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "Ack",
     "BeginRun",
+    "BlobLoaded",
     "CheckpointLoaded",
     "ClientMessage",
     "CloseRun",
@@ -32,6 +33,7 @@ __all__ = [
     "Create",
     "ErrorReply",
     "Hello",
+    "LoadBlob",
     "LoadCheckpoint",
     "Message",
     "Open",
@@ -186,6 +188,17 @@ class LoadCheckpoint(Request, tag="load_checkpoint", frozen=True):
     calls: bool = False
 
 
+class LoadBlob(Request, tag="load_blob", frozen=True):
+    """The blob with SHA-256 ``sha256`` (64 lowercase hex digits) from the blob store of
+    the session at ``path``, for a reader that may read the session through the daemon
+    but not the store itself.  Reply: BlobLoaded; refused as a tail of the session
+    would be (``path_refused``, ``permission_denied``), with ``blob_not_found`` when the
+    store does not hold it, and ``blob_too_large`` when it would not fit in a frame."""
+
+    path: str
+    sha256: str
+
+
 class Subscribe(Request, tag="subscribe", frozen=True):
     """Tail a session (``path``), or every session written from now on (``path`` None).
 
@@ -228,6 +241,7 @@ ClientMessage = (
     | Subscribe
     | Unsubscribe
     | Status
+    | LoadBlob
 )
 
 # ----------------------------------------------------------------------------- replies
@@ -314,6 +328,15 @@ class CheckpointLoaded(Message, tag="checkpoint_loaded", frozen=True):
     calls_known: bool = False
     cut_runs: list[str] = []
     open_calls: list[OpenCallInfo] = []
+
+
+class BlobLoaded(Message, tag="blob_loaded", frozen=True):
+    """Reply to LoadBlob: the blob's bytes (what its reference stands for, base64
+    encoded, in the record)."""
+
+    id: int
+    sha256: str
+    data: bytes
 
 
 class Subscribed(Message, tag="subscribed", frozen=True):
@@ -456,6 +479,7 @@ ServerMessage = (
     | RunStarted
     | Ack
     | CheckpointLoaded
+    | BlobLoaded
     | Subscribed
     | StatusReply
     | ErrorReply

@@ -23,6 +23,7 @@ root (``$FLIGHTLOG_ROOT``, else ``$XDG_STATE_HOME/flightlog``), as the daemon re
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import os
 import sys
@@ -119,6 +120,12 @@ def _err(text: str) -> None:
     say(text, sys.stderr)
 
 
+def _blob_problems(problems: collections.deque[str]) -> None:
+    """Say what a tail through the daemon could not put back (each reference is kept)."""
+    while problems:
+        _err(f"flightlog: {problems.popleft()}; the reference is kept")
+
+
 # --------------------------------------------------------------------------- paths
 
 
@@ -171,6 +178,7 @@ def open_source(path: str, args: argparse.Namespace) -> Iterator[Source]:
             ) from None
         with client, client.tail(daemon_path(path), after=0, follow=False) as tail:
             yield Source(path, iter(tail), None)
+        _blob_problems(tail.problems)
         return
     except OSError as exc:
         raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
@@ -317,6 +325,7 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
         try:
             with contextlib.suppress(ConnectionLost), tail:
                 for record in tail:
+                    _blob_problems(tail.problems)
                     last_seq = record.seq
                     if wanted(record):
                         printer.write(record)

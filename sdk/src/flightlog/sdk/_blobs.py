@@ -128,24 +128,71 @@ def _resolved(record: Record, blobs: BlobReader) -> Record:
 class TailResolver:
     """Puts the payloads back in records that come with their session file's path (a
     tail through the daemon), from the store found from each path where the caller
-    can read it; a record whose blobs it cannot load keeps its references."""
+    can read it, else from what the daemon sent (:meth:`wanted`, :meth:`loaded`); a
+    record whose blobs it cannot load keeps its references."""
 
     #: Directories whose store is remembered (then forgotten all at once).
     MOST: Final = 1024
+    #: Bytes of blobs the daemon sent that are kept for later records.
+    KEPT: Final = 64 * 1024 * 1024
 
     def __init__(self) -> None:
         self._stores: dict[str, BlobReader] = {}
+        self._sent: dict[str, bytes] = {}
+        self._sent_bytes = 0
+        #: Blobs asked for and not had, by the directory of the session asked for.
+        self._failed: set[tuple[str, str]] = set()
 
     def __call__(self, path: str | None, record: Record) -> Record:
         if not path or not has_references(record.data):
             return record
+        blobs = self._store(path)
+        sent = self._sent
+        data = bytes(record.data)
+        resolved = resolve(data, lambda digest: blobs.load(digest) or sent.get(digest))
+        if resolved == data:
+            return record
+        return msgspec.structs.replace(record, data=msgspec.Raw(resolved))
+
+    def wanted(self, path: str | None, record: Record) -> list[str]:
+        """The digests ``record`` refers to that no store the caller can read holds
+        and that were not asked for yet: what to ask the daemon for."""
+        if not path or not has_references(record.data):
+            return []
+        blobs = self._store(path)
+        directory = os.path.dirname(path)
+        found: list[str] = []
+        for digest in dict.fromkeys(ref.sha256 for ref in references(bytes(record.data))):
+            if digest in self._sent or (directory, digest) in self._failed:
+                continue
+            local = blobs.path(digest)
+            if local is None or not (os.path.isfile(local) and os.access(local, os.R_OK)):
+                found.append(digest)
+        return found
+
+    def loaded(self, path: str, digest: str, data: bytes | None) -> str | None:
+        """What the daemon sent for blob ``digest`` of the session at ``path`` (None:
+        nothing); a sentence when it is not a blob to put back."""
+        if data is not None and hashlib.sha256(data).hexdigest() == digest:
+            if self._sent_bytes + len(data) > self.KEPT:
+                self._sent.clear()
+                self._sent_bytes = 0
+            self._sent[digest] = data
+            self._sent_bytes += len(data)
+            return None
+        if len(self._failed) >= self.MOST:
+            self._failed.clear()
+        self._failed.add((os.path.dirname(path), digest))
+        return None if data is None else f"{path}: blob {digest}: the daemon sent other bytes"
+
+    def _store(self, path: str) -> BlobReader:
         directory = os.path.dirname(path)
         blobs = self._stores.get(directory)
         if blobs is None:
             if len(self._stores) >= self.MOST:
                 self._stores.clear()
             blobs = self._stores[directory] = BlobReader(find_blob_store(path))
-        return _resolved(record, blobs)
+        return blobs
 
 
 def blob_problems(

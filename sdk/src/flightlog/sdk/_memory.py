@@ -43,11 +43,13 @@ from flightlog.protocol.wire import (
     DEFAULT_MAX_FRAME_SIZE,
     SUPPORTED_VERSIONS,
     Ack,
+    BlobLoaded,
     CheckpointLoaded,
     CloseRun,
     CloseSession,
     ConnectionClosed,
     Create,
+    LoadBlob,
     LoadCheckpoint,
     Open,
     RecordEvent,
@@ -354,12 +356,24 @@ class MemoryDaemon:
                 server.send(Ack(id=request_id))
             case Status(id=request_id):
                 server.send(self._status(request_id))
+            case LoadBlob(id=request_id, path=path, sha256=sha256):
+                server.send(BlobLoaded(id=request_id, sha256=sha256, data=self._blob(path, sha256)))
             case ConnectionClosed(released=released):
                 self.connections -= 1
                 for session_id in released:
                     self._by_id(session_id).release()
                 for tail in [t for t in self._tails.values() if t.conn is conn]:
                     del self._tails[tail.number]
+
+    def _blob(self, path: str, sha256: str) -> bytes:
+        if path not in self.sessions:
+            raise FlightlogError(f"{path} does not exist", code=ErrorCode.SESSION_NOT_FOUND)
+        data = None if self.blobs is None else self.blobs.get(sha256)
+        if data is None:
+            raise FlightlogError(
+                f"the blob store of {path} holds no blob {sha256}", code=ErrorCode.BLOB_NOT_FOUND
+            )
+        return data
 
     def _open(self, path: str) -> MemorySession:
         session = self.sessions.get(path)

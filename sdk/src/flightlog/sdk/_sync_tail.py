@@ -13,6 +13,7 @@ from typing import Generic, Self, TypeVar
 
 from flightlog.protocol import (
     ErrorCode,
+    FlightlogError,
     Record,
 )
 from flightlog.protocol.wire import (
@@ -34,8 +35,10 @@ class Tail(Resource, Generic[T]):
 
     Use it in ``with`` (or call :meth:`close`) to unsubscribe from a follow
     before its end; an abandoned tail is unsubscribed with the client's next request.
-    Blob references are put back as their payloads, as :func:`read` does, where the
-    caller can read the session's blob store (docs/format.md).
+    Blob references are put back as their payloads, as :func:`read` does: from the
+    session's blob store where the caller can read it, else loaded through the daemon
+    (``load_blob``).  A blob that cannot be had leaves its reference in the record and
+    a sentence in :attr:`problems` (docs/format.md).
     """
 
     def __init__(
@@ -55,6 +58,8 @@ class Tail(Resource, Generic[T]):
         #: How the daemon ended the subscription, once it has: ``end.reason`` is
         #: ``end_of_file``, ``session_closed``, ``unsubscribed`` or ``shutting_down``.
         self.end: TailEnd | None = None
+        #: What went wrong putting blobs back, one sentence each (the last 100).
+        self.problems: deque[str] = deque(maxlen=100)
 
     @property
     def end_reason(self) -> str | None:
@@ -99,10 +104,25 @@ class Tail(Resource, Generic[T]):
                 self._done = True
             else:
                 resolve = self._resolve
+                for path, record in batch:
+                    for digest in resolve.wanted(path, record):
+                        assert path is not None
+                        self._load_blob(path, digest)
                 self._buffer.extend(
                     self._convert(path, resolve(path, record)) for path, record in batch
                 )
         return self._buffer.popleft()
+
+    def _load_blob(self, path: str, digest: str) -> None:
+        data: bytes | None = None
+        try:
+            data = self._link.call(self._conn.load_blob(path, digest))
+        except FlightlogError as exc:
+            # A connection lost here is found again by the next receive.
+            self.problems.append(f"{path}: blob {digest}: {exc.message} ({exc.code})")
+        problem = self._resolve.loaded(path, digest, data)
+        if problem is not None:
+            self.problems.append(problem)
 
     def _give_up(self) -> None:
         self._done = True

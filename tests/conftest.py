@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from functools import cache
@@ -75,7 +76,13 @@ def _speedups_off() -> bool:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """With ``FLIGHTLOG_NO_SPEEDUPS`` set (tests/test_pure_python.py), no accelerator
-    may be loaded: every test then runs the Python path."""
+    may be loaded: every test then runs the Python path.
+
+    SIGINT is not left ignored: a shell starts a background job (``pytest &``, and so
+    every process the suite starts) with it ignored, and a Python started so has no
+    KeyboardInterrupt, so the tests of what Ctrl-C does would test the launcher."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if _speedups_off():
         from flightlog.protocol import _accel
 

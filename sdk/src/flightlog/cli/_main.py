@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -316,6 +317,18 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 _Handler = Callable[[argparse.Namespace, Style], int]
 
+#: The commands set up from a module of their own, and that module.
+_MODULE_OF: Final = {
+    "export": "._export",
+    "find": "._find",
+    "diff": "._diff",
+    "sessions": "._listing",
+    "resume": "._resume",
+    "sql": "._sql",
+    "vacuum": "._vacuum",
+    "compress": "._compress",
+}
+
 
 def _setup(name: str) -> tuple[_Handler, str, Callable[[argparse.ArgumentParser], None]]:
     """A command's handler, epilog and arguments, its modules imported only now."""
@@ -338,37 +351,14 @@ def _setup(name: str) -> tuple[_Handler, str, Callable[[argparse.ArgumentParser]
         from ._demo import cmd_demo
 
         return cmd_demo, _DEMO_EPILOG, _demo_arguments
-    if name == "export":
-        from ._export import add_export_arguments, cmd_export, export_epilog
-
-        return cmd_export, export_epilog(_EXIT_HELP), add_export_arguments
-    if name == "find":
-        from ._find import add_find_arguments, cmd_find, find_epilog
-
-        return cmd_find, find_epilog(_EXIT_HELP), add_find_arguments
-    if name == "diff":
-        from ._diff import add_diff_arguments, cmd_diff, diff_epilog
-
-        return cmd_diff, diff_epilog(_EXIT_HELP), add_diff_arguments
-    if name == "sessions":
-        from ._listing import add_sessions_arguments, cmd_sessions, sessions_epilog
-
-        return cmd_sessions, sessions_epilog(_EXIT_HELP), add_sessions_arguments
-    if name == "resume":
-        from ._resume import add_resume_arguments, cmd_resume, resume_epilog
-
-        return cmd_resume, resume_epilog(_EXIT_HELP), add_resume_arguments
-    if name == "sql":
-        from ._sql import add_sql_arguments, cmd_sql, sql_epilog
-
-        return cmd_sql, sql_epilog(_EXIT_HELP), add_sql_arguments
-    if name == "vacuum":
-        from ._vacuum import add_vacuum_arguments, cmd_vacuum, vacuum_epilog
-
-        return cmd_vacuum, vacuum_epilog(_EXIT_HELP), add_vacuum_arguments
-    from ._compress import add_compress_arguments, cmd_compress, compress_epilog
-
-    return cmd_compress, compress_epilog(_EXIT_HELP), add_compress_arguments
+    # Each of these lives in a module of its own, which names its parts after the
+    # command: cmd_NAME, NAME_epilog(exit_help) and add_NAME_arguments.
+    module = importlib.import_module(_MODULE_OF[name], __package__)
+    return (
+        getattr(module, f"cmd_{name}"),
+        getattr(module, f"{name}_epilog")(_EXIT_HELP),
+        getattr(module, f"add_{name}_arguments"),
+    )
 
 
 #: Every command, in the order of ``--help``, with its one-line text.

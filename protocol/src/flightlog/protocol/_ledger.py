@@ -41,7 +41,7 @@ from ._records import (
     RunResumeData,
     RunStartData,
 )
-from ._server import StartRun, check_run_start
+from ._server_events import StartRun, check_run_start
 from ._wire import Ack, CloseRun, Message, RunStarted, SaveCheckpoint
 
 __all__ = ["MAX_CLIENT_NAME", "Entry", "RunLedger"]

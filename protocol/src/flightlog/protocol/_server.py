@@ -60,17 +60,19 @@ take, and what follows, goes the Python way, which alone refuses.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import msgspec
 
 from ._accel import take_records
 from ._errors import ErrorCode, FlightlogError, LocalProtocolError, RemoteProtocolError
-from ._framing import FrameDecoder, FrameEncoder, server_decoder
+from ._framing import FrameDecoder, server_decoder
 from ._json import MAX_NESTING, check_json
 from ._lines import MAX_LINE_BYTES
 from ._records import AGENT_FACT_TYPES, check_event_id, is_session_id, is_time, new_id
+from ._server_answers import ServerAnswers, _error_reply
+from ._server_events import ConnectionClosed, RecordLines, ServerEvent, StartRun
 from ._state import (
     ConnectionState,
     SessionMachine,
@@ -93,14 +95,10 @@ from ._wire import (
     Message,
     Open,
     RecordEvent,
-    RecordFailed,
     SaveCheckpoint,
-    SessionOpened,
     Status,
     Subscribe,
-    Subscribed,
     Sync,
-    TailEnd,
     Unsubscribe,
     Welcome,
 )
@@ -109,12 +107,7 @@ __all__ = [
     "BAD_FRAMES_IN_A_ROW",
     "LINE_ENVELOPE",
     "MAX_SUBSCRIPTIONS",
-    "ConnectionClosed",
-    "RecordLines",
     "ServerConnection",
-    "ServerEvent",
-    "StartRun",
-    "check_run_start",
     "line_bound",
 ]
 
@@ -139,61 +132,7 @@ _RECORD: Final = SessionOp.RECORD
 _RUN_OPEN: Final = SessionState.RUN_OPEN
 
 
-class StartRun(msgspec.Struct, frozen=True):
-    """A ``begin_run`` that opened the run ``run_id``: write its ``run_start``."""
-
-    request: BeginRun
-    run_id: str
-
-
-class RecordLines(msgspec.Struct, frozen=True):
-    """Records of one session and run that passed every rule, taken in a row: their
-    lines but the seq (``record_lines``; see the module docstring).
-
-    ``tails`` holds, for each of the ``count`` records in order, the part of its line
-    after the seq (``,"type":...}`` and the newline) behind its length (a native
-    4-byte unsigned int), as :meth:`~._records.LineEncoder.append_tails` takes them;
-    ``size`` is the bytes of their data.
-    """
-
-    session_id: str
-    run_id: str
-    count: int
-    size: int
-    tails: bytearray
-
-
-class ConnectionClosed(msgspec.Struct, frozen=True):
-    """The last event: the client ended the stream, or the connection hung up.
-
-    ``released`` holds the sessions this connection wrote, each with the run it left
-    open (None when none was): their writer is gone, and those runs stay without
-    ``run_close``.
-    """
-
-    released: dict[str, str | None]
-
-
-ServerEvent = (
-    Create
-    | Open
-    | StartRun
-    | RecordEvent
-    | RecordLines
-    | SaveCheckpoint
-    | CloseRun
-    | CloseSession
-    | Sync
-    | LoadCheckpoint
-    | Subscribe
-    | Unsubscribe
-    | Status
-    | LoadBlob
-    | ConnectionClosed
-)
-
-
-class ServerConnection:
+class ServerConnection(ServerAnswers):
     """One client connection as the daemon sees it; see the module docstring.
 
     ``max_frame_size``, ``pid`` and ``server`` are announced in the Welcome;
@@ -241,16 +180,12 @@ class ServerConnection:
         #: The client's name and pid, from its hello.
         self.client = ""
         self.client_pid = 0
+        super().__init__(refused)
         self._written_elsewhere = written_elsewhere
-        self._refused = refused
         self._ring = ring
         # Until the hello, frames may be held smaller: a client that has not said who
         # it is cannot make the server hold a large one.
         self._decoder = server_decoder(min(max_frame_size, hello_frame_size or max_frame_size))
-        self._encoder = FrameEncoder()
-        self._outbox = bytearray()
-        self._sessions: dict[str, SessionMachine[FlightlogError]] = {}
-        self._subscriptions: set[int] = set()
         self._bad_frames = 0
         self._ended = False
         self._closed_reported = False
@@ -262,11 +197,6 @@ class ServerConnection:
         #: The events, as :meth:`next_event` returns them: an owner may iterate over it
         #: until it gives None (more bytes are needed), and again once they came.
         self.events: Iterator[ServerEvent | None] = self._events()
-
-    @property
-    def sessions(self) -> Mapping[str, SessionMachine[FlightlogError]]:
-        """The sessions this connection writes, by id."""
-        return self._sessions
 
     @property
     def decoder(self) -> FrameDecoder[Message]:
@@ -559,88 +489,6 @@ class ServerConnection:
             code=ErrorCode.SESSION_NOT_FOUND,
         )
 
-    # ------------------------------------------------------------------ answering
-
-    def opened(
-        self, reply: SessionOpened, session: SessionMachine[FlightlogError] | None = None
-    ) -> SessionMachine[FlightlogError]:
-        """Answer a Create or Open: this connection now writes the session.
-
-        ``session`` is the session's machine when the owner keeps one across writers
-        (a new one otherwise); returns the machine the connection uses.
-        """
-        machine = session if session is not None else SessionMachine[FlightlogError]()
-        self._sessions[reply.session_id] = machine
-        self._queue(reply)
-        return machine
-
-    def send(self, message: Message) -> None:
-        """Queue a reply or a push (for Create and Open, use :meth:`opened`).
-
-        Raises :class:`LocalProtocolError` for a SessionOpened.
-        """
-        self._outbox += self.encode(message)
-
-    def encode(self, message: Message) -> bytes:
-        """The frame of a reply or a push, for an owner that sends it itself rather
-        than through the queue: the rules of :meth:`send`, nothing queued.
-
-        Raises :class:`LocalProtocolError` for a SessionOpened.
-        """
-        match message:
-            case SessionOpened():
-                raise LocalProtocolError(
-                    "a SessionOpened is sent with opened(), which makes this connection "
-                    "the session's writer",
-                    code=ErrorCode.BAD_MESSAGE,
-                )
-            case Subscribed(subscription=subscription):
-                self._subscriptions.add(subscription)
-            case TailEnd(subscription=subscription):
-                self._subscriptions.discard(subscription)
-        return self._encoder.encode(message)
-
-    def refuse(self, event: ServerEvent, error: FlightlogError) -> None:
-        """The owner cannot do what ``event`` asked: queue its refusal.
-
-        A record's refusal is pushed (at most once per run); a refused StartRun leaves
-        its run unopened.
-        """
-        match event:
-            case (
-                RecordEvent(session_id=session_id, run_id=run_id)
-                | RecordLines(session_id=session_id, run_id=run_id)
-            ):
-                session = self._sessions.get(session_id)
-                if session is None or session.run_failed(run_id, error):
-                    self._push_refusal(session_id, run_id, error)
-            case StartRun(request=request):
-                self.run_not_opened(event)
-                self._queue(_error_reply(request, error))
-            case ConnectionClosed():
-                pass
-            case _:
-                self._queue(_error_reply(event, error))
-
-    def run_not_opened(self, start: StartRun) -> None:
-        """The owner refused ``start`` and answers it itself: its run is not open, so
-        the writer may begin another, and records naming it are refused."""
-        session = self._sessions.get(start.request.session_id)
-        if session is not None and session.run_id == start.run_id:
-            session.release()
-
-    def fail(self, session_id: str, error: FlightlogError) -> None:
-        """A write or sync of the session failed: it takes no more writes.
-
-        The failure is pushed to the client (once), for the open run if there is one.
-        """
-        session = self._sessions.get(session_id)
-        if session is None or not session.fail(error):
-            return
-        if session.run_id is not None:
-            session.run_failed(session.run_id, error)
-        self._push_refusal(session_id, session.run_id, error)
-
     def close(self) -> ConnectionClosed | None:
         """End the connection now, whatever the client sent after what was taken: the
         :class:`ConnectionClosed` that :meth:`next_event` would have returned last, or
@@ -649,67 +497,12 @@ class ServerConnection:
             return None
         return self._hang_up()
 
-    def data_to_send(self) -> bytes:
-        """Everything queued for the client, in order; ``b""`` when nothing is."""
-        if not self._outbox:
-            return b""
-        data = bytes(self._outbox)
-        self._outbox.clear()
-        return data
-
-    def _push_refusal(self, session_id: str, run_id: str | None, error: FlightlogError) -> None:
-        self._queue(
-            RecordFailed(
-                session_id=session_id, run_id=run_id, code=error.code, message=error.message
-            )
-        )
-
-    def _note(self, refusal: FlightlogError) -> None:
-        if self._refused is not None:
-            self._refused(refusal)
-
-    def _queue(self, message: Message) -> None:
-        self._encoder.encode_into(message, self._outbox)
-
 
 def line_bound(max_frame_size: int) -> int:
     """The longest line a server whose clients send frames of up to ``max_frame_size``
     bytes writes (its ``max_line``): a maximum frame's payload with its envelope, and
     never more than every reader of session files reads (``MAX_LINE_BYTES``)."""
     return min(max_frame_size + LINE_ENVELOPE, MAX_LINE_BYTES)
-
-
-def check_run_start(
-    start: StartRun,
-    last_run: str | None,
-    runs: Collection[str],
-    interrupted: Collection[str] = (),
-) -> None:
-    """The rule of a ``begin_run`` that only the session's file can apply: ``last_run``
-    is the file's last run when it has no ``run_close``, ``runs`` every run it holds
-    (closed or not), ``interrupted`` its runs without ``run_close`` that no writer has
-    open.  A resume continues ``last_run``; a repair (``resume`` with ``repair``) any
-    of ``interrupted``.  Raises :class:`LocalProtocolError`: ``run_not_open`` for a
-    resume of any other run, ``bad_message`` for a new run whose id is one of ``runs``.
-    The owner refuses it with :meth:`ServerConnection.refuse` (or answers it itself and
-    calls :meth:`ServerConnection.run_not_opened`)."""
-    run_id, request = start.run_id, start.request
-    if request.resume is not None:
-        if request.repair and run_id not in interrupted:
-            raise LocalProtocolError(
-                f"run {run_id[:32]} is not a run of the session left without run_close",
-                code=ErrorCode.RUN_NOT_OPEN,
-            )
-        if not request.repair and run_id != last_run:
-            raise LocalProtocolError(
-                f"run {run_id[:32]} is not the session's last run left without run_close",
-                code=ErrorCode.RUN_NOT_OPEN,
-            )
-    elif run_id in runs:
-        raise LocalProtocolError(
-            f"run id {run_id} is not fresh: the file has a run with it",
-            code=ErrorCode.BAD_MESSAGE,
-        )
 
 
 def _chosen_run_id(run_id: str | None) -> str:
@@ -729,12 +522,3 @@ def _check_time(time: str) -> None:
             f"time {time[:40]!r} is not RFC 3339 UTC (2026-11-29T20:00:00.000000Z)",
             code=ErrorCode.BAD_EVENT,
         )
-
-
-def _error_reply(message: Message, error: FlightlogError) -> ErrorReply:
-    return ErrorReply(
-        id=getattr(message, "id", 0),
-        code=error.code,
-        message=error.message,
-        session_id=getattr(message, "session_id", None),
-    )

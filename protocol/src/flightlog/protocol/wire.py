@@ -14,6 +14,8 @@ from ._framing import *  # noqa: F403
 from ._framing import __all__ as _framing_all
 from ._server import *  # noqa: F403
 from ._server import __all__ as _server_all
+from ._server_events import *  # noqa: F403
+from ._server_events import __all__ as _server_events_all
 from ._state import *  # noqa: F403
 from ._state import __all__ as _state_all
 from ._wire import *  # noqa: F403
@@ -27,6 +29,7 @@ __all__ = [
     *_defaults_all,
     *_framing_all,
     *_server_all,
+    *_server_events_all,
     *_state_all,
     *_wire_all,
 ]

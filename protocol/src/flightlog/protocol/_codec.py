@@ -2,44 +2,13 @@
 
 Theory of operation
 -------------------
-Encoding walks the value and lowers it to plain JSON values before msgspec writes it.
-The walk is needed because msgspec encodes any Struct or dataclass natively, and an
-application's own message types must never be silently lowered to plain dicts: a typed
-object is written as a JSON object carrying its registered tag under ``"$type"``, so that
-decoding with the same registry gives back the same type.  The rules, in order:
-
-* ``str``, ``int``, ``float``, ``bool`` and ``None`` pass as they are (NaN and the
-  infinities become ``null``, as msgspec writes them); dicts, lists, tuples and sets are
-  walked.
-* An object of a registered class becomes ``{"$type": tag, <its fields>}``.  The
-  protocol's own messages and parts are registered in every codec.
-* The protocol's value types (:class:`Execution`, :class:`Usage`, :class:`CallConfig`,
-  :class:`ToolDeclaration`) are written as plain objects, without ``"$type"``, in the
-  fields whose declared type says what they are (``execution``, ``usage``, ``config``,
-  ``tools``); anywhere else they carry their tag like any other registered type.
-* An object of an unregistered class with fields (a dataclass, an attrs class, a msgspec
-  Struct: what the model providers' SDKs and the agent frameworks hand out) becomes
-  ``{"$class": "<module>.<qualname>", <its fields>}``, each field lowered by these same
-  rules.  It reads back as that plain object; register the class to have it restored as
-  itself.
-* pydantic, numpy and pandas values, and the standard library's values msgspec does not
-  write (IP addresses, patterns, fractions, complex numbers), are written as their own
-  libraries write them for JSON (:mod:`._values`; a pydantic model with ``"$class"``
-  first); none of these libraries is imported for a value that is not theirs.
-* Any other value msgspec can write (``datetime``, ``timedelta``, ``UUID``, ``Decimal``,
-  enums, bytes as base64) is written as msgspec writes it and reads back as the plain
-  JSON value; paths become strings, exceptions ``{"$class", "message"}``, and other
-  iterables (a deque, a dict view) lists.
-* A value that cannot be written at all (an open socket, a function, a lone surrogate, a
-  reference cycle, a value nested too deeply) is replaced, in an event, by an
-  unencodable marker (``{"$flightlog": "unencodable", "class", "repr", "error"}``) and
-  the event is kept; :attr:`EncodedEvent.markers` names each, so that the SDK names them
-  in the run's ``run_close``.  A snapshot is restored later, so there it raises
-  :class:`RecordingError` instead.
-* An event too large to send is replaced by its stub (:meth:`Codec.oversized`).
-* Credentials never reach a record: keys such as ``api_key``, ``authorization`` or
-  ``x-api-key`` are removed, at any depth, from ``CallConfig.extra`` and from
-  ``ModelRequest.headers``.
+Encoding lowers the value to plain JSON values before msgspec writes it, by the rules of
+the walk (:mod:`._lowering`): a typed object carries its registered tag under
+``"$type"``, an object of an unregistered class with fields its ``"$class"``, a value
+that cannot be written at all is replaced, in an event, by an unencodable marker
+(:attr:`EncodedEvent.markers` names each) and raises in a snapshot, an event too large
+to send is replaced by its stub (:meth:`Codec.oversized`), and credentials never reach
+a record.
 
 An event is then validated against its own class, so a field of the wrong type fails in
 the caller's process, at ``record()``, and never later in a reader.
@@ -57,21 +26,20 @@ fast path gives up.
 
 from __future__ import annotations
 
-import dataclasses
 import types
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
 import msgspec
 
-from ._credentials import _scrub, is_credential_key
+from ._credentials import is_credential_key
 from ._errors import ErrorCode, LocalProtocolError, RecordingError, RemoteProtocolError
 from ._events import EVENT_CLASSES, Event, ModelResponse
+from ._lowering import _ENCODE_ERRORS, CLASS_KEY, MAX_DEPTH, Lowering, _json_encoder, invalid_event
 from ._records import NEVER_WRITTEN_TYPES, STRUCTURAL_TYPES, Record, utc_time
 from ._shapes import (
     _BUILTIN_SHAPES,
     _EVENT_SHAPES,
-    _VALUE_TYPES,
     TYPE_KEY,
     _class_name,
     _is_native_value,
@@ -83,12 +51,10 @@ from ._values import (
     MARKER_KEY,
     OVERSIZED,
     UNENCODABLE,
-    Converter,
     _SnapshotWalk,
     _Unencodable,
     _unencodable,
     _Walk,
-    converter_of,
     oversized_stub,
 )
 
@@ -112,13 +78,9 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The key that names the class of an object written without a registered tag.
-CLASS_KEY: Final = "$class"
 #: The key of the diagnostic that older writers put in place of a value they could not
 #: encode; files written before flightlog raised an error instead may hold it.
 SNAPSHOT_ERROR_KEY: Final = "snapshot_error"
-#: Deeper values cannot be encoded.
-MAX_DEPTH: Final = 200
 
 
 class EncodedEvent(msgspec.Struct, kw_only=True, frozen=True):
@@ -137,47 +99,7 @@ class EncodedEvent(msgspec.Struct, kw_only=True, frozen=True):
     markers: tuple[str, ...] = ()
 
 
-def _foreign_fields(obj: Any) -> Iterator[tuple[str, Any]] | None:
-    """The fields of an object of an unregistered class with fields, or None."""
-    cls = type(obj)
-    pydantic_fields = getattr(cls, "__pydantic_fields__", None)
-    if isinstance(pydantic_fields, dict) and hasattr(obj, "model_dump"):
-        extra = getattr(obj, "__pydantic_extra__", None)
-        return _chain_fields(
-            ((name, getattr(obj, name)) for name in pydantic_fields),
-            extra.items() if isinstance(extra, dict) else (),
-        )
-    if isinstance(obj, msgspec.Struct):
-        return (
-            (key, getattr(obj, name))
-            for name, key in zip(cls.__struct_fields__, cls.__struct_encode_fields__, strict=True)
-        )
-    if dataclasses.is_dataclass(obj):
-        return ((f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj))
-    attrs_fields = getattr(cls, "__attrs_attrs__", None)
-    if isinstance(attrs_fields, tuple):
-        return ((a.name, getattr(obj, a.name)) for a in attrs_fields)
-    return None
-
-
-def _chain_fields(*parts: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-    for part in parts:
-        yield from part
-
-
-def _encodes(value: Any) -> bool:
-    try:
-        _json_encoder.encode(value)
-    except _ENCODE_ERRORS:
-        return False
-    return True
-
-
-_json_encoder: Final = msgspec.json.Encoder()
 _json_decoder: Final = msgspec.json.Decoder()
-
-# What msgspec raises for a value it cannot write.
-_ENCODE_ERRORS: Final = (msgspec.EncodeError, TypeError, ValueError, OverflowError)
 
 
 class Codec:
@@ -192,6 +114,7 @@ class Codec:
 
     def __init__(self) -> None:
         self._by_class: dict[type, _Shape] = dict(_BUILTIN_SHAPES)
+        self._lowering = Lowering(self._by_class)
         self._by_tag: dict[str, _Shape] = {shape.tag: shape for shape in _BUILTIN_SHAPES.values()}
 
     # --- registry -----------------------------------------------------------------------
@@ -271,7 +194,7 @@ class Codec:
         if encoded is not None:
             return EncodedEvent(type=shape.tag, data=encoded, time=time)
         walk = _Walk()
-        data = self._encode_careful(event, shape, walk)
+        data = self._lowering.encode_careful(event, shape, walk)
         if walk.count:
             return EncodedEvent(type=shape.tag, data=data, time=time, markers=walk.notes())
         return EncodedEvent(type=shape.tag, data=data, time=time)
@@ -293,52 +216,8 @@ class Codec:
         try:
             shape.validate_data(encoded)
         except msgspec.ValidationError as exc:
-            raise self._invalid(shape, exc) from None
+            raise invalid_event(shape, exc) from None
         return encoded
-
-    def _encode_careful(self, event: Event, shape: _Shape, walk: _Walk) -> bytes:
-        data = self._lower_object(event, shape, depth=0, walk=walk, tagged=False)
-        self._validate(data, shape)
-        try:
-            return _json_encoder.encode(data)
-        except _ENCODE_ERRORS:
-            pass
-        # What msgspec refuses after the walk: a lone surrogate, an integer too long to
-        # write.  Marked where it is; in a field declared as text, kept as escaped text.
-        count, named = walk.count, len(walk.markers)
-        repaired = {key: self._repair(item, walk, key, text=False) for key, item in data.items()}
-        try:
-            msgspec.convert(repaired, shape.cls)
-        except msgspec.ValidationError:
-            walk.count = count
-            del walk.markers[named:]
-            repaired = {key: self._repair(item, walk, key, text=True) for key, item in data.items()}
-        self._validate(repaired, shape)
-        try:
-            return _json_encoder.encode(repaired)
-        except _ENCODE_ERRORS as exc:  # never: every leaf was tried alone
-            raise RecordingError(
-                f"cannot record {shape.cls.__name__}: {_unencodable(exc).reason}",
-                code=ErrorCode.CODEC_ERROR,
-            ) from None
-
-    def _repair(self, value: Any, walk: _Walk, field: str, *, text: bool) -> Any:
-        walk.field = field
-        if type(value) is dict:
-            for key in value:
-                if not _encodes(key):
-                    return walk.mark(value, "a key that cannot be encoded")
-            return {key: self._repair(item, walk, field, text=text) for key, item in value.items()}
-        if type(value) is list:
-            return [self._repair(item, walk, field, text=text) for item in value]
-        try:
-            _json_encoder.encode(value)
-        except _ENCODE_ERRORS as exc:
-            if text and isinstance(value, str):
-                walk.mark(value, "a lone surrogate")
-                return value.encode("utf-8", "backslashreplace").decode("utf-8")
-            return walk.mark(value, _unencodable(exc).reason)
-        return value
 
     def oversized(self, encoded: EncodedEvent, *, limit: int) -> EncodedEvent:
         """The stub written in place of ``encoded`` when its data is too large to send.
@@ -426,7 +305,7 @@ class Codec:
         event, which is recorded, never a value.
         """
         try:
-            lowered = self._lower(obj, 0, _SnapshotWalk())
+            lowered = self._lowering.lower(obj, 0, _SnapshotWalk())
             return _json_encoder.encode(lowered)
         except _Unencodable as exc:
             reason = exc.reason
@@ -455,148 +334,6 @@ class Codec:
             ) from None
 
     # --- lowering -----------------------------------------------------------------------
-
-    def _lower(self, obj: Any, depth: int, walk: _Walk) -> Any:
-        cls = type(obj)
-        if cls is str or cls is int or cls is float or cls is bool or obj is None:
-            return obj
-        try:
-            if depth >= MAX_DEPTH:
-                raise _Unencodable(f"nested deeper than {MAX_DEPTH} levels")
-            shape = self._by_class.get(cls)
-            if shape is not None:
-                return self._lower_object(obj, shape, depth=depth, walk=walk, tagged=True)
-            if isinstance(obj, Mapping):
-                return self._lower_mapping(obj, depth, walk)
-            if isinstance(obj, list | tuple | set | frozenset):
-                return self._lower_items(obj, depth, walk)
-            convert = converter_of(cls)
-            if convert is not None and not isinstance(obj, BaseException):
-                return self._convert(obj, convert, depth, walk)
-            if isinstance(obj, str | int | float):  # subclasses: str and int enums
-                return obj
-            if isinstance(obj, Event):
-                raise _Unencodable(
-                    f"{cls.__name__} is an event: record events with run.record(), never as a value"
-                )
-            if isinstance(obj, msgspec.Raw):
-                raise _Unencodable("msgspec.Raw cannot be recorded; pass decoded values")
-            fields = _foreign_fields(obj)
-            if fields is not None:
-                return self._lower_foreign(obj, fields, depth, walk)
-            if isinstance(obj, BaseException):
-                return {CLASS_KEY: _class_name(cls), "message": str(obj)}
-            fspath = getattr(obj, "__fspath__", None)
-            if fspath is not None:
-                path = fspath()
-                return path if isinstance(path, str) else self._lower(path, depth, walk)
-            try:
-                return msgspec.to_builtins(obj)
-            except _ENCODE_ERRORS as exc:
-                if isinstance(obj, Iterable) and not isinstance(obj, Iterator):
-                    return self._lower_items(obj, depth, walk)
-                raise _unencodable(exc) from None
-        except _Unencodable as exc:
-            if not walk.marking:
-                raise
-            return walk.mark(obj, exc.reason)
-
-    def _convert(self, obj: Any, convert: Converter, depth: int, walk: _Walk) -> Any:
-        # Apart from _lower: a closure there would make its every local a cell.
-        return convert(obj, lambda value: self._lower(value, depth + 1, walk))
-
-    def _lower_items(self, obj: Iterable[Any], depth: int, walk: _Walk) -> list[Any]:
-        marker, active = id(obj), walk.active
-        if marker in active:
-            raise _Unencodable("a reference cycle")
-        active.add(marker)
-        try:
-            return [self._lower(item, depth + 1, walk) for item in obj]
-        finally:
-            active.discard(marker)
-
-    def _lower_foreign(
-        self, obj: Any, fields: Iterator[tuple[str, Any]], depth: int, walk: _Walk
-    ) -> dict[str, Any]:
-        marker, active = id(obj), walk.active
-        if marker in active:
-            raise _Unencodable("a reference cycle")
-        active.add(marker)
-        try:
-            out: dict[str, Any] = {CLASS_KEY: _class_name(type(obj))}
-            for key, value in fields:
-                out[key] = self._lower(value, depth + 1, walk)
-            return out
-        finally:
-            active.discard(marker)
-
-    def _lower_mapping(self, obj: Mapping[Any, Any], depth: int, walk: _Walk) -> Any:
-        marker, active = id(obj), walk.active
-        if marker in active:
-            raise _Unencodable("a reference cycle")
-        active.add(marker)
-        try:
-            out: dict[Any, Any] = {}
-            for key, value in obj.items():
-                if not isinstance(key, str) and (
-                    isinstance(key, bool) or not isinstance(key, int | float)
-                ):
-                    raise _Unencodable(
-                        f"dict keys must be strings or numbers, not {type(key).__name__}"
-                    )
-                out[key] = self._lower(value, depth + 1, walk)
-            return out
-        finally:
-            active.discard(marker)
-
-    def _lower_object(
-        self, obj: Any, shape: _Shape, *, depth: int, walk: _Walk, tagged: bool
-    ) -> dict[str, Any]:
-        marker, active = id(obj), walk.active
-        if marker in active:
-            raise _Unencodable("a reference cycle")
-        active.add(marker)
-        try:
-            out: dict[str, Any] = {}
-            if tagged:
-                out[TYPE_KEY] = shape.tag
-            if shape.own_tag is not None:
-                out[shape.own_tag[0]] = shape.own_tag[1]
-            for attr, key, plain in shape.fields:
-                value = getattr(obj, attr)
-                if depth == 0:
-                    walk.field = key
-                if plain:
-                    value = self._lower_plain(value, depth + 1, walk)
-                else:
-                    value = self._lower(value, depth + 1, walk)
-                if attr in shape.scrubbed:
-                    value = _scrub(value)
-                out[key] = value
-            return out
-        finally:
-            active.discard(marker)
-
-    def _lower_plain(self, obj: Any, depth: int, walk: _Walk) -> Any:
-        # A field declared as a protocol value type: its objects are written untagged.
-        shape = _BUILTIN_SHAPES.get(type(obj))
-        if shape is not None and shape.cls in _VALUE_TYPES:
-            return self._lower_object(obj, shape, depth=depth, walk=walk, tagged=False)
-        if isinstance(obj, list | tuple) and depth < MAX_DEPTH:
-            return [self._lower_plain(item, depth + 1, walk) for item in obj]
-        return self._lower(obj, depth, walk)
-
-    def _validate(self, data: dict[str, Any], shape: _Shape) -> None:
-        try:
-            msgspec.convert(data, shape.cls)
-        except msgspec.ValidationError as exc:
-            raise self._invalid(shape, exc) from None
-
-    @staticmethod
-    def _invalid(shape: _Shape, exc: msgspec.ValidationError) -> RecordingError:
-        return RecordingError(
-            f"cannot record {shape.cls.__name__}: {exc}", code=ErrorCode.BAD_EVENT
-        )
 
     # --- raising ------------------------------------------------------------------------
 

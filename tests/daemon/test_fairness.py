@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
+from flightlog.cli._status import _status_lines
 from flightlog.protocol.wire import (
     CloseSession,
     Create,

@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from flightlog.cli._commands import _status_lines
 from flightlog.cli._render import Style
+from flightlog.cli._status import _status_lines
 from flightlog.protocol import format_time, new_id
 from flightlog.protocol.wire import Status, StatusReply, UidStorage
 from flightlog.sdk._retention import Removal, remove

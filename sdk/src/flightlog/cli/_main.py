@@ -151,15 +151,6 @@ never a success.
 {_EXIT_HELP}
 """
 
-_STATUS_EPILOG: Final = f"""\
-examples:
-  flightlog status
-  flightlog status --json | jq '.sessions[].path'
-  FLIGHTLOG_SOCKET=/run/flightlog/flightlog.sock flightlog status
-
-{_EXIT_HELP}
-"""
-
 _DEMO_EPILOG: Final = f"""\
 examples:
   flightlog demo                                   record demo/session.jsonl, then show it
@@ -297,10 +288,6 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH", help="the session file")
 
 
-def _status_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="the daemon's reply as JSON")
-
-
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--path",
@@ -327,6 +314,7 @@ _MODULE_OF: Final = {
     "sql": "._sql",
     "vacuum": "._vacuum",
     "compress": "._compress",
+    "status": "._status",
 }
 
 
@@ -336,17 +324,12 @@ def _setup(name: str) -> tuple[_Handler, str, Callable[[argparse.ArgumentParser]
         return _tail, _TAIL_EPILOG, _tail_arguments
     if name == "show":
         return _show, _SHOW_EPILOG, _show_arguments
-    if name in ("check", "inspect", "status"):
+    if name in ("check", "inspect"):
         from . import _commands
 
-        handler = {"check": _commands.cmd_check, "inspect": _commands.cmd_inspect}
-        epilog = {"check": _CHECK_EPILOG, "inspect": _INSPECT_EPILOG}
-        arguments = {"check": _check_arguments, "inspect": _inspect_arguments}
-        return (
-            handler.get(name, _commands.cmd_status),
-            epilog.get(name, _STATUS_EPILOG),
-            arguments.get(name, _status_arguments),
-        )
+        if name == "check":
+            return _commands.cmd_check, _CHECK_EPILOG, _check_arguments
+        return _commands.cmd_inspect, _INSPECT_EPILOG, _inspect_arguments
     if name == "demo":
         from ._demo import cmd_demo
 

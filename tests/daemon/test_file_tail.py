@@ -1,4 +1,4 @@
-"""The tail's file reading (``_FileTail``) on real files: the reading rules of every other
+"""The tail's file reading (``FileTail``) on real files: the reading rules of every other
 reader, lines named by number, resumed mid-file, and a last line awaited."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from flightlog.daemon._file_tail import FileTail
 from flightlog.daemon._paths import Roots
-from flightlog.daemon._tail import _FileTail
 from flightlog.protocol import FileFormatError, Record
 from flightlog.protocol.format import encode_line
 from support.damaged_files import FOREIGN, sound_lines
@@ -24,14 +24,14 @@ def tail(
     offset: int = 0,
     next_seq: int = 1,
     offset_seq: int | None = None,
-) -> _FileTail:
+) -> FileTail:
     """A reader of ``content`` from ``offset``, where the line ``offset_seq`` starts
     (default: ``next_seq``, or 1 at the start of the file)."""
     (tmp_path / "s.jsonl").write_bytes(content)
     roots = Roots(str(tmp_path))
     if offset_seq is None:
         offset_seq = next_seq if offset else 1
-    return _FileTail(roots, roots.resolve("s.jsonl"), offset, offset_seq, next_seq, 64 * 1024)
+    return FileTail(roots, roots.resolve("s.jsonl"), offset, offset_seq, next_seq, 64 * 1024)
 
 
 def seqs(lines: list[bytes]) -> list[int]:

@@ -8,7 +8,7 @@ file at a time, while holding the session's path the way an open does: an open o
 session waits for the compression to end, then gives the file its plain form again.
 
 A tail following the session reads on across the change (the same bytes at the same
-offsets, ``_tail._FileTail``); a reader holding the file open keeps the plain file it
+offsets, ``_file_tail.FileTail``); a reader holding the file open keeps the plain file it
 opened, which nobody writes any more.  A session that ends with a run left open (its
 writer went away) is not compressed: it may be resumed soon.
 """

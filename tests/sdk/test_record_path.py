@@ -35,6 +35,8 @@ pytestmark = pytest.mark.timeout(60)
 LAYERS = (
     "flightlog/sdk/_sync.py",
     "flightlog/sdk/_async.py",
+    "flightlog/sdk/_sync_run.py",
+    "flightlog/sdk/_async_run.py",
     "flightlog/sdk/_sync_link.py",
     "flightlog/sdk/_async_link.py",
     "flightlog/sdk/_transport.py",

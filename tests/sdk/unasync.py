@@ -41,6 +41,8 @@ SUBS = [
     (r"\bflightlog\.sdk\.aio\b", "flightlog.sdk"),
     (r"\b_async_link\b", "_sync_link"),
     (r"\b_async_tail\b", "_sync_tail"),
+    (r"\b_async_run\b", "_sync_run"),
+    (r"\bAsyncRunBase\b", "RunBase"),
     (r"\bAsyncResource\b", "Resource"),
     (r"\bAsyncLink\b", "Link"),
     (r"\bAsyncClient\b", "Client"),
@@ -99,6 +101,7 @@ each thread finds its own reply there.
     ),
     Pair(SDK / "_async_link.py", SDK / "_sync_link.py", None),
     Pair(SDK / "_async_tail.py", SDK / "_sync_tail.py", None),
+    Pair(SDK / "_async_run.py", SDK / "_sync_run.py", None),
     Pair(TESTS / "test_client_async.py", TESTS / "test_client_sync.py", None),
 ]
 

@@ -50,7 +50,7 @@ a request that was waiting for its reply, and the router takes up each tail.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -228,6 +228,24 @@ class ClientConnection(ClientSessions):
             return b""
         data = bytes(self._outbox)
         self._outbox.clear()
+        return data
+
+    def send_records(self, session_id: str, frames: Sequence[bytes]) -> bytes:
+        """The bytes to send for record ``frames`` of the session (:meth:`record`'s):
+        the frames queued without a caller, then ``frames``, kept by the replay log
+        until acknowledged, then a ``sync`` when one is due (``ReplayLog.keep``).
+
+        Raises the connection's failure, the frames kept: a reconnect sends them.
+        """
+        replay = self.replay_log
+        if len(frames) == 1:
+            data = replay.keep(session_id, frames[0])
+        else:
+            data = replay.keep_all(session_id, frames)
+        if self._failure is not None:
+            raise self._failure
+        if self._outbox:
+            return self.take_outbox() + data
         return data
 
     def _dispatch(self, message: Message) -> None:

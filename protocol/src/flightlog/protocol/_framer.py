@@ -44,14 +44,21 @@ class RecordFramer:
             return None
         when = encoded.time if time is None else _event_time(encoded, time)
         encoder = self._encoder
-        encode = encoder.encode_record if event_id is None else identified(encoder, event_id)
         try:
-            frame = encode(session_id, run_id, encoded.type, when, encoded.data)
+            # The common case calls the method (not a bound method taken first, which
+            # Python builds anew on every record).
+            if event_id is None:
+                frame = encoder.encode_record(session_id, run_id, encoded.type, when, encoded.data)
+            else:
+                frame = identified(encoder, event_id)(
+                    session_id, run_id, encoded.type, when, encoded.data
+                )
         except LocalProtocolError as exc:
             if exc.code != ErrorCode.FRAME_TOO_LARGE:
                 raise
             # Too large to send: its stub is written instead, and run_close names it.
             encoded = codec.oversized(encoded, limit=encoder.max_frame_size)
+            encode = encoder.encode_record if event_id is None else identified(encoder, event_id)
             try:
                 frame = encode(session_id, run_id, encoded.type, when, encoded.data)
             except LocalProtocolError:

@@ -126,6 +126,9 @@ class ReplayLog:
         self._marks: dict[int, tuple[str, int, bool]] = {}
         #: Records sent and never written: dropped when the daemon stayed out of reach.
         self.lost = 0
+        #: The sessions whose kept frames may pass ``max_unacked`` (:meth:`full` says
+        #: which do): while it is empty, a sender need not ask.
+        self.filled: set[str] = set()
 
     # ------------------------------------------------------------ sessions and runs
 
@@ -171,8 +174,9 @@ class ReplayLog:
         """Number the record frame ``data`` as sent and keep it until acknowledged.
 
         Returns the frames to send: ``data``, followed by a ``sync`` that does not
-        fsync when one is due (:meth:`_ask`).  Raises the connection's failure (the
-        frame kept: a reconnect sends it).  The caller then waits while :meth:`full`.
+        fsync when one is due (:meth:`_ask`).  The caller then waits while :meth:`full`.
+        The connection raises its failure once the frame is kept (a reconnect sends it):
+        the log does not ask for it on this path, every record's.
         """
         writer = self._writers.get(session_id)
         if writer is None:
@@ -180,8 +184,6 @@ class ReplayLog:
         writer.sent += 1
         writer.frames.append((writer.sent, data))
         writer.size += len(data)
-        if (failure := self._failure()) is not None:
-            raise failure
         if writer.size * 2 < self.max_unacked:
             return data
         return data + self._ask(session_id, writer)
@@ -196,8 +198,6 @@ class ReplayLog:
             writer.sent += 1
             writer.frames.append((writer.sent, frame))
             writer.size += len(frame)
-        if (failure := self._failure()) is not None:
-            raise failure
         data = b"".join(frames)
         if writer.size * 2 < self.max_unacked:
             return data
@@ -214,6 +214,8 @@ class ReplayLog:
         whatever the size of the frames and however many were held back and sent at
         once.
         """
+        if writer.size > self.max_unacked:
+            self.filled.add(session_id)
         if writer.asked >= writer.sent or (
             writer.asked > writer.acked and writer.size <= self.max_unacked
         ):
@@ -255,7 +257,10 @@ class ReplayLog:
         caller that sent them waits until they do not (an acknowledgement of them is
         on its way), or the connection fails."""
         writer = self._writers.get(session_id)
-        return writer is not None and writer.size > self.max_unacked and self._failure() is None
+        if writer is None or writer.size <= self.max_unacked:
+            self.filled.discard(session_id)
+            return False
+        return self._failure() is None
 
     def unacknowledged_bytes(self) -> dict[str, int]:
         """The bytes of records sent and not acknowledged, per session path."""

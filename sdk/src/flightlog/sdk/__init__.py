@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._files import check, read
     from ._find import Found, find
     from ._memory import MemoryDaemon
+    from ._mock_transport import MockTransport
     from ._models import CallRef
     from ._resume import OpenCall, Resumption
     from ._sql import SQL_VIEWS, SqlResult, session_files, sql, sql_connection
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
         origin_of,
         prompt,
     )
-    from ._transport import MockTransport, SocketTransport, Transport
+    from ._transport import SocketTransport, Transport
 
 #: Where each public name lives: imported on first use (PEP 562), so that a program
 #: that uses one part (``flightlog find`` uses the search) does not pay for the rest.
@@ -110,7 +111,7 @@ _WHERE: dict[str, str] = {
     "conversation": "._transcript",
     "origin_of": "._transcript",
     "prompt": "._transcript",
-    "MockTransport": "._transport",
+    "MockTransport": "._mock_transport",
     "SocketTransport": "._transport",
     "Transport": "._transport",
 }

@@ -173,24 +173,19 @@ class AsyncLink:
         """Send record ``frames``, kept until acknowledged; waits while the session
         keeps more than ``max_unacked``."""
         conn = self.conn
-        replay = conn.replay_log
         generation = self.generation
         try:
             async with self._send_lock:
-                # Kept before they are sent (keep raises a broken connection's failure):
-                # the reconnect sends them.
-                if len(frames) == 1:
-                    data = replay.keep(session_id, frames[0])
-                else:
-                    data = replay.keep_all(session_id, frames)
-                queued = conn.take_outbox()
-                await self.transport.send(queued + data if queued else data)
+                # Kept before they are sent (a broken connection's failure is raised
+                # once they are): the reconnect sends them.
+                await self.transport.send(conn.send_records(session_id, frames))
         except ConnectionLost as exc:
             conn.connection_lost(exc)
             if not self.reconnecting():
                 raise
             await self.recover(generation)
-        if replay.full(session_id):
+        replay = conn.replay_log
+        if replay.filled and replay.full(session_id):
             # keep() asked for the acknowledgement this waits for.
             await self.receive_until(lambda: not replay.full(session_id))
 

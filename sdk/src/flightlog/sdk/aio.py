@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 from ._async import AsyncClient, AsyncRun, AsyncSession, AsyncTail, aconnect
-from ._transport import AsyncMockTransport, AsyncSocketTransport, AsyncTransport
+from ._mock_transport import AsyncMockTransport
+from ._transport import AsyncSocketTransport, AsyncTransport
 
 __all__ = [
     "AsyncClient",

@@ -426,6 +426,28 @@ def test_the_benchmark_runs_and_its_tools_agree() -> None:
     assert "| failed tool calls | jq |" in result.stdout
 
 
+def test_the_text_benchmark_times_every_row_and_the_counts_agree() -> None:
+    # With --before this very tree: four rows of find (bytecode, compiling; after,
+    # before) and grep, each counting the same matches (the bench checks that).
+    bench = ["-m", "bench.find_text", "--gigabytes", "0.002", "--runs", "1"]
+    result = subprocess.run(
+        [sys.executable, *bench, "--before", str(ROOT)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ")][2:]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| flightlog find --text",
+        "| flightlog find --text, compiling each run",
+        "| flightlog find --text, before",
+        "| flightlog find --text, before, compiling each run",
+        "| grep -c",
+    ]
+
+
 @pytest.mark.parametrize("command", ["find", "export"])
 def test_help_has_examples_and_exit_codes(command: str) -> None:
     from flightlog.cli._main import EXIT_CODES

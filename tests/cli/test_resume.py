@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,19 +18,24 @@ from support import DaemonProcess, read_lines
 QUESTION = "What is in /etc/hostname?"
 
 
-def cli(daemon: DaemonProcess, *args: str | Path) -> tuple[int, str, str]:
+def cli(
+    daemon: DaemonProcess, *args: str | Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "flightlog.cli", *map(str, args), "--socket", daemon.socket],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
     return done.returncode, done.stdout, done.stderr
 
 
-def resume_json(daemon: DaemonProcess, *args: str | Path) -> tuple[int, dict[str, Any]]:
-    code, out, err = cli(daemon, "resume", *args, "--json")
+def resume_json(
+    daemon: DaemonProcess, *args: str | Path, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    code, out, err = cli(daemon, "resume", *args, "--json", env=env)
     assert out, err
     return code, json.loads(out)
 
@@ -294,3 +300,50 @@ def test_a_fork_onto_an_existing_session_is_refused(daemon: DaemonProcess) -> No
     code, _, err = cli(daemon, "resume", daemon.root / "cut.jsonl", "--fork", "taken.jsonl")
     assert code == 5 and "session_exists" in err, err
     assert (daemon.root / "taken.jsonl").read_bytes() == before
+
+
+#: No data root here: a relative path is found only by the daemon, under its root.
+ELSEWHERE = {"FLIGHTLOG_ROOT": "/nonexistent"}
+
+
+def test_resume_reads_through_the_daemon_when_the_file_is_not_here(
+    daemon: DaemonProcess,
+) -> None:
+    with connect(daemon.socket) as client:
+        record_cut_session(client, "cut.jsonl")
+    code, here = resume_json(daemon, daemon.root / "cut.jsonl")
+    code_there, there = resume_json(daemon, "cut.jsonl", env=ELSEWHERE)
+    assert code == code_there == 3
+    assert here.pop("path") == str(daemon.root / "cut.jsonl")
+    assert there.pop("path") == "cut.jsonl"
+    assert there == here  # the same state: checkpoint, open calls, conversation
+    assert there["unpaired"] == [{"tool_call_id": "c2", "name": "cat"}]
+    _, text_here, _ = cli(daemon, "resume", daemon.root / "cut.jsonl")
+    _, text_there, _ = cli(daemon, "resume", "cut.jsonl", env=ELSEWHERE)
+    assert text_there == text_here.replace(str(daemon.root / "cut.jsonl"), "cut.jsonl")
+    code, _, err = cli(daemon, "resume", "not-there.jsonl", env=ELSEWHERE)
+    assert code == 2 and "does not exist" in err, err
+
+
+def test_repair_and_fork_through_the_daemon(daemon: DaemonProcess) -> None:
+    with connect(daemon.socket) as client:
+        record_cut_session(client, "cut/a.jsonl")
+    code, repaired = resume_json(daemon, "cut/a.jsonl", "--repair", env=ELSEWHERE)
+    assert code == 0, repaired
+    assert repaired["repaired"] == [{"tool_call_id": "c2", "name": "cat"}]
+    assert Transcript.read(daemon.root / "cut" / "a.jsonl").conversation().unpaired == []
+    # A fork under the same root names its origin relative to its own directory.
+    code, forked = resume_json(
+        daemon, "cut/a.jsonl", "--fork", "cut/b.jsonl", "--at-checkpoint", env=ELSEWHERE
+    )
+    assert code == 0, forked
+    assert forked["path"] == str(daemon.root / "cut" / "b.jsonl")
+    assert forked["origin"]["path"] == "a.jsonl"
+    messages = forked["conversation"]["messages"]
+    assert [m["$type"] for m in messages] == ["user", "assistant", "tool_result"]
+    assert Transcript.read(daemon.root / "cut" / "b.jsonl").prompt("m1").messages
+    # A fork to an absolute path cannot name an origin only the daemon can place.
+    code, _, err = cli(
+        daemon, "resume", "cut/a.jsonl", "--fork", daemon.root / "c.jsonl", env=ELSEWHERE
+    )
+    assert code == 2 and "read through the daemon" in err, err

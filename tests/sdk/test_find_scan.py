@@ -64,10 +64,29 @@ def test_lines_always_in_c_is_its_twin(body: bytes, joins: bool) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(body=blocks, needle=st.sampled_from([b"timed out", b"$", b"\\", b'"text"', b"x"]))
+@given(
+    body=blocks,
+    needle=st.sampled_from([b"timed out", b"$", b"\\", b'"text"', b"x", b"xx", b"d o", b"out\n"]),
+)
 def test_lines_with_in_c_is_its_twin(body: bytes, needle: bytes) -> None:
     block, end = complete(body)
     assert scan.lines_with(block, end, needle) == lines_with(block, end, needle)
+
+
+@pytest.mark.parametrize("needle", [b"ab", b"timed out", b"t" * 17, b"tx" * 20])
+def test_lines_with_finds_the_needle_at_every_offset(needle: bytes) -> None:
+    # Before, across and after each 16-byte step of the C scan, and in its last bytes
+    # (where it hands over to memmem); near misses (the first and last byte only) too.
+    miss = needle[:1] + b"-" * (len(needle) - 2) + needle[-1:]
+    for size in range(len(needle), 70):
+        for at in range(size - len(needle) + 1):
+            line = bytearray(b"." * size)
+            line[at : at + len(needle)] = needle
+            for body in (b"x\n" + bytes(line) + b"\n", bytes(line) + b"\n" + miss + b"\n"):
+                block, end = complete(body)
+                assert scan.lines_with(block, end, needle) == lines_with(block, end, needle)
+            if len(needle) > 2:
+                assert scan.lines_with(miss + b"\n", len(miss) + 1, needle) == []
 
 
 def test_the_scans_read_a_mapped_file_and_stop_at_end(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ Python loop over regular expressions (flightlog.sdk._find, _Prefilter), in one p
 memchr/memmem speed instead of one pass per pattern at the regex engine's:
 
 * lines_with(buf, end, needle): the start of each line of buf[:end] that holds the
-  bytes of needle (the twin: a bytes.find loop).
+  bytes of needle (the twin: a bytes.find loop), found 16 positions at a time (SSE2).
 * lines_always(buf, end, joins): the start of each line of buf[:end] that holds a \u
   or \/ escape (rb"\\[u/]"), or with joins, a text or thinking part that follows
   another part of a content list as the regular expression
@@ -26,6 +26,9 @@ during a scan.  Tests hold each equal to its twin on random and hostile input
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Python's \s in a bytes pattern: space, \t, \n, \r, \f, \v. */
 static inline int
@@ -50,6 +53,39 @@ line_stop(const char *buf, Py_ssize_t at, Py_ssize_t end)
 {
     const char *nl = memchr(buf + at, '\n', (size_t)(end - at));
     return nl == NULL ? end : nl - buf;
+}
+
+/* The first occurrence of needle[0:m] in hay[0:n], or NULL: what memmem returns.
+   With SSE2 (every x86-64), 16 positions at a time are tested for the needle's first
+   and last bytes, and only where both are there is the rest compared: several times
+   memmem's speed on text, where the needle's bytes are common.  The positions too
+   close to the end for a 16-byte load go to memmem. */
+static const char *
+find_bytes(const char *hay, size_t n, const char *needle, size_t m)
+{
+#if defined(__SSE2__)
+    if (m >= 2) {
+        const __m128i first = _mm_set1_epi8(needle[0]);
+        const __m128i last = _mm_set1_epi8(needle[m - 1]);
+        size_t i = 0;
+        /* Both loads, at i and at i + m - 1, stay inside hay[0:n]. */
+        for (; i + m + 15 <= n; i += 16) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(hay + i));
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(hay + i + m - 1));
+            unsigned mask = (unsigned)_mm_movemask_epi8(
+                _mm_and_si128(_mm_cmpeq_epi8(a, first), _mm_cmpeq_epi8(b, last)));
+            while (mask != 0) {
+                size_t at = i + (size_t)__builtin_ctz(mask);
+                if (memcmp(hay + at + 1, needle + 1, m - 2) == 0) {
+                    return hay + at;
+                }
+                mask &= mask - 1;
+            }
+        }
+        return i < n ? memmem(hay + i, n - i, needle, m) : NULL;
+    }
+#endif
+    return memmem(hay, n, needle, m);
 }
 
 /* A growing array of line starts, appended in any order, sorted at the end. */
@@ -149,7 +185,7 @@ scan_lines_with(PyObject *Py_UNUSED(module), PyObject *args)
     const char *buf = view.buf;
     Py_ssize_t pos = 0;
     while (pos < end) {
-        const char *hit = memmem(buf + pos, (size_t)(end - pos), needle.buf, (size_t)needle.len);
+        const char *hit = find_bytes(buf + pos, (size_t)(end - pos), needle.buf, (size_t)needle.len);
         if (hit == NULL) {
             break;
         }

@@ -2,11 +2,13 @@
 
 Theory of operation
 -------------------
-A session is read from its file (never through the daemon: its writer may be gone) into
-a :class:`~._inspect.SessionSummary` (the runs without ``run_close``, the calls without
+A session is read as ``show`` reads it: from its file when this process may read it,
+else through the daemon (a file only the daemon's user may read, or one under the
+daemon's data root on another path; the socket is the access check), into a
+:class:`~._inspect.SessionSummary` (the runs without ``run_close``, the calls without
 an end, the latest checkpoint) and, through the SDK's rebuild API
-(:meth:`flightlog.sdk.Transcript.read`, which follows a fork's origin), its
-conversation: the prompt of its last top-level model call, the response and the tool
+(:meth:`flightlog.sdk.Transcript.read`, which follows a fork's origin, read the same
+way), its conversation: the prompt of its last top-level model call, the response and the tool
 results recorded for it.  A tool call of that conversation with no result is
 *unpaired*: a provider refuses such a history ("tool_use ids without tool_result").
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,12 +42,12 @@ from flightlog.protocol.events import TextPart, ToolExecEnd
 from flightlog.sdk import (
     CallNotFound,
     Conversation,
+    DaemonError,
     OriginNotFound,
     Session,
     Transcript,
     connect,
     origin_of,
-    read,
 )
 
 from ._commands import (
@@ -54,7 +57,7 @@ from ._commands import (
     EXIT_USAGE,
     CommandError,
     daemon_path,
-    local_path,
+    open_source,
 )
 from ._inspect import CallSummary, SessionSummary
 from ._render import Style, message_text, one_line, short
@@ -80,10 +83,11 @@ examples:
   flightlog resume demo/session.jsonl --fork demo/b.jsonl --at-checkpoint
   flightlog resume demo/session.jsonl --fork demo/c.jsonl --at-seq 120
 
-Reads the file directly.  An unpaired tool call (the model asked for it, no result was
-recorded) makes a history a provider refuses: --repair writes, through the daemon, an
-error result marked "repaired" for each (never the tool's own result), so the
-conversation pairs every tool call again; the session's writer must be gone.
+Reads the file directly when it can, else through the daemon (as show does).  An
+unpaired tool call (the model asked for it, no result was recorded) makes a history a
+provider refuses: --repair writes, through the daemon, an error result marked
+"repaired" for each (never the tool's own result), so the conversation pairs every
+tool call again; the session's writer must be gone.
 --fork NEW starts a session that names this one as its origin, at the end of a run
 (--at-run), after a line (--at-seq), at a checkpoint (--at-checkpoint: the latest, or
 the one at SEQ), else at the end of the file; the conversation is rebuilt from the
@@ -122,6 +126,7 @@ class _State:
     """A session as a program that continues it sees it."""
 
     path: str
+    local: bool  # read from the file (else through the daemon)
     summary: SessionSummary
     origin: Origin | None
     checkpoint: Record | None
@@ -143,36 +148,48 @@ class _State:
         return self.conversation.unpaired if self.conversation is not None else []
 
 
-def _load(path: str) -> _State:
-    local = local_path(path)
-    if not os.path.isfile(local):
-        raise CommandError(f"{path}: no such session file on this machine", EXIT_USAGE)
+def _records(path: str, args: argparse.Namespace) -> Iterator[Record]:
+    """The records of the session at ``path``, as ``show`` reads them (the file, else
+    through the daemon); raises :class:`OSError` when neither can (a fork's origin)."""
+    try:
+        with open_source(path, args) as source:
+            yield from source.records
+    except (CommandError, DaemonError) as exc:
+        raise OSError(exc.message) from None
+
+
+def _load(path: str, args: argparse.Namespace) -> _State:
     summary = SessionSummary()
     origin: Origin | None = None
     checkpoint: Record | None = None
     failure: FileFormatError | None = None
-    try:
-        for record in read(local):
-            summary.add(record)
-            if record.seq == 1:
-                origin = origin_of(record)
-            elif record.type == CHECKPOINT:
-                checkpoint = record
-    except FileFormatError as exc:
-        if summary.session_id is None:
-            raise
-        failure = exc
-    except OSError as exc:
-        raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
+    with open_source(path, args) as source:
+        label, local = source.label, source.reader is not None
+        try:
+            for record in source.records:
+                summary.add(record)
+                if record.seq == 1:
+                    origin = origin_of(record)
+                elif record.type == CHECKPOINT:
+                    checkpoint = record
+        except FileFormatError as exc:
+            if summary.session_id is None:
+                raise
+            failure = exc
+        except OSError as exc:
+            raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
     conversation: Conversation | None = None
     broken: str | None = None
     try:
-        conversation = Transcript.read(local).conversation()
+        transcript = Transcript.read(label, opener=lambda where: _records(where, args))
+        conversation = transcript.conversation()
     except (CallNotFound, OriginNotFound) as exc:
         broken = exc.message
     except FileFormatError as exc:
         broken = f"line {exc.line}: {exc.reason}"
-    return _State(local, summary, origin, checkpoint, conversation, broken, failure)
+    except OSError as exc:
+        broken = f"cannot be read: {exc.strerror or exc}"
+    return _State(label, local, summary, origin, checkpoint, conversation, broken, failure)
 
 
 # ----------------------------------------------------------------------- output
@@ -344,7 +361,7 @@ def _repair(state: _State, args: argparse.Namespace) -> list[tuple[str, str]]:
         try:
             resumed = session.resume(repair=True)
             done = {call.tool_call_id or "" for call in resumed.repaired}
-            after = _load(state.path)
+            after = _load(state.path, args)
             left = after.unpaired
             if left:
                 _record_repairs(session, after, left)
@@ -395,6 +412,23 @@ def _fork_point(state: _State, args: argparse.Namespace) -> int:
     return summary.last_seq
 
 
+def _origin_path(state: _State, fork: str) -> str:
+    """The origin's path as the fork names it: absolute where this process read it, or
+    was given it so; a path under the daemon's data root (read through the daemon)
+    relative to the fork's directory there (docs/format.md, "Forks")."""
+    if state.local:
+        return os.path.realpath(state.path)
+    if os.path.isabs(state.path):
+        return state.path
+    if os.path.isabs(daemon_path(fork)):
+        raise CommandError(
+            f"{state.path}: read through the daemon, under its data root: fork it to a "
+            "relative NEW (under the same root), or give PATH as an absolute path",
+            EXIT_USAGE,
+        )
+    return os.path.relpath(state.path, os.path.dirname(fork) or ".")
+
+
 def _fork(state: _State, args: argparse.Namespace) -> str:
     """Create the fork; returns its path as the daemon resolved it."""
     if state.failure is not None:
@@ -406,7 +440,7 @@ def _fork(state: _State, args: argparse.Namespace) -> str:
     seq = _fork_point(state, args)
     checkpoint: Record | None = None
     run_id: str | None = None
-    for record in read(state.path):
+    for record in _records(state.path, args):
         if record.seq > seq:
             break
         run_id = record.run_id
@@ -414,7 +448,7 @@ def _fork(state: _State, args: argparse.Namespace) -> str:
             checkpoint = record
     origin = Origin(
         session_id=state.summary.session_id or "",
-        path=os.path.realpath(state.path),
+        path=_origin_path(state, args.fork),
         seq=seq,
         run_id=run_id,
     )
@@ -441,13 +475,13 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
             "--repair and --fork go apart: repair PATH first, or resume NEW --repair",
             EXIT_USAGE,
         )
-    state = _load(args.path)
+    state = _load(args.path, args)
     repaired: list[tuple[str, str]] = []
     if args.repair:
         repaired = _repair(state, args)
-        state = _load(args.path)
+        state = _load(args.path, args)
     elif args.fork is not None:
-        state = _load(_fork(state, args))
+        state = _load(_fork(state, args), args)
     if args.json:
         sys.stdout.write(msgspec.json.encode(_as_json(state, repaired)).decode() + "\n")
     else:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from flightlog.protocol import BinaryReadable, CheckReport, Reader, Record
-from flightlog.protocol import check as check_file
+# The protocol's check is looked up when it is used: its module imports the run ledger,
+# which a reader of files (find, read) does not need.
+import flightlog.protocol as protocol
+from flightlog.protocol import BinaryReadable, Reader, Record
 from flightlog.protocol._blobs import BLOB_MARK, has_references
 from flightlog.protocol.wire import default_root
 
 from ._blobs import blob_problems, resolving
 from ._compression import open_session_file
+
+if TYPE_CHECKING:
+    from flightlog.protocol import CheckReport
 
 __all__ = ["check", "read", "resolve_path"]
 
@@ -74,7 +80,7 @@ def check(
     local = resolve_path(path, root)
     with open_session_file(local) as fileobj:
         marked = _Marked(fileobj)
-        report = check_file(marked)
+        report = protocol.check(marked)
     if not marked.seen:
         return report
     with open_session_file(local) as fileobj:

@@ -80,7 +80,6 @@ from ._match import (
 from ._prefilter import ESCAPE, Prefilter
 from ._sql import session_files
 from ._text import JOINED_PARTS, byte_test, first_match
-from ._transcript import origin_of
 
 __all__ = ["Found", "Query", "find", "search"]
 
@@ -409,6 +408,8 @@ def search(
 def _tree_files(query: Query, files: list[str]) -> list[str]:
     """The files of the sessions in ``query``'s tree: their line 1 read first (a file
     that cannot be read is kept, for the search to report)."""
+    from ._transcript import origin_of  # only here: it imports what a search does not need
+
     sessions: dict[str, tuple[Any, Any]] = {}  # id: (parent_session, forked_from)
     of_file: dict[str, str | None] = {}
     for path in files:

@@ -30,7 +30,7 @@ conversation; :attr:`Conversation.unpaired` names the tool calls still without o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -310,6 +310,8 @@ class Transcript:
         #: Tool calls started and ended since it, by tool call id (its results).
         self._started: dict[str, str] = {}
         self._results: dict[str, Any] = {}
+        #: How :meth:`read` reads a session (an origin too): ``read()``, or the caller's.
+        self._opener: Callable[[str], Iterable[Record]] = read
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> Transcript:
@@ -320,13 +322,24 @@ class Transcript:
 
     @classmethod
     def read(
-        cls, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        root: str | os.PathLike[str] | None = None,
+        opener: Callable[[str], Iterable[Record]] | None = None,
     ) -> Transcript:
         """The transcript of the file at ``path`` (resolved as :func:`flightlog.sdk.read`
         does), its origin's lines first when it is a fork; raises what ``read()``
-        raises, and :class:`OriginNotFound`."""
+        raises, and :class:`OriginNotFound`.  ``opener(path)``, when given, gives the
+        records of a session instead of ``read()`` (``flightlog resume`` reads through
+        the daemon a file it may not read); it raises :class:`OSError` when it cannot."""
         transcript = cls()
-        transcript._read(read(path, root=root), os.fspath(path), None, 0)
+        if opener is not None:
+            transcript._opener = opener
+            records = opener(os.fspath(path))
+        else:
+            records = read(path, root=root)
+        transcript._read(records, os.fspath(path), None, 0)
         return transcript
 
     def _read(
@@ -353,7 +366,7 @@ class Transcript:
             raise OriginNotFound(origin, f"is more than {_MAX_FORKS} forks away (a loop?)")
         where = os.path.join(os.path.dirname(os.path.abspath(path)), origin.path)
         try:
-            self._read(read(where), where, origin, depth + 1)
+            self._read(self._opener(where), where, origin, depth + 1)
         except OSError as exc:
             raise OriginNotFound(origin, f"cannot be read: {exc.strerror or exc}") from None
 

@@ -17,6 +17,7 @@ from ._compression import (
     compress_at,
     compress_path,
     decompress_at,
+    index_name,
     is_compressed,
     open_session_file,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "compress_at",
     "compress_path",
     "decompress_at",
+    "index_name",
     "is_compressed",
     "open_session_file",
     "parse_age",

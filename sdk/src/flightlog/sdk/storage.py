@@ -9,7 +9,7 @@ docs/operations.md (limits).
 
 from __future__ import annotations
 
-from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving
+from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving, stored_blobs
 from ._compression import (
     Compressed,
     FileBusy,
@@ -55,5 +55,6 @@ __all__ = [
     "plan",
     "remove",
     "resolving",
+    "stored_blobs",
     "survey",
 ]

@@ -83,7 +83,7 @@ def test_the_daemon_killed_while_writing_an_index_loses_nothing(short_tmp: Path)
     daemon = DaemonProcess(short_tmp).start()
     path = daemon.root / "kill.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    original = many_small_records(24)
+    original = many_small_records(12)
     path.write_bytes(original)
     index = path.parent / storage.index_name(path.name)
     prefix = f".{path.name}."

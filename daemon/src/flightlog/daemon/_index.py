@@ -45,10 +45,21 @@ from flightlog.sdk.storage import index_name
 
 from ._paths import write_then_rename
 
-__all__ = ["INDEX_FROM", "INDEX_VERSION", "SessionIndex", "load_index", "save_index"]
+__all__ = [
+    "INDEX_FROM",
+    "INDEX_VERSION",
+    "REINDEX_AFTER",
+    "SessionIndex",
+    "line_digest",
+    "load_index",
+    "save_index",
+]
 
 #: Files shorter than this are read whole at open (no index is kept for them).
 INDEX_FROM: Final = 4 * 1024 * 1024
+#: Bytes a file grows past its index before a close writes the index again (an open
+#: reads what lies past it).
+REINDEX_AFTER: Final = 1024 * 1024
 #: The index's own format version; another one is ignored.
 INDEX_VERSION: Final = 1
 

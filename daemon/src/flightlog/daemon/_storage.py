@@ -44,6 +44,7 @@ from flightlog.sdk.storage import FileBusy, decompress_at, is_compressed
 from ._index import (
     INDEX_FROM,
     INDEX_VERSION,
+    REINDEX_AFTER,
     SessionIndex,
     line_digest,
     load_index,
@@ -216,10 +217,11 @@ class SessionFile:
                     ) from None
                 session.dirty = True
                 session.sync()
+                session.indexed = None  # the file's mtime changed
+            session.save_index()
         except BaseException:
             os.close(fd)
             raise
-        session.save_index()
         return session
 
     @classmethod
@@ -336,14 +338,13 @@ class SessionFile:
     def resume_calls(self) -> tuple[list[str], list[OpenCall]]:
         """The file's cut runs and open calls (blocking): what was gathered, caught up
         with the lines written since, read from where it stopped."""
-        self._catch_up()
+        self._catch_up(self.ensure_open())
         return self.calls.result()
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, fd: int) -> None:
         """Read the lines written since ``calls_at`` into the calls and the runs."""
         if self.calls_at >= self.size:
             return
-        fd = self.ensure_open()
         self._check_in_place(fd, "reading the calls")
         reader = LineReader.resume(self.session_id, self.calls_seq, self.calls_at)
         try:
@@ -359,32 +360,39 @@ class SessionFile:
 
     def save_index(self) -> None:
         """Keep the index beside a big file, up to its end, unless it is there already
-        (blocking).  Call only while every line written is in the file (and no write
-        failed).  Never raises: without its index the file is read whole next time."""
-        if self.size < INDEX_FROM or self.indexed == self.size:
+        or the file grew less than :data:`REINDEX_AFTER` past it (blocking).  Call only
+        while every line written is in the file (and no write failed).  A file whose
+        descriptor was closed is opened to read, never given its plain form again.
+        Never raises: without its index the file is read whole next time."""
+        indexed = self.indexed
+        if self.size < INDEX_FROM or (indexed is not None and self.size - indexed < REINDEX_AFTER):
             return
         try:
-            self._catch_up()
-            fd = self.ensure_open()
-            self._check_in_place(fd, "writing the index")
-            line = os.pread(fd, self.last_line, self.size - self.last_line)
-            st = os.fstat(fd)
-            ref = self.checkpoint
-            index = SessionIndex(
-                version=INDEX_VERSION,
-                session_id=self.session_id,
-                offset=self.size,
-                last_seq=self.last_seq,
-                last_line=(self.last_line, line_digest(line)),
-                ident=self.ident,
-                mtime_ns=st.st_mtime_ns,
-                checkpoint=(ref.seq, ref.offset, ref.length) if ref is not None else None,
-                runs=self.runs_read.state(),
-                calls=self.calls.state(),
-                event_ids=b"".join(self.event_ids),
-            )
-            with self.roots.parent_dir(self.resolved, create=False) as dir_fd:
-                save_index(dir_fd, self.resolved.parts[-1], index, st)
+            fd = self.fd if self.fd is not None else _open_locked(self.roots, self.resolved)
+            try:
+                self._catch_up(fd)
+                self._check_in_place(fd, "writing the index")
+                line = os.pread(fd, self.last_line, self.size - self.last_line)
+                st = os.fstat(fd)
+                ref = self.checkpoint
+                index = SessionIndex(
+                    version=INDEX_VERSION,
+                    session_id=self.session_id,
+                    offset=self.size,
+                    last_seq=self.last_seq,
+                    last_line=(self.last_line, line_digest(line)),
+                    ident=self.ident,
+                    mtime_ns=st.st_mtime_ns,
+                    checkpoint=(ref.seq, ref.offset, ref.length) if ref is not None else None,
+                    runs=self.runs_read.state(),
+                    calls=self.calls.state(),
+                    event_ids=b"".join(self.event_ids),
+                )
+                with self.roots.parent_dir(self.resolved, create=False) as dir_fd:
+                    save_index(dir_fd, self.resolved.parts[-1], index, st)
+            finally:
+                if fd != self.fd:
+                    os.close(fd)
         except (OSError, FlightlogError):
             return
         self.indexed = self.size
@@ -524,6 +532,17 @@ def _index_of(
     if reader.session_id != index.session_id:
         return None, {}
     return index, dict(reader.meta)
+
+
+def _open_locked(roots: Roots, resolved: ResolvedPath) -> int:
+    """The session file opened to read and locked, as it is (plain or not)."""
+    fd = roots.open_file(resolved, write=False)
+    try:
+        _lock(fd, resolved.path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _open_plain(roots: Roots, resolved: ResolvedPath) -> tuple[int, bool]:

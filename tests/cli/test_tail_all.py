@@ -4,6 +4,8 @@ an agent writing while the tail starts and stops."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import queue
@@ -21,8 +23,10 @@ from flightlog.protocol.events import (
     TurnEnd,
     TurnStart,
 )
+from flightlog.protocol.wire import Sync
 from flightlog.sdk import connect
-from support import DaemonProcess, read_lines
+from support import DaemonProcess, RawClient, read_lines
+from support.daemon import begin, create, fact
 
 AGENT = Path(__file__).resolve().parents[1] / "export" / "agent_runs.py"
 
@@ -338,3 +342,39 @@ def test_the_doorbell_hands_over_records_then_says_it_ended() -> None:
     once = Doorbell(lambda: (iter(()), lambda: None), retry=None).start()
     end = once.items.get(timeout=10)
     assert isinstance(end, Rescan) and end.final
+
+
+@pytest.mark.parametrize("cursor", [False, True], ids=["live", "from-a-cursor"])
+def test_a_blob_it_cannot_put_back_is_said_as_tail_says_it(
+    daemon: DaemonProcess, cursor: bool
+) -> None:
+    # A line that refers to a blob the store does not hold (written by hand: the
+    # daemon stores every blob before the line that refers to it).
+    digest = hashlib.sha256(b"never stored").hexdigest()
+    reference = b'{"$flightlog":"blob","sha256":"%s","media_type":"image/png","size":16,' % (
+        digest.encode()
+    )
+    reference += b'"form":"base64"}'
+    data = b'{"execution":{"id":"t1","kind":"tool","attempt":1},"tool_call_id":"c1",'
+    data += b'"name":"shot","content":[' + reference + b"]}"
+    tail = TailAll(daemon, *(["--after", "start"] if cursor else []))
+    with RawClient(daemon.socket) as client:
+        opened = create(client, "dangling.jsonl")
+        run = begin(client, opened.session_id)
+        # Turns until the tail prints one: it is subscribed from then on.
+        while True:
+            client.send(fact(opened.session_id, run.run_id))
+            with contextlib.suppress(queue.Empty):
+                if tail.lines.get(timeout=0.2)["type"] == "turn_start":
+                    break
+        tail.rest()
+        client.send(fact(opened.session_id, run.run_id, event_type="tool_exec_end", data=data))
+        client.request(Sync(id=client.next_id(), session_id=opened.session_id))
+        while (line := tail.lines.get(timeout=30))["type"] != "tool_exec_end":
+            pass
+    assert line["data"]["content"] == [json.loads(reference)]  # the reference, kept
+    _, stderr = tail.stop()
+    said = [text for text in stderr.splitlines() if digest in text]
+    assert len(said) == 1, stderr
+    assert "blob_not_found" in said[0] and said[0].endswith("; the reference is kept")
+    assert said[0].startswith(f"flightlog: {daemon.root / 'dangling.jsonl'}: blob {digest}")

@@ -6,6 +6,7 @@ middle of a sweep leaves every file whole."""
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -23,8 +24,10 @@ import pytest
 
 from flightlog.cli._render import Style
 from flightlog.cli._status import _status_lines
-from flightlog.protocol import format_time, new_id
+from flightlog.protocol import events, format_time, new_id
+from flightlog.protocol._blobs import BLOB_DIR
 from flightlog.protocol.wire import Status, StatusReply, UidStorage
+from flightlog.sdk import connect
 from flightlog.sdk._retention import Removal, remove
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import as_uid, check_file, log_events, needs_root
@@ -416,5 +419,51 @@ def test_an_archive_command_gets_each_session_before_it_goes(base: Path) -> None
         assert kept["path"] == str(failing) and kept["reason"] == "max-age"
         assert kept["error"] == "the archive command exited with 1: kept"
         assert failing.exists() and check_file(failing).sound
+    finally:
+        proc.stop()
+
+
+def shot(payload: bytes, i: int) -> events.ModelRequest:
+    image = events.ImagePart(media_type="image/png", data=base64.b64encode(payload).decode())
+    return events.ModelRequest(
+        execution=events.Execution(id=f"m{i}", kind="model"),
+        messages=[events.UserMessage(content=[image])],
+    )
+
+
+def record_shots(socket: str, path: str, payloads: list[bytes]) -> None:
+    with connect(socket) as client:
+        session = client.create(path)
+        with session.begin_run() as run:
+            for i, payload in enumerate(payloads):
+                run.record(shot(payload, i))
+        session.close()
+
+
+@needs_root
+def test_status_shows_each_uid_its_blobs_beside_its_files(base: Path) -> None:
+    root = base / "root"
+    mine = [b"\x89PNG" + os.urandom(6000)]
+    theirs = [b"\x89PNG" + os.urandom(9000), b"\x89PNG" + os.urandom(7000)]
+    proc = daemon(base, "--blobs").start()
+    try:
+        record_shots(proc.socket, "mine.jsonl", mine * 3)  # stored once
+        as_uid(OTHER, lambda: record_shots(proc.socket, "theirs.jsonl", theirs))
+        assert (root / "uid" / str(OTHER) / BLOB_DIR).is_dir()
+        seen = {s.uid: s for s in swept(proc)}
+        # Root reads every session: every uid's blobs, each beside its files.
+        assert (seen[0].files, seen[0].blobs, seen[0].blob_bytes) == (1, 1, len(mine[0]))
+        assert (seen[OTHER].files, seen[OTHER].blobs) == (1, 2)
+        assert seen[OTHER].blob_bytes == sum(len(p) for p in theirs)
+        # Another uid sees its own figures only.
+        [its] = as_uid(OTHER, lambda: storage(proc.socket))
+        assert (its.uid, its.files, its.blobs) == (OTHER, 1, 2)
+        assert its.blob_bytes == seen[OTHER].blob_bytes
+        with RawClient(proc.socket) as client:
+            reply = client.request(Status(id=client.next_id()))
+        assert isinstance(reply, StatusReply)
+        shown = "\n".join(_status_lines(reply, proc.socket, Style(enabled=False)))
+        assert f"uid {OTHER} files: 1 sessions, " in shown
+        assert ", 2 blobs (" in shown and ", 1 blob (" in shown
     finally:
         proc.stop()

@@ -204,6 +204,13 @@ class SessionActor:
                 await self._sync()
             except StorageError as exc:
                 self._fail(exc)
+        if self.error is None:
+            # Every line is in the file: a big one keeps its index up to its end, so
+            # that the next open reads none of it again.
+            try:
+                await self._disk.run(self.file.save_index)
+            except Exception:  # a bug: the index is only ever a shortcut
+                self._log.exception("unexpected_error", during="writing the index")
         self.file.close()
         for subscriber in list(self._subscribers):
             subscriber.session_closed(self.file.last_seq)

@@ -40,7 +40,7 @@ import time
 from flightlog.protocol import ErrorCode, FlightlogError, LocalProtocolError
 from flightlog.protocol._blobs import BLOB_DIR, BLOB_LOCK, Blob
 
-from ._paths import USERS_DIR, ResolvedPath, Roots
+from ._paths import USERS_DIR, ResolvedPath, Roots, write_then_rename
 
 __all__ = ["BlobStore", "open_blob", "read_blob", "store_parts"]
 
@@ -122,25 +122,7 @@ def _write(dir_fd: int, blob: Blob) -> None:
                 if now - entry.stat(follow_symlinks=False).st_mtime > _STALE:
                     os.unlink(entry.name, dir_fd=dir_fd)
     temp = f".{blob.sha256}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
-    fd = os.open(
-        temp,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o600,
-        dir_fd=dir_fd,
-    )
-    try:
-        try:
-            view = memoryview(blob.data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temp, blob.sha256, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dir_fd)
-        raise
+    write_then_rename(dir_fd, temp, blob.sha256, blob.data, sync=True)
     os.fsync(dir_fd)
 
 

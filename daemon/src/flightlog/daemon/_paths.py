@@ -30,7 +30,7 @@ import structlog
 
 from flightlog.protocol import ErrorCode, FlightlogError
 
-__all__ = ["USERS_DIR", "PathRefused", "ResolvedPath", "Roots"]
+__all__ = ["USERS_DIR", "PathRefused", "ResolvedPath", "Roots", "write_then_rename"]
 
 log = structlog.get_logger("flightlogd.paths")
 
@@ -255,6 +255,40 @@ class Roots:
         if exc.errno == errno.ENAMETOOLONG:
             return PathRefused(resolved.path, f"{part[:40]!r}... is too long a name")
         return exc
+
+
+def write_then_rename(
+    dir_fd: int,
+    temp: str,
+    name: str,
+    data: bytes | memoryview,
+    *,
+    sync: bool,
+    owner: os.stat_result | None = None,
+) -> None:
+    """Write ``data`` to the new file ``temp`` of the directory ``dir_fd`` (mode 0600,
+    given ``owner``'s uid and gid where the daemon may), fsync it with ``sync``, and
+    rename it to ``name``: ``name`` is the old file or the new one whole, never a part.
+    The temporary is removed on failure.  Raises :class:`OSError`."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            if owner is not None:
+                with suppress(PermissionError):
+                    os.fchown(fd, owner.st_uid, owner.st_gid)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
 
 
 def _daemons(fd: int) -> bool:

@@ -54,6 +54,7 @@ from flightlog.sdk.storage import (
     collect_blobs,
     plan,
     remove,
+    stored_blobs,
     survey,
 )
 
@@ -82,6 +83,8 @@ class _Usage:
     oldest: datetime | None = None
     removed_files: int = 0
     removed_bytes: int = 0
+    blobs: int = 0
+    blob_bytes: int = 0
 
 
 class Retention:
@@ -164,6 +167,7 @@ class Retention:
             mine.bytes += f.size
             if mine.oldest is None or f.last_activity < mine.oldest:
                 mine.oldest = f.last_activity
+        self._count_blobs(usage)
         for uid, tally in self._usage.items():
             mine = usage.setdefault(uid, _Usage())
             mine.removed_files, mine.removed_bytes = tally.removed_files, tally.removed_bytes
@@ -204,6 +208,17 @@ class Retention:
             removed += found
         return removed
 
+    def _count_blobs(self, usage: dict[int, _Usage]) -> None:
+        """Add each uid's blobs (those of the stores under its directory) to ``usage``."""
+        for store in blob_stores([self.root]):
+            try:
+                for _, path, size in stored_blobs(store):
+                    mine = usage.setdefault(_uid(self._owner(path)), _Usage())
+                    mine.blobs += 1
+                    mine.blob_bytes += size
+            except OSError:
+                continue  # removed meanwhile: counted at the next sweep
+
     def _busy(self, path: str) -> bool:
         if self._stop.is_set():
             return True
@@ -241,6 +256,8 @@ class Retention:
                 oldest=format_time(usage.oldest) if usage.oldest else None,
                 removed_files=usage.removed_files,
                 removed_bytes=usage.removed_bytes,
+                blobs=usage.blobs,
+                blob_bytes=usage.blob_bytes,
                 max_use=limits.max_use,
                 max_age=limits.max_age.total_seconds() if limits.max_age else None,
                 keep_free=limits.keep_free,

@@ -41,6 +41,15 @@ from flightlog.protocol.format import (
 )
 from flightlog.sdk.storage import FileBusy, decompress_at, is_compressed
 
+from ._index import (
+    INDEX_FROM,
+    INDEX_VERSION,
+    REINDEX_AFTER,
+    SessionIndex,
+    line_digest,
+    load_index,
+    save_index,
+)
 from ._paths import ResolvedPath, Roots
 
 __all__ = ["CheckpointRef", "SessionBusy", "SessionFile", "StorageError", "read_on"]
@@ -119,8 +128,15 @@ class SessionFile:
     #: the line with ``calls_seq``): gathered by the scan at open, caught up by
     #: :meth:`resume_calls`, so ``resume()`` never reads the file whole again.
     calls: CallLedger = field(default_factory=CallLedger)
+    #: The runs of the file up to ``calls_at``, as its records say them (the index's:
+    #: :attr:`ledger` also counts what the writer numbered and the file lacks).
+    runs_read: RunLedger = field(default_factory=RunLedger)
     calls_at: int = 0
     calls_seq: int = 0
+    #: The length of the line that ends at ``calls_at``, with its newline.
+    last_line: int = 0
+    #: The size the index beside the file was last written or taken at.
+    indexed: int | None = None
     #: The event ids of the records it holds (``event_id_key``: 16 bytes each), so that
     #: a record with one of them is not written again.
     event_ids: set[bytes] = field(default_factory=set)
@@ -156,6 +172,7 @@ class SessionFile:
             created_line=line,
             calls_at=len(line),
             calls_seq=1,
+            last_line=len(line),
         )
 
         def fill(fd: int) -> None:
@@ -178,15 +195,17 @@ class SessionFile:
 
     @classmethod
     def open(cls, roots: Roots, resolved: ResolvedPath) -> SessionFile:
-        """Open an existing file, validate all of it and truncate an unfinished tail.
+        """Open an existing file, validate it and truncate an unfinished tail.  A file
+        with a sound index beside it (:mod:`._index`) is read from where the index
+        stops; any other is read whole, and a big one gets an index.
 
         Raises :class:`FileNotFoundError`, :class:`PathRefused`, :class:`SessionBusy`,
         :class:`FileFormatError` (the reader's error, naming the line),
         :class:`StorageError`.
         """
-        fd = _open_plain(roots, resolved)
+        fd, restored = _open_plain(roots, resolved)
         try:
-            session = cls._scan(roots, resolved, fd)
+            session = cls._scan(roots, resolved, fd, restored=restored)
             session.fd = fd
             session.ident = _ident(fd)
             if session.truncated_bytes:
@@ -198,41 +217,55 @@ class SessionFile:
                     ) from None
                 session.dirty = True
                 session.sync()
-            return session
+                session.indexed = None  # the file's mtime changed
+            session.save_index()
         except BaseException:
             os.close(fd)
             raise
+        return session
 
     @classmethod
-    def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int) -> SessionFile:
-        ledger = RunLedger()
-        checkpoint: CheckpointRef | None = None
-        calls = CallLedger()
-        event_ids: set[bytes] = set()
-        reader = LineReader()
+    def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int, *, restored: bool) -> SessionFile:
+        index, meta = _index_of(roots, resolved, fd, restored=restored)
+        if index is None:
+            reader = LineReader()
+            ledger, calls = RunLedger(), CallLedger()
+            event_ids: set[bytes] = set()
+            checkpoint: CheckpointRef | None = None
+        else:
+            reader = LineReader.resume(index.session_id, index.last_seq, index.offset)
+            ledger = RunLedger.from_state(index.runs)
+            calls = CallLedger.from_state(index.calls)
+            ids = index.event_ids
+            event_ids = {ids[i : i + 16] for i in range(0, len(ids), 16)}
+            checkpoint = CheckpointRef(*index.checkpoint) if index.checkpoint else None
+        last_line = index.last_line[0] if index is not None else 0
         for record in read_on(fd, reader, to_the_end=True):
             ledger.add(record.type, record.run_id)
             calls.feed(record)
             if record.event_id is not UNSET:
                 event_ids.add(event_id_key(record.event_id))
+            last_line = len(reader.line) + 1
             if record.type == CHECKPOINT:
-                length = len(reader.line) + 1
-                checkpoint = CheckpointRef(record.seq, reader.offset - length, length)
+                checkpoint = CheckpointRef(record.seq, reader.offset - last_line, last_line)
         assert reader.session_id is not None  # else the reader raised at the end
         return cls(
             roots=roots,
             resolved=resolved,
             session_id=reader.session_id,
-            meta=dict(reader.meta),
+            meta=dict(reader.meta) if index is None else meta,
             last_seq=reader.last_seq,
             size=reader.offset,
             checkpoint=checkpoint,
             ledger=ledger,
             truncated_bytes=reader.position - reader.offset,
             calls=calls,
+            runs_read=RunLedger.from_state(ledger.state()),
             calls_at=reader.offset,
             calls_seq=reader.last_seq,
+            last_line=last_line,
             event_ids=event_ids,
+            indexed=index.offset if index is not None and not restored else None,
         )
 
     # ------------------------------------------------------------------ writing
@@ -305,19 +338,64 @@ class SessionFile:
     def resume_calls(self) -> tuple[list[str], list[OpenCall]]:
         """The file's cut runs and open calls (blocking): what was gathered, caught up
         with the lines written since, read from where it stopped."""
-        if self.calls_at < self.size:
-            fd = self.ensure_open()
-            self._check_in_place(fd, "reading the calls")
-            reader = LineReader.resume(self.session_id, self.calls_seq, self.calls_at)
-            try:
-                for record in read_on(fd, reader, to_the_end=False):
-                    self.calls.feed(record)
-                    if reader.offset >= self.size:
-                        break
-            except (FileFormatError, OSError) as exc:
-                raise StorageError(self.path, "reading the calls", str(exc)) from None
-            self.calls_at, self.calls_seq = reader.offset, reader.last_seq
+        self._catch_up(self.ensure_open())
         return self.calls.result()
+
+    def _catch_up(self, fd: int) -> None:
+        """Read the lines written since ``calls_at`` into the calls and the runs."""
+        if self.calls_at >= self.size:
+            return
+        self._check_in_place(fd, "reading the calls")
+        reader = LineReader.resume(self.session_id, self.calls_seq, self.calls_at)
+        try:
+            for record in read_on(fd, reader, to_the_end=False):
+                self.calls.feed(record)
+                self.runs_read.add(record.type, record.run_id)
+                self.last_line = len(reader.line) + 1
+                if reader.offset >= self.size:
+                    break
+        except (FileFormatError, OSError) as exc:
+            raise StorageError(self.path, "reading the calls", str(exc)) from None
+        self.calls_at, self.calls_seq = reader.offset, reader.last_seq
+
+    def save_index(self) -> None:
+        """Keep the index beside a big file, up to its end, unless it is there already
+        or the file grew less than :data:`REINDEX_AFTER` past it (blocking).  Call only
+        while every line written is in the file (and no write failed).  A file whose
+        descriptor was closed is opened to read, never given its plain form again.
+        Never raises: without its index the file is read whole next time."""
+        indexed = self.indexed
+        if self.size < INDEX_FROM or (indexed is not None and self.size - indexed < REINDEX_AFTER):
+            return
+        try:
+            fd = self.fd if self.fd is not None else _open_locked(self.roots, self.resolved)
+            try:
+                self._catch_up(fd)
+                self._check_in_place(fd, "writing the index")
+                line = os.pread(fd, self.last_line, self.size - self.last_line)
+                st = os.fstat(fd)
+                ref = self.checkpoint
+                index = SessionIndex(
+                    version=INDEX_VERSION,
+                    session_id=self.session_id,
+                    offset=self.size,
+                    last_seq=self.last_seq,
+                    last_line=(self.last_line, line_digest(line)),
+                    ident=self.ident,
+                    mtime_ns=st.st_mtime_ns,
+                    checkpoint=(ref.seq, ref.offset, ref.length) if ref is not None else None,
+                    runs=self.runs_read.state(),
+                    calls=self.calls.state(),
+                    event_ids=b"".join(self.event_ids),
+                )
+                with self.roots.parent_dir(self.resolved, create=False) as dir_fd:
+                    save_index(dir_fd, self.resolved.parts[-1], index, st)
+            finally:
+                if fd != self.fd:
+                    os.close(fd)
+        except (OSError, FlightlogError):
+            return
+        self.indexed = self.size
 
     def _check_size(self, fd: int, what: str) -> None:
         """Raise :class:`StorageError` unless the file holds exactly what was written
@@ -378,7 +456,7 @@ class SessionFile:
                 os.close(fd)
                 fd = -1
                 try:
-                    fd = _open_plain(self.roots, self.resolved)
+                    fd, _ = _open_plain(self.roots, self.resolved)
                 except (OSError, FlightlogError) as exc:
                     raise StorageError(self.path, "reopening", str(exc)) from None
                 st = os.fstat(fd)
@@ -437,10 +515,42 @@ def read_on(
             return
 
 
-def _open_plain(roots: Roots, resolved: ResolvedPath) -> int:
+def _index_of(
+    roots: Roots, resolved: ResolvedPath, fd: int, *, restored: bool
+) -> tuple[SessionIndex | None, dict[str, object]]:
+    """The index of a big file, if it is sound (:func:`load_index`) and the file's first
+    line names its session; with the meta that line holds."""
+    if os.fstat(fd).st_size < INDEX_FROM:
+        return None, {}
+    with roots.parent_dir(resolved, create=False) as dir_fd:
+        index = load_index(dir_fd, resolved.parts[-1], fd, restored=restored)
+    if index is None:
+        return None, {}
+    reader = LineReader()
+    for _ in read_on(fd, reader, to_the_end=True):
+        break  # the first line: the reader checked it, and holds its meta
+    if reader.session_id != index.session_id:
+        return None, {}
+    return index, dict(reader.meta)
+
+
+def _open_locked(roots: Roots, resolved: ResolvedPath) -> int:
+    """The session file opened to read and locked, as it is (plain or not)."""
+    fd = roots.open_file(resolved, write=False)
+    try:
+        _lock(fd, resolved.path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_plain(roots: Roots, resolved: ResolvedPath) -> tuple[int, bool]:
     """Open the session file for appending, locked, in its plain form: a compressed
     file is given its plain form first (a rename over it, as compressing made it).
-    Raises as :meth:`SessionFile.open` does."""
+    Returns the descriptor and whether the file was restored so.  Raises as
+    :meth:`SessionFile.open` does."""
+    restored = False
     for _ in range(3):
         fd = roots.open_file(resolved)
         try:
@@ -451,14 +561,15 @@ def _open_plain(roots: Roots, resolved: ResolvedPath) -> int:
             if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino) and not is_compressed(
                 os.pread(fd, 4, 0)
             ):
-                return fd
+                return fd, restored
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)
         try:
             with roots.parent_dir(resolved, create=False) as dir_fd:
-                decompress_at(dir_fd, resolved.parts[-1], label=resolved.path)
+                done = decompress_at(dir_fd, resolved.parts[-1], label=resolved.path)
+                restored = restored or done is not None
         except FileBusy:
             raise SessionBusy(resolved.path) from None
         except FlightlogError as exc:

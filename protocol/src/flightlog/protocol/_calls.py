@@ -18,7 +18,7 @@ import msgspec
 from ._events import Execution
 from ._records import RUN_CLOSE, RUN_START, Record
 
-__all__ = ["CallLedger", "Calls", "OpenCall", "open_calls"]
+__all__ = ["CallLedger", "CallState", "Calls", "OpenCall", "open_calls"]
 
 _STARTS = {
     "model_request": "model",
@@ -63,6 +63,17 @@ _call_data: Final = msgspec.json.Decoder(_CallData)
 _Key = tuple[str, str, int, str]
 
 
+class CallState(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """What a :class:`CallLedger` knows, kept to seed one later
+    (:meth:`CallLedger.state`, :meth:`CallLedger.from_state`): the runs without
+    ``run_close``, the calls started and not ended (key, execution, seq and the start's
+    data) and the keys of the calls that ended, in the order they came."""
+
+    runs: list[str]
+    calls: list[tuple[_Key, Execution, int, bytes]]
+    ended: list[_Key]
+
+
 class CallLedger:
     """The runs without ``run_close`` and the calls without an end, kept as records are
     fed in file order (:meth:`feed`); :meth:`result` says them at any point.  The one
@@ -97,6 +108,23 @@ class CallLedger:
             self._calls.pop(key, None)
         elif key not in self._calls and key not in self._ended:
             self._calls[key] = (execution, record.seq, record.data)
+
+    def state(self) -> CallState:
+        calls = [
+            (key, execution, seq, bytes(raw)) for key, (execution, seq, raw) in self._calls.items()
+        ]
+        return CallState(list(self._runs), calls, list(self._ended))
+
+    @classmethod
+    def from_state(cls, state: CallState) -> CallLedger:
+        """A ledger that goes on from ``state`` as the one that made it would."""
+        ledger = cls()
+        ledger._runs = dict.fromkeys(state.runs)
+        ledger._calls = {
+            key: (execution, seq, msgspec.Raw(data)) for key, execution, seq, data in state.calls
+        }
+        ledger._ended = set(state.ended)
+        return ledger
 
     def result(self) -> tuple[list[str], list[OpenCall]]:
         """The runs without ``run_close`` and the calls without an end, in file order."""

@@ -44,7 +44,7 @@ from ._records import (
 from ._server_events import StartRun, check_run_start
 from ._wire import Ack, CloseRun, Message, RunStarted, SaveCheckpoint
 
-__all__ = ["MAX_CLIENT_NAME", "Entry", "RunLedger"]
+__all__ = ["MAX_CLIENT_NAME", "Entry", "LedgerState", "RunLedger"]
 
 #: A ``run_start`` keeps at most this many characters of the client's name.
 MAX_CLIENT_NAME: Final = 200
@@ -69,6 +69,16 @@ class Entry(NamedTuple):
         if self.type in (RUN_START, RUN_RESUME):
             return RunStarted(id=self.request_id, run_id=self.run_id, seq=seq)
         return Ack(id=self.request_id, seq=seq)
+
+
+class LedgerState(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """What a :class:`RunLedger` fed records knows, kept to seed one later
+    (:meth:`RunLedger.state`, :meth:`RunLedger.from_state`): every run, the runs
+    without ``run_close`` in start order with their items, and the last run."""
+
+    runs: list[str]
+    open: list[tuple[str, int]]
+    last: str | None
 
 
 class RunLedger:
@@ -115,6 +125,29 @@ class RunLedger:
         return self.items if self.last_run is not None else 0
 
     # ------------------------------------------------------------ fed records
+
+    def state(self) -> LedgerState:
+        """What the records fed so far left (the requests' own state is not part of
+        it: a run a writer has open is, in the file, one without ``run_close``)."""
+        return LedgerState(sorted(self.runs), list(self._open.items()), self._last)
+
+    @classmethod
+    def from_state(cls, state: LedgerState) -> RunLedger:
+        """A ledger that goes on from ``state`` as the one that made it would.  Raises
+        :class:`ValueError` for a state no records could leave (an open run or the
+        last run that is not one of the runs, a negative count of items)."""
+        ledger = cls()
+        ledger.runs = set(state.runs)
+        ledger._open = dict(state.open)
+        ledger._last = state.last
+        if (
+            not ledger.runs.issuperset(ledger._open)
+            or len(ledger._open) != len(state.open)
+            or any(items < 0 for items in ledger._open.values())
+            or (state.last is not None and state.last not in ledger._open)
+        ):
+            raise ValueError("a run ledger's state that no records leave")
+        return ledger
 
     def add(self, type: str, run_id: str | None) -> None:
         """Take in the next record of the file, of ``type`` in run ``run_id``."""

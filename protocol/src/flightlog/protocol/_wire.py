@@ -390,6 +390,10 @@ class UidStorage(msgspec.Struct, kw_only=True, frozen=True):
     #: Files (and their bytes) the daemon's limits removed since it started.
     removed_files: int = 0
     removed_bytes: int = 0
+    #: The blobs in its blob store (``uid/UID/.flightlog-blobs``, or the root's for the
+    #: daemon's own uid) and their bytes, beside ``files`` and ``bytes``.
+    blobs: int = 0
+    blob_bytes: int = 0
     max_use: int | None = None
     #: Seconds.
     max_age: float | None = None

@@ -307,6 +307,7 @@ def cmd_tail(args: argparse.Namespace, style: Style) -> int:
             # A daemon that goes away may close the connection before it ends the tail.
             with contextlib.suppress(ConnectionLost), tail_all:
                 for path, record in tail_all:
+                    _blob_problems(tail_all.problems)
                     if wanted(record):
                         printer.write(record, path)
             why = _END_REASONS.get(tail_all.end_reason, str(tail_all.end_reason))

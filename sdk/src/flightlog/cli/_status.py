@@ -48,9 +48,14 @@ def _storage_lines(reply: StatusReply) -> Iterator[str]:
             if mine.removed_files
             else ""
         )
+        blobs = (
+            f", {_plural(mine.blobs, 'blob')} ({format_bytes(mine.blob_bytes)})"
+            if mine.blobs
+            else ""
+        )
         yield (
             f"  uid {mine.uid} files: {mine.files:,} sessions, {format_bytes(mine.bytes)}"
-            f"{removed}; retention: {said}"
+            f"{blobs}{removed}; retention: {said}"
         )
 
 

@@ -31,6 +31,7 @@ from ._commands import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    _blob_problems,
     _socket,
     _TailPrinter,
 )
@@ -115,6 +116,9 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
                 )
                 # As for tail --all: the sessions go on, a script must not take them as ended.
                 return EXIT_NO_DAEMON if tail.end_reason in _CUT_SHORT else EXIT_OK
+            # What the live subscription could not put back, as a tail of one session
+            # says it (the records themselves are read from the files).
+            _blob_problems(tail.problems)
             for path, record in sessions.live(*item):
                 if wanted(record):
                     printer.write(record, path)

@@ -45,6 +45,7 @@ __all__ = [
     "compress_path",
     "compressed_reader",
     "decompress_at",
+    "index_name",
     "is_compressed",
     "open_session_file",
 ]
@@ -62,6 +63,12 @@ LEVEL: Final = 9
 WINDOW_LOG: Final = 27
 
 _CHUNK: Final = 1024 * 1024
+
+
+def index_name(name: str) -> str:
+    """The name of the index flightlogd keeps beside the session file ``name`` (no
+    reader lists it; a vacuum removes it with the file)."""
+    return f".{name[:200]}.flightlog-index"
 
 
 class FileBusy(FlightlogError):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
@@ -375,6 +376,14 @@ class _Replay:
         """Why the daemon ended the subscription, once it has (None without ``follow``)."""
         live = self._live
         return None if live is None else cast(str | None, live.end_reason)
+
+    @property
+    def problems(self) -> deque[str]:
+        """What the subscription could not put back (blobs), one sentence each, as a
+        tail's ``problems`` (empty without ``follow``: the files' records are put back
+        from the store where it can be read, else keep their references)."""
+        live = self._live
+        return deque() if live is None else cast(deque[str], live.problems)
 
     def _skip(self, path: str, exc: Exception) -> None:
         if isinstance(exc, FileFormatError):

@@ -60,6 +60,7 @@ from flightlog.protocol import format_time, parse_time
 from flightlog.protocol._blobs import BLOB_DIR
 
 from ._blobs import _fsync_dir, find_blob_store, referred_blob_paths
+from ._compression import index_name
 from ._sql import session_files
 
 __all__ = [
@@ -366,6 +367,10 @@ def remove(
             _link_or_copy(removal.path, target)
             removal.archived_to = target
         os.unlink(removal.path)
+        with contextlib.suppress(FileNotFoundError):
+            # flightlogd's index of it (written, like the file, under its lock).
+            directory, name = os.path.split(removal.path)
+            os.unlink(os.path.join(directory, index_name(name)))
         _fsync_dir(os.path.dirname(removal.path) or ".")
     except FileExistsError as exc:
         removal.error = f"{exc.filename}: already in the archive with other content: kept"

@@ -9,7 +9,7 @@ docs/operations.md (limits).
 
 from __future__ import annotations
 
-from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving
+from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving, stored_blobs
 from ._compression import (
     Compressed,
     FileBusy,
@@ -17,6 +17,7 @@ from ._compression import (
     compress_at,
     compress_path,
     decompress_at,
+    index_name,
     is_compressed,
     open_session_file,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "compress_at",
     "compress_path",
     "decompress_at",
+    "index_name",
     "is_compressed",
     "open_session_file",
     "parse_age",
@@ -53,5 +55,6 @@ __all__ = [
     "plan",
     "remove",
     "resolving",
+    "stored_blobs",
     "survey",
 ]

@@ -1,17 +1,18 @@
 """One uid's agent while another uid floods a shared daemon with work, not bytes.
 
-``sudo uv run python -m bench.fairness [--events N] [--rounds N] [--flood KIND]`` (root:
-the clients take throwaway uids) starts a real flightlogd shared by every uid (socket
-mode 0666), and measures an agent of uid 41002 (small records, a checkpoint every
-100, as ``tests/daemon/test_fairness.py``'s) alone and while uid 41001 floods it from
-two connections with each kind of work: records the daemon refuses, status requests
-a thousand in flight, opens of missing sessions, and records at its bytes per second.
-Rounds alone and flooded alternate (the flooders SIGSTOPped, then SIGCONTed), so the
-rest of the machine's load weighs alike on both.  Prints, per kind, the agent's
-events per second (best of the rounds) and its worst checkpoint round trip (the
-fsync included) and worst status round trip (the loop alone) over all rounds, and
-the worst fsync the agent timed of its own after each checkpoint, on the daemon's
-file system: the part of a checkpoint's round trip that is the disk's.
+``sudo uv run python -m bench.fairness [--events N] [--rounds N] [--flood KIND]
+[--connections N]`` (root: the clients take throwaway uids) starts a real flightlogd
+shared by every uid (socket mode 0666), and measures an agent of uid 41002 (small
+records, a checkpoint every 100, as ``tests/daemon/test_fairness.py``'s) alone and
+while uid 41001 floods it from two connections (or N) with each kind of work: records
+the daemon refuses, status requests a thousand in flight, opens of missing sessions,
+and records at its bytes per second.  Rounds alone and flooded alternate (the
+flooders SIGSTOPped, then SIGCONTed), so the rest of the machine's load weighs alike
+on both.  Prints, per kind, the agent's events per second (best of the rounds) and
+the median and worst over all rounds of its checkpoint round trips (the fsync
+included), of its status round trips (the loop alone), and of an fsync the agent
+timed of its own after each checkpoint, on the daemon's file system: the part of a
+checkpoint's round trip that is the disk's.
 """
 
 from __future__ import annotations
@@ -114,14 +115,18 @@ def _result(pid: int) -> Any:
         path.unlink()
 
 
-def _agent(path: str, name: str, events: int) -> tuple[float, float, float, float]:
-    """Events per second, worst checkpoint and worst status round trip, and the worst
-    of an fsync of the agent's own after each checkpoint (seconds): what the disk
-    alone costs at the same moments, on the same file system."""
+def _agent(
+    path: str, name: str, events: int
+) -> tuple[float, list[float], list[float], list[float]]:
+    """Events per second, every checkpoint and every status round trip, and an fsync
+    of the agent's own after each checkpoint (seconds): what the disk alone costs at
+    the same moments, on the same file system."""
     client = _Client(path)
     sid, rid = client.session(name)
     note = b"x" * 200
-    worst_checkpoint = worst_status = worst_fsync = 0.0
+    checkpoints: list[float] = []
+    statuses: list[float] = []
+    fsyncs: list[float] = []
     # Beside the daemon's root (under /tmp): the same file system.
     probe, probe_path = tempfile.mkstemp(prefix="fl-bench-fsync-", dir="/tmp")
     start = time.perf_counter()
@@ -142,19 +147,19 @@ def _agent(path: str, name: str, events: int) -> tuple[float, float, float, floa
                 )
             )
             assert isinstance(saved, Ack), saved
-            worst_checkpoint = max(worst_checkpoint, time.perf_counter() - began)
+            checkpoints.append(time.perf_counter() - began)
             os.write(probe, note + b"\n")
             began = time.perf_counter()
             os.fsync(probe)
-            worst_fsync = max(worst_fsync, time.perf_counter() - began)
+            fsyncs.append(time.perf_counter() - began)
             began = time.perf_counter()
             client.request(Status(id=client.next_id()))
-            worst_status = max(worst_status, time.perf_counter() - began)
+            statuses.append(time.perf_counter() - began)
     rate = events / (time.perf_counter() - start)
     client.sock.close()
     os.close(probe)
     os.unlink(probe_path)
-    return rate, worst_checkpoint, worst_status, worst_fsync
+    return rate, checkpoints, statuses, fsyncs
 
 
 def _refused(path: str) -> None:
@@ -204,14 +209,17 @@ _FLOODS: dict[str, Callable[[str], None]] = {
 }
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
+def _times(rounds: list[Any], index: int) -> str:
+    """The median and the worst of every round's ``index``-th list of seconds."""
+    times = sorted(t for r in rounds for t in r[index])
+    return f"{times[len(times) // 2] * 1000:.0f}, {times[-1] * 1000:.0f} ms"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=2, help="the flooder's connections (2)")
     parser.add_argument(
         "--flood",
         action="append",
@@ -226,16 +234,20 @@ def main() -> None:
     (base / "run").mkdir(mode=0o755)
     daemon = Daemon(base, "--socket-mode", "0666").start()
     print(
-        "| flood (uid 41001, 2 connections) | agent alone | agent flooded | ratio | "
-        "worst checkpoint alone / flooded | worst status alone / flooded | "
-        "worst fsync of the agent's own alone / flooded |"
+        f"| flood (uid 41001, {args.connections} connections) | agent alone | agent flooded | "
+        "ratio | "
+        "checkpoint median, worst alone / flooded | status median, worst alone / flooded | "
+        "fsync of the agent's own median, worst alone / flooded |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     try:
         for kind, flood in _FLOODS.items():
             if args.flood and kind.split()[0] not in args.flood:
                 continue
-            flooders = [_as_uid(FLOODER, functools.partial(flood, daemon.socket)) for _ in range(2)]
+            flooders = [
+                _as_uid(FLOODER, functools.partial(flood, daemon.socket))
+                for _ in range(args.connections)
+            ]
             time.sleep(0.5)
             alone, flooded = [], []
             for n in range(args.rounds):
@@ -249,12 +261,10 @@ def main() -> None:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             solo, during = max(r[0] for r in alone), max(r[0] for r in flooded)
+            cells = " | ".join(f"{_times(alone, n)} / {_times(flooded, n)}" for n in (1, 2, 3))
             print(
                 f"| {kind} | {solo:,.0f} events/s | {during:,.0f} events/s | "
-                f"{during / solo:.2f}x | {_ms(max(r[1] for r in alone))} / "
-                f"{_ms(max(r[1] for r in flooded))} | {_ms(max(r[2] for r in alone))} / "
-                f"{_ms(max(r[2] for r in flooded))} | {_ms(max(r[3] for r in alone))} / "
-                f"{_ms(max(r[3] for r in flooded))} |",
+                f"{during / solo:.2f}x | {cells} |",
                 flush=True,
             )
     finally:

@@ -113,6 +113,34 @@ async def test_what_the_thread_writes_waits_behind_what_is_queued(
     assert got == [first + b"replylater"]
 
 
+async def test_what_the_thread_writes_past_the_queues_bound_is_left_to_the_loop(
+    pair: tuple[Channel, socket.socket],
+) -> None:
+    """The queue's bound holds for a disk thread's replies too: what does not fit is
+    not queued, and the loop sends it, waiting for room (issue 27, 4)."""
+    channel, theirs = pair
+    first = b"x" * ((1 << 24) - 4096)  # the queue holds nearly all its bound
+    channel.write(first)
+    queued = channel.queued
+    reply = b"y" * (1 << 16)
+    write = channel.thread_write(reply)
+    assert write is not None
+    _in_thread(write.send)
+    assert write.sent is None
+    assert not write.end()  # still to send: the loop's
+    assert channel.queued == queued
+    async with anyio.create_task_group() as tg:
+        got: list[bytes] = []
+
+        async def read() -> None:
+            got.append(await _read(theirs, len(first) + len(reply)))
+
+        tg.start_soon(read)
+        await channel.send(reply)
+        await channel.flush()
+    assert got == [first + reply]
+
+
 async def test_what_the_socket_did_not_take_is_written_by_the_loop(
     pair: tuple[Channel, socket.socket],
 ) -> None:

@@ -14,6 +14,7 @@ import struct
 import time
 from pathlib import Path
 
+from flightlog.daemon import _actor, _connection
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import now
 from flightlog.protocol.wire import (
@@ -27,6 +28,7 @@ from flightlog.protocol.wire import (
     Status,
     StatusReply,
     Subscribe,
+    Sync,
     encode_frame,
 )
 from support import DaemonProcess, RawClient, wait_for
@@ -287,3 +289,44 @@ def test_subscribers_that_never_read_hold_the_budget_and_give_the_memory_back(
     assert after_kb < 32 * 1024, after_kb
     assert_serving(daemon)
     daemon.stop()
+
+
+def test_replies_sent_from_a_disk_thread_to_a_client_that_never_reads_are_bounded(
+    short_tmp: Path,
+) -> None:
+    """The replies a disk thread sends right after its fsync (here each with a loaded
+    checkpoint of 2 MiB) are held to the connection's queue of replies like the
+    loop's: past it they wait for room, and a client that reads none of them for
+    ``--send-timeout`` is cut off, and everything it made the daemon hold goes back
+    (issue 27, 4)."""
+    cap, rounds = 64 << 20, 40
+    snapshot = b'{"blob":"' + b"x" * (2 << 20) + b'"}'
+    with InProcessDaemon(short_tmp, max_buffered=cap, send_timeout=3.0) as daemon:
+        assert daemon.daemon is not None
+        budget = daemon.daemon.budget
+        with RawClient(daemon.socket) as client:
+            opened = create(client, "unread.jsonl")
+            run = begin(client, opened.session_id)
+            checkpoint(client, opened.session_id, run.run_id, snapshot)
+            peak = budget.peak
+            # Each round writes a record, loads the checkpoint and syncs: one batch,
+            # whose replies go out from the disk thread after its fsync.
+            frames = b"".join(
+                encode_frame(fact(opened.session_id, run.run_id, n))
+                + encode_frame(LoadCheckpoint(id=client.next_id(), session_id=opened.session_id))
+                + encode_frame(Sync(id=client.next_id(), session_id=opened.session_id))
+                for n in range(rounds)
+            )
+            _send_until_stuck(client.sock, frames, patience=5.0)
+            # It reads nothing: cut off once a reply waited --send-timeout for room.
+            wait_for_log(daemon, event="client_not_reading")
+            # Before, the disk thread queued every reply whatever the queue held (61 MiB
+            # here, and 75 MiB charged at the peak, over the budget), and nothing ever
+            # cut the client off.  Now the queue's bound, the checkpoints a batch loads
+            # before it answers them (past its bound by one; twice each, charged until
+            # sent) and a read's worth of frames.
+            loads = _actor._BATCH_REPLY_BYTES + 2 * len(snapshot)
+            bound = _connection._OUTBOX_BYTES + 2 * loads + READ_SIZE
+            assert budget.peak - peak <= bound, (budget.peak - peak, bound)
+        # Everything charged for it was handed back.
+        wait_for(lambda: budget.used == 0, timeout=20)

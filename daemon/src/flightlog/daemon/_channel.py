@@ -15,7 +15,8 @@ writable again.  A failed write only ends writing: the read side goes on to the 
 the stream, so whatever the client sent before it went away still lands.
 
 A disk thread may write too (:class:`ThreadWrite`: a reply right after its fsync); a
-lock orders its write with the loop's, and nothing is written to a closed socket.
+lock orders its write with the loop's, nothing is written to a closed socket, and
+what does not fit in the queue is left for the loop to send, waiting for room.
 
 A send waits for room in the queue at most ``send_timeout``: a client that takes
 nothing for that long is not read from or written to any more (:meth:`Channel._stall`),
@@ -497,12 +498,17 @@ class Channel:
             return None
         return ThreadWrite(self, data)
 
-    def _write_from_thread(self, data: bytes) -> tuple[int, OSError | None]:
-        """In a disk thread: send ``data`` now, or queue it behind what is queued.
-        The loop registers for writability later (:meth:`_thread_write_done`)."""
+    def _write_from_thread(self, data: bytes) -> tuple[int | None, OSError | None]:
+        """In a disk thread: send ``data`` now, or queue it behind what is queued,
+        if it fits in the queue (:meth:`fits`) and no send waits for room before it;
+        else nothing (None): the loop sends it, waiting for room (:meth:`send`), as
+        every reply that does not fit.  The loop registers for writability later
+        (:meth:`_thread_write_done`)."""
         with self._write_lock:
             if self.write_ended or self._closed:
                 return 0, None
+            if self._send_lock.locked() or not self.fits(len(data)):
+                return None, None
             sent = 0
             if not self._queue:
                 try:
@@ -631,16 +637,17 @@ class ThreadWrite:
 
     :meth:`send` runs in the thread (at most once): the bytes go out at once when
     nothing is queued before them, else they are queued behind it, like
-    :meth:`Channel.write` would; a closed channel takes nothing.  :meth:`end` runs on
-    the loop afterwards, always (whether or not :meth:`send` ran), and has the loop
-    write what the socket did not take."""
+    :meth:`Channel.write` would, within the queue's bound (``queue_bytes``); a closed
+    channel takes nothing.  :meth:`end` runs on the loop afterwards, always (whether
+    or not :meth:`send` ran), and has the loop write what the socket did not take; it
+    says False when the bytes are still to send (the queue had no room for them)."""
 
     __slots__ = ("_channel", "data", "error", "sent")
 
     def __init__(self, channel: Channel, data: bytes) -> None:
         self._channel = channel
         self.data = data
-        self.sent: int | None = None  # None: send() did not run
+        self.sent: int | None = None  # None: send() did not run, or left the bytes
         self.error: OSError | None = None
 
     def send(self) -> None:
@@ -648,7 +655,7 @@ class ThreadWrite:
         self.sent, self.error = self._channel._write_from_thread(self.data)
 
     def end(self) -> bool:
-        """Back on the loop: whether :meth:`send` ran."""
+        """Back on the loop: whether :meth:`send` took the bytes."""
         if self.sent is None:
             return False
         self._channel._thread_write_done(self.error)

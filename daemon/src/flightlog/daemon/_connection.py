@@ -354,6 +354,8 @@ class Connection:
                 await asyncio.sleep(0)
             else:
                 await channel.wait_readable()
+            # One turn of the uid's at a time, whichever of its connections.
+            await self._share.take_turn()
             if channel.read_ended:
                 self._server.receive_data(b"")
             self._requests_seen = False

@@ -4,7 +4,10 @@ Four limits, each per uid, over all of that uid's connections together: connecti
 served at once, sessions written at once, bytes per second read from its sockets and
 rings (pokes included), and the share of the event loop's time its frames take
 (:data:`LOOP_SHARE`: what the daemon spends on a frame is not its size; a refused
-record costs far more than an accepted one).
+record costs far more than an accepted one).  And a uid's connections take their
+turns on the loop one after another (:meth:`UidShare.take_turn`): the next begins
+only once everything that was ready to run when the last one began has run, so a
+uid's many connections make others wait one bounded turn, not one turn of each.
 They keep one runaway uid (a loop that connects, creates or sends without end) from
 starving the agents of the others: past the first two it gets ``too_many``; past the
 last two its sockets are left unread until it is back under the limit, so the
@@ -19,6 +22,9 @@ limits hold for every uid besides these.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import time
 from collections.abc import Sized
 from dataclasses import dataclass
@@ -93,6 +99,10 @@ class UidShare:
         #: Seconds of the event loop the uid may still take now.
         self._loop = LOOP_BURST
         self._stamp = time.monotonic()
+        #: Whether one of its connections may begin a turn now (take_turn), and
+        #: those waiting to, first come first served.
+        self._turn_free = True
+        self._turn_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     @property
     def sessions(self) -> int:
@@ -116,6 +126,48 @@ class UidShare:
     def claimed(self) -> None:
         """A claim is answered: the session is the connection's now, or was refused."""
         self.claims -= 1
+
+    async def take_turn(self) -> None:
+        """Wait until one of the uid's connections may begin a turn on the loop.  A
+        turn taken closes the way until everything that was ready to run on the loop
+        then has run (a callback queued now runs after all of it, on the loop's next
+        round); then the connection waiting longest goes next.  So each round of the
+        loop runs at most one turn of a uid's, however many connections it has, and
+        every other uid's connection that was ready runs before its next.  A turn
+        that waits (for a disk, for room) holds nobody up: the way opens on the next
+        round all the same.  The daemon's own uid does not wait."""
+        if self.limits is None:
+            return
+        if self._turn_free and not self._turn_waiters:
+            self._turn_taken()
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._turn_waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                # The way was handed to this one, which goes no further: pass it on.
+                self._next_turn()
+            else:
+                with contextlib.suppress(ValueError):  # unless passed over already
+                    self._turn_waiters.remove(waiter)
+            raise
+        self._turn_taken()
+
+    def _turn_taken(self) -> None:
+        self._turn_free = False
+        asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """A round of the loop went by since a turn began: the next may begin."""
+        waiters = self._turn_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the way stays closed: that one's
+                return
+        self._turn_free = True
 
     async def pace(self, nbytes: int, seconds: float = 0.0) -> None:
         """Count ``nbytes`` read from one of the uid's sockets and ``seconds`` of the

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._json import nested_deeper_than as nested_deeper_than
     from ._ledger import MAX_CLIENT_NAME as MAX_CLIENT_NAME
     from ._ledger import Entry as Entry
+    from ._ledger import LedgerState as LedgerState
     from ._ledger import RunLedger as RunLedger
     from ._lines import END_OF_FILE as END_OF_FILE
     from ._lines import MAX_LINE_BYTES as MAX_LINE_BYTES
@@ -76,6 +77,7 @@ else:
             "_ledger": (
                 "MAX_CLIENT_NAME",
                 "Entry",
+                "LedgerState",
                 "RunLedger",
             ),
             "_lines": (

@@ -12,7 +12,7 @@ and checkpoints) it holds, so that a writer cut by a restart may continue it aft
 The ledger is fed in one of two ways, and both give the same state:
 
 * *records*, in file order (:meth:`RunLedger.add`): the daemon's open-time scan and the
-  reader's :func:`~._reader.check`.  A ``run_resume`` only continues the run it names;
+  reader's :func:`~._check.check`.  A ``run_resume`` only continues the run it names;
   the file says nothing of writers coming and going, so a run without ``run_close`` is
   simply interrupted once the records are all read.  A *repair* (a ``run_resume``
   marked ``repair``) may continue any interrupted run, not only the last, to answer its

@@ -41,6 +41,7 @@ LAYERS = (
     "flightlog/sdk/_async_link.py",
     "flightlog/sdk/_transport.py",
     "flightlog/protocol/_client.py",
+    "flightlog/protocol/_client_requests.py",
     "flightlog/protocol/_client_sessions.py",
     "flightlog/protocol/_framer.py",
     "flightlog/protocol/_replay.py",

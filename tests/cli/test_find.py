@@ -20,8 +20,8 @@ from hypothesis import given
 from bench._find import Corpus, write_corpus
 from flightlog.protocol import format_time, parse_time
 from flightlog.sdk import read
-from flightlog.sdk._find import Query
 from flightlog.sdk._match import between as _between
+from flightlog.sdk._query import Query
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from bench._find import write_corpus
 from flightlog.cli import run as cli_run
 from flightlog.sdk import read
-from flightlog.sdk._find import Query, search
+from flightlog.sdk._find import search
+from flightlog.sdk._query import Query
 from flightlog.sdk._text import byte_test, snippet, texts
 
 REPO = Path(__file__).resolve().parents[2]

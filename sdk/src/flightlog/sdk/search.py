@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._find import Found, Query, search
+from ._find import Found, search
 from ._match import failed, meta_matches, moment, record_data
+from ._query import Query
 from ._text import first_match, snippet
 
 if TYPE_CHECKING:

@@ -225,7 +225,22 @@ def _beyond_the_file(path: Path, index: SessionIndex) -> None:
     index_of(path).write_bytes(_lying(lie))
 
 
+def _impossible_runs(path: Path, index: SessionIndex) -> None:
+    runs = msgspec.structs.replace(index.runs, open=[("nowhere", 1)], last="nowhere")
+    index_of(path).write_bytes(msgspec.msgpack.encode(msgspec.structs.replace(index, runs=runs)))
+
+
+def _not_a_checkpoint(path: Path, index: SessionIndex) -> None:
+    # The last line (a tool call's start) where the checkpoint should be.
+    length = index.last_line[0]
+    where = (index.last_seq, index.offset - length, length)
+    lie = msgspec.structs.replace(index, checkpoint=where)
+    index_of(path).write_bytes(msgspec.msgpack.encode(lie))
+
+
 DAMAGES = {
+    "impossible runs": _impossible_runs,
+    "not a checkpoint": _not_a_checkpoint,
     "torn": _torn,
     "garbage": _garbage,
     "group-writable": _group_writable,

@@ -13,7 +13,8 @@ The index only seeds the scan: the run and call ledgers keep their one rule in
 holds together and describes this file: its own file is a regular one, owned as the
 session's and no larger than it; it decodes whole; it names the same session; the file
 is at least as long as the offset it covers; the line that ends there is the one it
-saw (its length, BLAKE2b digest and seq); and the file is the same inode, not written
+saw (its length, BLAKE2b digest and seq); the checkpoint line it names is one; its run
+ledger is one that records can leave; and the file is the same inode, not written
 since unless appended to, or was just given its plain form again from a compressed
 one (the content checks alone then).  What the index covers is not read again: a
 change made there behind flightlogd's back, keeping the file's inode, size and last
@@ -37,7 +38,7 @@ from typing import Final
 
 import msgspec
 
-from flightlog.protocol import Record
+from flightlog.protocol import CHECKPOINT, Record
 from flightlog.protocol._calls import CallState
 from flightlog.protocol.format import LedgerState
 from flightlog.sdk._compression import TEMP_SUFFIX, _remove_leftovers
@@ -156,26 +157,33 @@ def _describes(index: SessionIndex, fd: int, file: os.stat_result, *, restored: 
         return False
     if index.checkpoint is not None:
         seq, offset, size = index.checkpoint
-        if not 0 < seq <= index.last_seq or offset < 0 or size < 1:
+        if not (0 < seq <= index.last_seq and offset >= 0 and 0 < size <= index.offset - offset):
             return False
-        if offset + size > index.offset:
+        found = _line_at(fd, offset, size, index.session_id)
+        if found is None or (found.seq, found.type) != (seq, CHECKPOINT):
             return False
-    start = index.offset - length
+    found = _line_at(fd, index.offset - length, length, index.session_id)
+    if found is None or found.seq != index.last_seq:
+        return False
+    try:
+        line = os.pread(fd, length, index.offset - length)
+    except OSError:
+        return False
+    return line_digest(line) == digest
+
+
+def _line_at(fd: int, start: int, length: int, session_id: str) -> Record | None:
+    """The record of the whole line of ``length`` bytes at ``start`` (a line of the
+    session ``session_id``: after a newline, ending with one), or None."""
     try:
         # With the byte before it: the line must start a line, not end another one.
         line = os.pread(fd, length + 1, start - 1) if start else b"\n" + os.pread(fd, length, 0)
     except OSError:
-        return False
-    before, line = line[:1], line[1:]
-    if (
-        before != b"\n"
-        or len(line) != length
-        or not line.endswith(b"\n")
-        or line_digest(line) != digest
-    ):
-        return False
+        return None
+    if line[:1] != b"\n" or len(line) != length + 1 or not line.endswith(b"\n"):
+        return None
     try:
-        record = msgspec.json.decode(line, type=Record)
+        record = msgspec.json.decode(line[1:], type=Record)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
-    return record.seq == index.last_seq and record.session_id == index.session_id
+        return None
+    return record if record.session_id == session_id else None

@@ -227,14 +227,17 @@ class SessionFile:
     @classmethod
     def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int, *, restored: bool) -> SessionFile:
         index, meta = _index_of(roots, resolved, fd, restored=restored)
-        if index is None:
-            reader = LineReader()
-            ledger, calls = RunLedger(), CallLedger()
-            event_ids: set[bytes] = set()
-            checkpoint: CheckpointRef | None = None
-        else:
+        reader = LineReader()
+        ledger, calls = RunLedger(), CallLedger()
+        event_ids: set[bytes] = set()
+        checkpoint: CheckpointRef | None = None
+        if index is not None:
+            try:
+                ledger = RunLedger.from_state(index.runs)
+            except ValueError:  # a state no file leaves: the index is not to be had
+                index = None
+        if index is not None:
             reader = LineReader.resume(index.session_id, index.last_seq, index.offset)
-            ledger = RunLedger.from_state(index.runs)
             calls = CallLedger.from_state(index.calls)
             ids = index.event_ids
             event_ids = {ids[i : i + 16] for i in range(0, len(ids), 16)}

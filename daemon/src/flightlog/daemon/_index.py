@@ -41,8 +41,7 @@ import msgspec
 from flightlog.protocol import CHECKPOINT, Record
 from flightlog.protocol._calls import CallState
 from flightlog.protocol.format import LedgerState
-from flightlog.sdk._compression import TEMP_SUFFIX, _remove_leftovers
-from flightlog.sdk.storage import index_name
+from flightlog.sdk.storage import TEMP_SUFFIX, index_name, remove_leftovers
 
 from ._paths import write_then_rename
 
@@ -100,7 +99,7 @@ def save_index(dir_fd: int, name: str, index: SessionIndex, owner: os.stat_resul
     ``owner`` says.  Raises :class:`OSError`."""
     final = index_name(name)
     prefix = f".{name[:200]}."
-    _remove_leftovers(dir_fd, prefix)
+    remove_leftovers(dir_fd, prefix)
     temp = f"{prefix}{secrets.token_hex(6)}{TEMP_SUFFIX}"
     write_then_rename(dir_fd, temp, final, _encoder.encode(index), sync=False, owner=owner)
 

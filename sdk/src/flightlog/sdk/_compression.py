@@ -48,6 +48,7 @@ __all__ = [
     "index_name",
     "is_compressed",
     "open_session_file",
+    "remove_leftovers",
 ]
 
 #: The first four bytes of every zstd frame.
@@ -245,7 +246,7 @@ def _change_form(
             raise FileBusy(label) from None
         _check_in_place(dir_fd, name, fd, label)
         prefix = f".{name[:200]}."
-        _remove_leftovers(dir_fd, prefix)
+        remove_leftovers(dir_fd, prefix)
         if is_compressed(os.pread(fd, 4, 0)) == compress:
             return None
         temp = f"{prefix}{secrets.token_hex(6)}{TEMP_SUFFIX}"
@@ -287,10 +288,12 @@ def _change_form(
         os.close(fd)
 
 
-def _remove_leftovers(dir_fd: int, prefix: str) -> None:
-    """Remove what a change of form of this file that was killed left behind.  Safe
-    while holding the file's lock with the file in place: any other change of form of
-    it holds that lock, or has given up on finding the file replaced."""
+def remove_leftovers(dir_fd: int, prefix: str) -> None:
+    """Remove what a change of form of this file (or flightlogd's write of its index)
+    that was killed left behind: ``.NAME.<12 hex>.flightlog-tmp``, ``prefix`` being
+    ``.NAME.``.  Safe while holding the file's lock with the file in place: any other
+    change of form of it holds that lock, or has given up on finding the file
+    replaced."""
     for entry in os.scandir(dir_fd):
         token = entry.name[len(prefix) : -len(TEMP_SUFFIX)]
         if (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving, stored_blobs
 from ._compression import (
+    TEMP_SUFFIX,
     Compressed,
     FileBusy,
     InflatedFile,
@@ -20,6 +21,7 @@ from ._compression import (
     index_name,
     is_compressed,
     open_session_file,
+    remove_leftovers,
 )
 from ._retention import (
     Limits,
@@ -34,6 +36,7 @@ from ._retention import (
 )
 
 __all__ = [
+    "TEMP_SUFFIX",
     "BlobRemoval",
     "Compressed",
     "FileBusy",
@@ -54,6 +57,7 @@ __all__ = [
     "parse_size",
     "plan",
     "remove",
+    "remove_leftovers",
     "resolving",
     "stored_blobs",
     "survey",

@@ -103,6 +103,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="the fast tier: only tests marked fast, without collecting the other modules",
     )
+    parser.addoption(
+        "--cpu-report",
+        action="store_true",
+        help="the CPU of each test, its processes and daemons included, and the top 40",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--cpu-report"):
+        from support.cputime import CpuReport
+
+        config.pluginmanager.register(CpuReport(), "flightlog-cpu-report")
 
 
 @pytest.hookimpl(optionalhook=True)

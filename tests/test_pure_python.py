@@ -79,9 +79,12 @@ def _pytest_without_accelerators(*args: str, examples: int | None = None) -> Non
 
 
 @pytest.mark.timeout(3000)
-@pytest.mark.parametrize("part", list(ACCELERATED))
-def test_the_accelerated_paths_pass_with_the_accelerators_off(part: str) -> None:
-    _pytest_without_accelerators(*ACCELERATED[part], examples=EXAMPLES)
+def test_the_accelerated_paths_pass_with_the_accelerators_off() -> None:
+    # One pytest for all three parts: each pytest started costs about 7 s of CPU before
+    # its first test (its imports and collection) and a fork server of its own.
+    _pytest_without_accelerators(
+        *(path for part in ACCELERATED.values() for path in part), examples=EXAMPLES
+    )
 
 
 @pytest.mark.soak

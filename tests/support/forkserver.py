@@ -84,6 +84,9 @@ class ForkServer:
         self._buffer = b""
         self._exits: dict[int, int] = {}
         self._replies: list[str] = []
+        #: The CPU seconds (user and system) of the daemons that have exited, as the
+        #: server reaped them: not this process's children, so not in its rusage.
+        self.daemons_cpu = 0.0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -130,8 +133,9 @@ class ForkServer:
         for line in lines:
             kind, _, rest = line.decode().partition(" ")
             if kind == "exit":
-                pid, code = rest.split()
+                pid, code, cpu = rest.split()
                 self._exits[int(pid)] = int(code)
+                self.daemons_cpu += float(cpu)
             else:
                 self._replies.append(line.decode())
         return True
@@ -202,6 +206,11 @@ class DaemonHandle:
 
 _server: ForkServer | None = None
 _server_lock = threading.Lock()
+
+
+def forked_daemons_cpu() -> float:
+    """The CPU seconds of the daemons this process's fork server has reaped so far."""
+    return 0.0 if _server is None else _server.daemons_cpu
 
 
 def _fork_server() -> ForkServer:
@@ -285,7 +294,8 @@ def _child(request: dict[str, Any], entry: Any, pidfds: Sequence[int]) -> None:
 
 def serve() -> None:
     """Read one JSON request a line on stdin, fork a daemon for it and answer
-    ``pid N``; answer ``exit N STATUS`` when one exits; stop at the end of stdin."""
+    ``pid N``; answer ``exit N STATUS CPU`` when one exits (CPU: its user and system
+    seconds); stop at the end of stdin."""
     import flightlog.daemon.__main__ as entry  # what every daemon imports first
 
     with contextlib.suppress(ImportError):
@@ -299,8 +309,9 @@ def serve() -> None:
             if fd != 0:
                 pid = children.pop(fd)
                 os.close(fd)
-                status = os.waitpid(pid, 0)[1]
-                os.write(1, f"exit {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
+                _, status, usage = os.wait4(pid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                os.write(1, f"exit {pid} {code} {usage.ru_utime + usage.ru_stime}\n".encode())
                 continue
             data = os.read(0, 65536)
             if not data:

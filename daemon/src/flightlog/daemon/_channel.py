@@ -499,11 +499,9 @@ class Channel:
         return ThreadWrite(self, data)
 
     def _write_from_thread(self, data: bytes) -> tuple[int | None, OSError | None]:
-        """In a disk thread: send ``data`` now, or queue it behind what is queued,
-        if it fits in the queue (:meth:`fits`) and no send waits for room before it;
-        else nothing (None): the loop sends it, waiting for room (:meth:`send`), as
-        every reply that does not fit.  The loop registers for writability later
-        (:meth:`_thread_write_done`)."""
+        """In a disk thread: send ``data`` now, or queue it behind what is queued if
+        it fits (:meth:`fits`) and no send waits for room; else None, and the loop
+        sends it (:meth:`send`).  The loop registers for writability later."""
         with self._write_lock:
             if self.write_ended or self._closed:
                 return 0, None
@@ -637,10 +635,9 @@ class ThreadWrite:
 
     :meth:`send` runs in the thread (at most once): the bytes go out at once when
     nothing is queued before them, else they are queued behind it, like
-    :meth:`Channel.write` would, within the queue's bound (``queue_bytes``); a closed
-    channel takes nothing.  :meth:`end` runs on the loop afterwards, always (whether
-    or not :meth:`send` ran), and has the loop write what the socket did not take; it
-    says False when the bytes are still to send (the queue had no room for them)."""
+    :meth:`Channel.write` would, within ``queue_bytes``; a closed channel takes
+    nothing.  :meth:`end` runs on the loop afterwards, always, and has the loop write
+    what the socket did not take; False: the bytes are still to send (no room)."""
 
     __slots__ = ("_channel", "data", "error", "sent")
 

@@ -4,6 +4,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from functools import cache
@@ -111,6 +112,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Bytecode is written, whatever the environment says: the suite starts hundreds of
+    Pythons (the workers, the CLI, agents, fresh daemons), and with
+    ``PYTHONDONTWRITEBYTECODE`` set (as some images do) each compiled every module it
+    imported again, the frameworks' among them: about half of the integration and docs
+    tests' CPU. Set before the workers start, so they and all they start inherit it."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
     if config.getoption("--cpu-report"):
         from support.cputime import CpuReport
 

@@ -137,7 +137,7 @@ def main() -> None:
                             storage.compress_path(path)
                         *times, found = _open_resume(client, daemon)
                         best[way] = [min(a, b) for a, b in zip(best[way], times, strict=True)]
-                        assert index.exists(), "the daemon keeps an index of the file"
+                        assert index.exists(), "the daemon keeps an index (of --mb 5 or more)"
                     began = time.perf_counter()
                     cut, calls = open_calls(client.tail("big.jsonl"))
                     scan = min(scan, time.perf_counter() - began)

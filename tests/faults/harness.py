@@ -33,6 +33,7 @@ from flightlog.daemon._config import Config
 from flightlog.daemon._logging import configure_logging
 from flightlog.daemon._server import Daemon, serve
 from flightlog.protocol import CheckReport
+from flightlog.sdk._compression import INDEX_SUFFIX
 from support.daemon import check_file
 
 __all__ = [
@@ -204,11 +205,15 @@ def tmpfs(size: str, *, inodes: int | None = None) -> Iterator[Path]:
 
 
 def session_files(root: Path) -> list[Path]:
-    """Every regular file under ``root`` but the daemon's lock file."""
+    """Every regular file under ``root`` but the daemon's lock file and the indexes it
+    keeps beside big sessions (tests/faults/test_index_kill.py holds those whole)."""
     return sorted(
         path
         for path in root.rglob("*")
-        if path.is_file() and not path.is_symlink() and path.name != ".flightlogd.lock"
+        if path.is_file()
+        and not path.is_symlink()
+        and path.name != ".flightlogd.lock"
+        and not path.name.endswith(INDEX_SUFFIX)
     )
 
 

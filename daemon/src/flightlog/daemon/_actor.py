@@ -204,9 +204,10 @@ class SessionActor:
                 await self._sync()
             except StorageError as exc:
                 self._fail(exc)
-        if self.error is None:
+        if self.error is None and self.file.index_due:
             # Every line is in the file: a big one keeps its index up to its end, so
-            # that the next open reads none of it again.
+            # that the next open reads none of it again (a small one takes no thread
+            # hop: its close is as quick as before there were indexes).
             try:
                 await self._disk.run(self.file.save_index)
             except Exception:  # a bug: the index is only ever a shortcut

@@ -361,14 +361,20 @@ class SessionFile:
             raise StorageError(self.path, "reading the calls", str(exc)) from None
         self.calls_at, self.calls_seq = reader.offset, reader.last_seq
 
+    @property
+    def index_due(self) -> bool:
+        """Whether :meth:`save_index` would write: a big file, grown
+        :data:`REINDEX_AFTER` past its index (or without one)."""
+        indexed = self.indexed
+        return self.size >= INDEX_FROM and (indexed is None or self.size - indexed >= REINDEX_AFTER)
+
     def save_index(self) -> None:
         """Keep the index beside a big file, up to its end, unless it is there already
         or the file grew less than :data:`REINDEX_AFTER` past it (blocking).  Call only
         while every line written is in the file (and no write failed).  A file whose
         descriptor was closed is opened to read, never given its plain form again.
         Never raises: without its index the file is read whole next time."""
-        indexed = self.indexed
-        if self.size < INDEX_FROM or (indexed is not None and self.size - indexed < REINDEX_AFTER):
+        if not self.index_due:
             return
         try:
             fd = self.fd if self.fd is not None else _open_locked(self.roots, self.resolved)

@@ -36,6 +36,7 @@ from flightlog.protocol import FlightlogError
 from ._exceptions import MissingExtra
 
 __all__ = [
+    "INDEX_SUFFIX",
     "TEMP_SUFFIX",
     "ZSTD_MAGIC",
     "Compressed",
@@ -55,6 +56,8 @@ __all__ = [
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 #: The ending of the temporary file a change of form writes before its rename.
 TEMP_SUFFIX: Final = ".flightlog-tmp"
+#: How the name of an index flightlogd keeps beside a session ends (:func:`index_name`).
+INDEX_SUFFIX: Final = ".flightlog-index"
 
 #: zstd's level: 9 with long-distance matching beats 19 without on agent sessions,
 #: at a fraction of the CPU (docs/benchmarks.md, "Compression").
@@ -69,7 +72,7 @@ _CHUNK: Final = 1024 * 1024
 def index_name(name: str) -> str:
     """The name of the index flightlogd keeps beside the session file ``name`` (no
     reader lists it; a vacuum removes it with the file)."""
-    return f".{name[:200]}.flightlog-index"
+    return f".{name[:200]}{INDEX_SUFFIX}"
 
 
 class FileBusy(FlightlogError):

@@ -104,24 +104,25 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
         for path, record in sessions.scan():
             if wanted(record):
                 printer.write(record, path)
+            _blob_problems(sessions.problems)
         while True:
             item = doorbell.items.get()
             if isinstance(item, Rescan):
                 for path, record in sessions.scan():
                     if wanted(record):
                         printer.write(record, path)
+                    _blob_problems(sessions.problems)
                 why = _END_REASONS.get(tail.end_reason, item.reason)
                 sys.stderr.write(
                     style.dim(f"-- the daemon ended the subscription: {why} --") + "\n"
                 )
                 # As for tail --all: the sessions go on, a script must not take them as ended.
                 return EXIT_NO_DAEMON if tail.end_reason in _CUT_SHORT else EXIT_OK
-            # What the live subscription could not put back, as a tail of one session
-            # says it (the records themselves are read from the files).
-            _blob_problems(tail.problems)
             for path, record in sessions.live(*item):
                 if wanted(record):
                     printer.write(record, path)
+                # A blob a record still refers to, as a tail of one session says it.
+                _blob_problems(sessions.problems)
     finally:
         doorbell.close()
         sys.stdout.flush()

@@ -40,7 +40,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
-from flightlog.protocol import FileFormatError, Record
+from flightlog.protocol import ErrorCode, FileFormatError, Record
+from flightlog.protocol._blobs import has_references, references
 from flightlog.protocol.format import NEED_DATA, LineReader, is_session_id
 from flightlog.protocol.wire import default_root
 
@@ -62,6 +63,10 @@ __all__ = [
 
 _SUFFIX: Final = ".jsonl"
 _CHUNK: Final = 1024 * 1024
+#: What a record that still refers to a blob says of it (as a tail's problems say it).
+_NOT_PUT_BACK: Final = (
+    f"neither a store this process can read nor the daemon holds it ({ErrorCode.BLOB_NOT_FOUND})"
+)
 
 
 def parse_cursor(text: str) -> dict[str, int]:
@@ -174,7 +179,9 @@ class AllSessions:
 
     ``cursor`` (session id -> seq) says where each session starts; a session it does not
     name starts at its beginning.  ``on_error(path, exc)`` hears about a file that cannot
-    be read or breaks a reading rule (it is skipped, the others go on).
+    be read or breaks a reading rule (it is skipped, the others go on).  ``problems``
+    names, one sentence each, every blob a delivered record still refers to: neither a
+    store this process can read nor the daemon put it back, so the reference is kept.
     """
 
     def __init__(
@@ -187,6 +194,13 @@ class AllSessions:
         self._start = dict(cursor)
         self._on_error = on_error
         self.files: dict[str, SessionFile] = {}
+        self.problems: deque[str] = deque(maxlen=100)
+
+    def _delivered(self, path: str, record: Record) -> tuple[str, Record]:
+        if has_references(record.data):
+            for digest in dict.fromkeys(ref.sha256 for ref in references(bytes(record.data))):
+                self.problems.append(f"{path}: blob {digest}: {_NOT_PUT_BACK}")
+        return path, record
 
     def cursor(self) -> dict[str, int]:
         """The last seq delivered of every session seen, with the starting cursor's
@@ -206,7 +220,7 @@ class AllSessions:
     def _read(self, file: SessionFile) -> Iterator[tuple[str, Record]]:
         try:
             for record in file.read():
-                yield file.path, record
+                yield self._delivered(file.path, record)
         except (OSError, FileFormatError) as exc:
             self._on_error(file.path, exc)
 
@@ -222,7 +236,7 @@ class AllSessions:
         """``record``, pushed by the daemon for ``path``, merged with the file."""
         file = self._file(os.path.realpath(path))
         if file.accept(record):
-            yield file.path, record
+            yield self._delivered(file.path, record)
             return
         if record.seq <= file.last_seq and record.session_id == file.session_id:
             return  # delivered already, from the file
@@ -379,11 +393,10 @@ class _Replay:
 
     @property
     def problems(self) -> deque[str]:
-        """What the subscription could not put back (blobs), one sentence each, as a
-        tail's ``problems`` (empty without ``follow``: the files' records are put back
-        from the store where it can be read, else keep their references)."""
-        live = self._live
-        return deque() if live is None else cast(deque[str], live.problems)
+        """The blobs a delivered record still refers to, one sentence each, as a tail's
+        ``problems``: a record read from its file is put back from the store where this
+        process can read it, a live one also from what the daemon sent."""
+        return self._sessions.problems
 
     def _skip(self, path: str, exc: Exception) -> None:
         if isinstance(exc, FileFormatError):

@@ -102,16 +102,18 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
     doorbell = Doorbell(subscribed, retry=None).start()
     try:
         for path, record in sessions.scan():
+            # A blob the record still refers to, said before it (as a tail of one
+            # session says it): a Ctrl-C once it is printed must not leave it unsaid.
+            _blob_problems(sessions.problems)
             if wanted(record):
                 printer.write(record, path)
-            _blob_problems(sessions.problems)
         while True:
             item = doorbell.items.get()
             if isinstance(item, Rescan):
                 for path, record in sessions.scan():
+                    _blob_problems(sessions.problems)
                     if wanted(record):
                         printer.write(record, path)
-                    _blob_problems(sessions.problems)
                 why = _END_REASONS.get(tail.end_reason, item.reason)
                 sys.stderr.write(
                     style.dim(f"-- the daemon ended the subscription: {why} --") + "\n"
@@ -119,10 +121,9 @@ def tail_all_after(args: argparse.Namespace, style: Style, cursor: dict[str, int
                 # As for tail --all: the sessions go on, a script must not take them as ended.
                 return EXIT_NO_DAEMON if tail.end_reason in _CUT_SHORT else EXIT_OK
             for path, record in sessions.live(*item):
+                _blob_problems(sessions.problems)
                 if wanted(record):
                     printer.write(record, path)
-                # A blob a record still refers to, as a tail of one session says it.
-                _blob_problems(sessions.problems)
     finally:
         doorbell.close()
         sys.stdout.flush()

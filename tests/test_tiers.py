@@ -23,7 +23,8 @@ TESTS = Path(__file__).resolve().parent
 @cache
 def _collect(*args: str) -> tuple[str, ...]:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", *args],
+        # -n 0: xdist's workers would each collect everything again, to no purpose.
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", *args],
         cwd=TESTS.parent,
         capture_output=True,
         text=True,

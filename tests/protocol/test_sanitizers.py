@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "protocol" / "src" / "flightlog" / "protocol"
 TESTS = ["test_sender.py", "test_speedups.py"]
 #: Random examples per property test in the driver (the explicit ones all run).
-EXAMPLES = 25
+EXAMPLES = 300
 
 # The driver: checks that the sanitized extensions are the ones imported, then runs
 # pytest on the differential tests with fewer random examples.
@@ -60,7 +60,8 @@ class Fewer:
                 current, max_examples=fewer, deadline=None, database=None
             )
 
-sys.exit(pytest.main(["-q", "-x", "-p", "no:cacheprovider", *tests], plugins=[Fewer()]))
+# -n 0: the plugin above is this process's; xdist's workers would run every example.
+sys.exit(pytest.main(["-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests], plugins=[Fewer()]))
 """
 
 

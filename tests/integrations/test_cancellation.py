@@ -173,15 +173,26 @@ async def test_pydantic_ai(daemon: DaemonProcess, recorder: Recorder, how: str, 
 
 CTRL_C = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys, threading, time
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
     from flightlog.integrations.pydantic_ai import Flightlog
 
     agent = Agent(TestModel(), name="victim", capabilities=[Flightlog(path="ctrl-c.jsonl")])
+    main = threading.main_thread().ident
+
+    def waiting_in_the_selector() -> bool:
+        frame = sys._current_frames().get(main)
+        return frame is not None and frame.f_code.co_filename.endswith("selectors.py")
 
     @agent.tool_plain
     def slow(x: int) -> int:
+        # The test's Ctrl-C comes once the event loop waits for this thread, as it does
+        # while a tool runs: a Ctrl-C inside the agent's task (still on its way here)
+        # ends the task with the KeyboardInterrupt and leaves the run to the exit,
+        # which waits for this thread, which would wait for the test.
+        while not waiting_in_the_selector():
+            time.sleep(0.01)
         print("in the tool", flush=True)
         # Until the test, after its Ctrl-C, says to stop (the interpreter waits for
         # this thread before it exits).

@@ -54,7 +54,11 @@ def test_the_daemon_killed_while_storing_a_blob_loses_nothing(short_tmp: Path) -
     stop = threading.Event()
 
     def agent() -> None:
-        with contextlib.suppress(FlightlogError, OSError), connect(daemon.socket) as client:
+        # No reconnecting: the daemon is killed under it, and nothing follows.
+        with (
+            contextlib.suppress(FlightlogError, OSError),
+            connect(daemon.socket, reconnect_grace=0) as client,
+        ):
             session = client.create("shots.jsonl")
             run = session.begin_run()
             for i in range(200):

@@ -99,7 +99,11 @@ def test_the_daemon_killed_while_writing_an_index_loses_nothing(short_tmp: Path)
 
     def reopen() -> None:
         # Every open of the file without its index reads it whole and writes one.
-        with contextlib.suppress(FlightlogError, OSError), connect(daemon.socket) as client:
+        # No reconnecting: the daemon is killed under it, and nothing follows.
+        with (
+            contextlib.suppress(FlightlogError, OSError),
+            connect(daemon.socket, reconnect_grace=0) as client,
+        ):
             while not stop.is_set():
                 index.unlink(missing_ok=True)
                 client.open(path.name).close()

@@ -123,7 +123,9 @@ def test_creates_at_once_on_many_connections_pass_the_session_quota_no_more(
 
 @pytest.fixture
 def slow_uids() -> Iterator[DaemonProcess]:
-    with shared_daemon("--max-bytes-per-second-per-uid", "4096") as proc:
+    # A short grace: the flooder's pokes left in its socket are read at 4 KiB/s by
+    # the stop's drain, which waits out the whole grace (10 s) for them.
+    with shared_daemon("--max-bytes-per-second-per-uid", "4096", "--shutdown-grace", "1") as proc:
         yield proc
 
 

@@ -9,6 +9,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
 from conftest import (
     FAST_DIRECTORIES,
     FAST_FILES,
@@ -18,6 +19,10 @@ from conftest import (
 )
 
 TESTS = Path(__file__).resolve().parent
+
+#: One worker for the module: its collections (each a pytest of several seconds) are
+#: made once and shared.
+pytestmark = pytest.mark.xdist_group("test_tiers")
 
 
 @cache

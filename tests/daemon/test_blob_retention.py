@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -120,13 +121,24 @@ def two_sessions(base: Path) -> Path:
     return root
 
 
-def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path) -> None:
-    root = two_sessions(base)
+def sweeping(base: Path) -> DaemonProcess:
+    """A flightlogd sweeping ``base``'s root with ``--max-age 1d``, once it has removed a
+    blob."""
     proc = DaemonProcess(
         base, "--blobs", "--log-format", "json", "--max-age", "1d", "--vacuum-interval", "0.05"
     ).start()
     try:
         wait_for(lambda: any(e.get("event") == "blob_removed" for e in log_events(proc)))
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path) -> None:
+    root = two_sessions(base)
+    proc = sweeping(base)
+    try:
         [removed] = [e for e in log_events(proc) if e.get("event") == "blob_removed"]
         [sweep] = [e for e in log_events(proc) if e.get("event") == "retention_sweep"]
     finally:
@@ -139,6 +151,29 @@ def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path)
     assert whole(root / "new.jsonl")
     [request] = [r for r in read(root / "new.jsonl") if r.type == "model_request"]
     assert base64.b64encode(SCREENSHOT) in bytes(request.data)
+
+
+def test_fifos_named_like_sessions_neither_hang_a_sweep_nor_go(base: Path) -> None:
+    root = two_sessions(base)
+    fifos = [root / "x.jsonl", root / "x.jsonl.zst", root / "deeper" / "y.jsonl"]
+    (root / "deeper").mkdir()
+    for fifo in fifos:
+        os.mkfifo(fifo)  # no writer, ever: a reader opening one would wait for ever
+    proc = sweeping(base)
+    try:
+        [sweep] = [e for e in log_events(proc) if e.get("event") == "retention_sweep"]
+        assert sweep["files"] == 2 and sweep["removed"] == 1  # old and new, no FIFO
+        # Sweeps go on (status shows a later survey each time), counting no FIFO.
+        with connect(proc.socket) as client:
+            first = client.status().storage[0].surveyed
+            wait_for(lambda: client.status().storage[0].surveyed != first, timeout=60)
+            [mine] = client.status().storage
+    finally:
+        proc.stop()
+    assert not (root / "old.jsonl").exists() and not blob(root, PDF_SHA).exists()
+    assert blob(root, SHOT_SHA).is_file() and whole(root / "new.jsonl")
+    assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)
+    assert mine.files == 1 and mine.bytes == (root / "new.jsonl").stat().st_size
 
 
 def test_vacuum_dry_run_counts_the_blobs_a_run_removes(base: Path) -> None:

@@ -60,8 +60,7 @@ from flightlog.protocol import format_time, parse_time
 from flightlog.protocol._blobs import BLOB_DIR
 
 from ._blobs import _fsync_dir, find_blob_store, referred_blob_paths
-from ._compression import index_name
-from ._sql import session_files
+from ._compression import index_name, open_regular, session_files
 
 __all__ = [
     "DEFAULT_PROTECT",
@@ -210,7 +209,7 @@ def last_activity(path: str, mtime: float) -> tuple[str, datetime]:
     Lines that do not parse are skipped backwards; an unfinished tail is not a record."""
     latest = datetime.fromtimestamp(mtime, UTC)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(path, follow_symlinks=False)
     except OSError:
         return "", latest
     try:
@@ -330,7 +329,7 @@ def remove(
     the file is handed to it first (its path the last argument) and removed only if
     it exits with status 0."""
     try:
-        fd = os.open(removal.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(removal.path, follow_symlinks=False)
     except OSError as exc:
         removal.error = f"{exc.strerror or exc}: kept"
         return

@@ -56,6 +56,7 @@ from ._compression import (
 __all__ = [
     "BlobReader",
     "BlobRemoval",
+    "References",
     "TailResolver",
     "blob_problems",
     "blob_stores",
@@ -381,6 +382,47 @@ def _scan(path: str, digests: set[str], before: _Scanned | None = None) -> _Scan
         # An unfinished tail may be a line being written: its references count too.
         digests.update(ref.sha256 for ref in references(held))
         return _Scanned(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, end)
+
+
+def _appended(before: _Scanned, after: _Scanned) -> bool:
+    """Whether :func:`_scan` read ``after`` from where ``before`` ended (the same plain
+    file, grown): what it found then still stands."""
+    return (
+        (before.dev, before.ino) == (after.dev, after.ino)
+        and before.end is not None
+        and after.end is not None
+        and after.size >= before.end
+    )
+
+
+class References:
+    """The digests each session file refers to, kept from one call to the next: a file
+    unchanged since (identity, size, mtime) is not read again, a plain file grown is
+    read only past where it was, any other (replaced, compressed) is read whole."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[_Scanned, frozenset[str]]] = {}
+
+    def of(self, path: str) -> frozenset[str]:
+        """What the session file at ``path`` refers to; raises :class:`OSError` (and
+        :class:`MissingExtra`) when it cannot be read."""
+        known = self._files.get(path)
+        before = known[0] if known is not None else None
+        found: set[str] = set()
+        scanned = _scan(path, found, before)
+        if known is not None and before is not None:
+            if scanned is before:
+                return known[1]
+            if _appended(before, scanned):
+                found |= known[1]
+        digests = frozenset(found)
+        self._files[path] = (scanned, digests)
+        return digests
+
+    def keep_only(self, paths: Collection[str]) -> None:
+        """Forget every file but ``paths`` (those gone since)."""
+        for path in self._files.keys() - set(paths):
+            del self._files[path]
 
 
 def referred_blob_paths(session_path: str) -> list[str]:

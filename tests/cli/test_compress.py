@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -152,12 +153,22 @@ def test_a_file_that_is_no_session_is_reported_and_kept(
     directory.mkdir()
     fifo = directory / "pipe.jsonl"
     os.mkfifo(fifo)
-    result = subprocess.run(
-        [sys.executable, "-m", "flightlog.cli", "compress", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 5, result
-    assert "not a regular file" in result.stderr
+
+    def compress(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "flightlog.cli", "compress", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    # In a directory it is no session: skipped, and said so.
+    listed = compress(directory)
+    assert listed.returncode == 0, listed
+    assert f"skipped     {fifo}  not a regular file (a FIFO)" in listed.stdout
+    # Given by its path it is refused.
+    given = compress(fifo)
+    assert given.returncode == 5, given
+    assert "not a regular file (a FIFO)" in given.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -121,13 +122,24 @@ def two_sessions(base: Path) -> Path:
     return root
 
 
-def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path) -> None:
-    root = two_sessions(base)
+def sweeping(base: Path) -> DaemonProcess:
+    """A flightlogd sweeping ``base``'s root with ``--max-age 1d``, once it has removed a
+    blob."""
     proc = DaemonProcess(
         base, "--blobs", "--log-format", "json", "--max-age", "1d", "--vacuum-interval", "0.05"
     ).start()
     try:
         wait_for(lambda: any(e.get("event") == "blob_removed" for e in log_events(proc)))
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path) -> None:
+    root = two_sessions(base)
+    proc = sweeping(base)
+    try:
         [removed] = [e for e in log_events(proc) if e.get("event") == "blob_removed"]
         [sweep] = [e for e in log_events(proc) if e.get("event") == "retention_sweep"]
     finally:
@@ -140,6 +152,26 @@ def test_a_sweep_removes_the_blobs_only_removed_sessions_referred_to(base: Path)
     assert whole(root / "new.jsonl")
     [request] = [r for r in read(root / "new.jsonl") if r.type == "model_request"]
     assert base64.b64encode(SCREENSHOT) in bytes(request.data)
+
+
+def test_fifos_named_like_sessions_neither_hang_a_sweep_nor_go(base: Path) -> None:
+    root = two_sessions(base)
+    fifos = [root / "x.jsonl", root / "x.jsonl.zst", root / "deeper" / "y.jsonl"]
+    (root / "deeper").mkdir()
+    for fifo in fifos:
+        os.mkfifo(fifo)  # no writer, ever: a reader opening one would wait for ever
+    proc = sweeping(base)
+    try:
+        [sweep] = [e for e in log_events(proc) if e.get("event") == "retention_sweep"]
+        assert sweep["files"] == 2 and sweep["removed"] == 1  # old and new, no FIFO
+        # Sweeps go on (status shows a later survey each time), counting no FIFO.
+        [mine] = _swept_storage(proc)
+    finally:
+        proc.stop()
+    assert not (root / "old.jsonl").exists() and not blob(root, PDF_SHA).exists()
+    assert blob(root, SHOT_SHA).is_file() and whole(root / "new.jsonl")
+    assert all(stat.S_ISFIFO(fifo.lstat().st_mode) for fifo in fifos)
+    assert mine.files == 1 and mine.bytes == (root / "new.jsonl").stat().st_size
 
 
 def test_vacuum_dry_run_counts_the_blobs_a_run_removes(base: Path) -> None:
@@ -302,3 +334,145 @@ def test_a_directory_the_collection_cannot_list_keeps_every_blob(base: Path) -> 
     assert blob(root, SHOT_SHA).is_file()
     assert as_uid(OTHER, collect) == f"refused: {root / 'private'}"
     assert blob(root, SHOT_SHA).read_bytes() == SCREENSHOT
+
+
+#: Three 300 KB images: the sessions are a few KB, their blobs most of their use.
+BIG = {name: b"\x89PNG\r\n\x1a\n" + hashlib.sha256(name.encode()).digest() * 9375 for name in "ABC"}
+BIG_SHA = {name: hashlib.sha256(data).hexdigest() for name, data in BIG.items()}
+
+
+def blobbed_sessions(base: Path) -> Path:
+    """``s1`` (10 days old: images A and B), ``s2`` (5 days: C), ``s3`` (2 days: A).
+    Under ``--max-use 500000`` counting blobs (900 KB of them): s1 goes and frees B
+    only (s3 still refers to A): 600 KB, still over; s2 goes and frees C: 300 KB."""
+    record(
+        base,
+        {
+            "s1.jsonl": [image(BIG["A"]), image(BIG["B"], 1)],
+            "s2.jsonl": [image(BIG["C"])],
+            "s3.jsonl": [image(BIG["A"])],
+        },
+    )
+    root = base / "root"
+    for name, days in (("s1", 10), ("s2", 5), ("s3", 2)):
+        age(root / f"{name}.jsonl", days)
+    assert sum(p.stat().st_size for p in root.glob("*.jsonl")) < 20_000
+    return root
+
+
+def test_vacuum_counts_blobs_toward_max_use_and_keeps_a_shared_one(base: Path) -> None:
+    root = blobbed_sessions(base)
+    dry = vacuum(root, "--max-use", "500000", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    planned = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert [(p["path"], p["reason"]) for p in planned if "blob" not in p] == [
+        (str(root / "s1.jsonl"), "max-use"),
+        (str(root / "s2.jsonl"), "max-use"),
+    ]
+    assert sorted(p["blob"] for p in planned if "blob" in p) == sorted([BIG_SHA["B"], BIG_SHA["C"]])
+    done = vacuum(root, "--max-use", "500000")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in root.glob("*.jsonl")) == ["s3.jsonl"]
+    assert not blob(root, BIG_SHA["B"]).exists() and not blob(root, BIG_SHA["C"]).exists()
+    assert blob(root, BIG_SHA["A"]).read_bytes() == BIG["A"]  # s3 refers to it
+    assert whole(root / "s3.jsonl")
+    # Under the limit now: another run removes nothing.
+    again = vacuum(root, "--max-use", "500000", "--dry-run", "--json")
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_the_daemon_counts_blobs_toward_max_use(base: Path) -> None:
+    root = blobbed_sessions(base)
+    proc = DaemonProcess(
+        base, "--blobs", "--log-format", "json", "--max-use", "500000", "--vacuum-interval", "0.05"
+    ).start()
+    try:
+        wait_for(
+            lambda: len([e for e in log_events(proc) if e.get("event") == "blob_removed"]) == 2
+        )
+        removed = [e for e in log_events(proc) if e.get("event") == "session_removed"]
+        [mine] = _swept_storage(proc)
+    finally:
+        proc.stop()
+    assert [(e["path"], e["reason"]) for e in removed] == [
+        (str(root / "s1.jsonl"), "max-use"),
+        (str(root / "s2.jsonl"), "max-use"),
+    ]
+    assert blob(root, BIG_SHA["A"]).is_file() and whole(root / "s3.jsonl")
+    assert (mine.files, mine.blobs, mine.blob_bytes) == (1, 1, len(BIG["A"]))
+    assert mine.bytes + mine.blob_bytes <= 500_000
+
+
+@needs_root
+def test_one_uids_blobs_never_count_against_another(base: Path) -> None:
+    """Each uid's blobs count toward its own ``--max-use``; ``--max-use-total`` counts
+    every uid's together."""
+    root = blobbed_sessions(base)
+    for directory in (base, base / "run"):  # another uid reaches the socket
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o755)
+    proc = DaemonProcess(
+        base,
+        "--blobs",
+        "--log-format",
+        "json",
+        "--socket-mode",
+        "0666",
+        "--max-use",
+        "800000",
+        "--vacuum-interval",
+        "0.05",
+    ).start()
+    try:
+        # Another uid's 600 KB: over nothing alone, but root's 900 KB is over 800 KB.
+        as_uid(
+            OTHER,
+            lambda: _record_through(proc.socket, "o.jsonl", [image(BIG["B"]), image(BIG["C"], 1)]),
+        )
+        wait_for(lambda: any(e.get("event") == "blob_removed" for e in log_events(proc)))
+        removed = [e["path"] for e in log_events(proc) if e.get("event") == "session_removed"]
+        seen = {s.uid: s for s in _swept_storage(proc)}
+    finally:
+        proc.stop()
+    theirs = root / "uid" / str(OTHER)
+    assert removed == [str(root / "s1.jsonl")]  # frees B: 600 KB left, under 800 KB
+    assert (theirs / "o.jsonl").is_file() and whole(theirs / "o.jsonl")
+    assert blob(theirs, BIG_SHA["B"]).is_file() and blob(theirs, BIG_SHA["C"]).is_file()
+    assert (seen[OTHER].blobs, seen[OTHER].blob_bytes) == (2, len(BIG["B"]) + len(BIG["C"]))
+    assert seen[0].blob_bytes == len(BIG["A"]) + len(BIG["C"])
+    # Together they use 1.2 MB: a total of 1 MB takes the oldest removable, whoever's.
+    age(theirs / "o.jsonl", 20)
+    proc = DaemonProcess(
+        base,
+        "--blobs",
+        "--log-format",
+        "json",
+        "--max-use-total",
+        "1000000",
+        "--vacuum-interval",
+        "0.05",
+    ).start()
+    try:
+        wait_for(lambda: any(e.get("event") == "blob_removed" for e in log_events(proc)))
+        removed = [e["path"] for e in log_events(proc) if e.get("event") == "session_removed"]
+    finally:
+        proc.stop()
+    assert removed == [str(theirs / "o.jsonl")]  # frees B and C of its store: 600 KB
+    assert not blob(theirs, BIG_SHA["B"]).exists() and blob(root, BIG_SHA["C"]).is_file()
+
+
+def _record_through(socket: str, path: str, recorded: list[events.Event]) -> None:
+    with connect(socket) as client:
+        session = client.create(path)
+        with session.begin_run() as run:
+            for event in recorded:
+                run.record(event)
+        session.close()
+
+
+def _swept_storage(proc: DaemonProcess) -> list[Any]:
+    """What ``status`` says of storage once another sweep has surveyed the root."""
+    with connect(proc.socket) as client:
+        first = client.status().storage[0].surveyed
+        wait_for(lambda: client.status().storage[0].surveyed != first, timeout=60)
+        return list(client.status().storage)

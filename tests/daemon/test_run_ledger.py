@@ -137,6 +137,29 @@ SCRIPTS: dict[str, list[tuple[str, Any]]] = {
         ("drop", None),
         ("open", None),
     ],
+    "closed_twice": [
+        ("begin", "a"),
+        ("record", 2),
+        ("close", "a"),
+        ("close_session", None),
+        ("close_session", None),
+        ("open", None),
+        ("close_session", None),
+        ("close_session", None),
+    ],
+    # Past INDEX_FROM: the daemon's close writes the session's index in a thread first.
+    "a_big_session_closed_twice": [
+        ("begin", "a"),
+        ("big", 5),
+        ("close", "a"),
+        ("close_session", None),
+        ("close_session", None),
+        ("open", None),
+        ("begin", "b"),
+        ("close_session", None),
+        ("close_session", None),
+        ("open", None),
+    ],
     "refused_begins": [
         ("begin", "a"),
         ("record", 1),
@@ -250,6 +273,17 @@ def _play(
                             data=b'{"turn_index":0}',
                         )
                     )
+            case "big":
+                for _ in range(arg):
+                    writer.send(
+                        RecordEvent(
+                            session_id=session_id,
+                            run_id=run_id,
+                            event_type="turn_start",
+                            time=TIME,
+                            data=b'{"turn_index":0,"pad":"%s"}' % (b"x" * 1024 * 1024),
+                        )
+                    )
             case "checkpoint":
                 reply = writer.request(
                     SaveCheckpoint(
@@ -278,7 +312,7 @@ def _play(
                 writer = _Writer(target)
             case "close_session":
                 reply = writer.request(CloseSession(id=writer.next_id(), session_id=session_id))
-                seen.append((op, reply.seq))
+                seen.append((op, reply.code if isinstance(reply, ErrorReply) else reply.seq))
             case "open":
                 opened = _opened(writer, path)
                 seen.append(

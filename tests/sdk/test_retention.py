@@ -3,6 +3,8 @@ answer as reading every record, on sound files and on damaged tails."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,8 +13,11 @@ import msgspec
 import pytest
 
 from flightlog.protocol import format_time, parse_time
+from flightlog.protocol._blobs import extract
 from flightlog.sdk import read
+from flightlog.sdk._blobs import References
 from flightlog.sdk._retention import (
+    BlobUse,
     Limits,
     StoredFile,
     _link_or_copy,
@@ -133,6 +138,48 @@ def test_each_owner_is_planned_alone() -> None:
         protected=lambda f: f.owner == 2,
     )
     assert {r.owner for r in held} == {1}
+
+
+def test_blobs_count_toward_their_owners_use_and_free_only_when_no_file_is_left() -> None:
+    now = _BASE + timedelta(days=100)
+    files = [
+        StoredFile(f"/r/{days}", "/r", 10, 10, 0, 1, last_activity=now - timedelta(days=days))
+        for days in (9, 8, 7)
+    ]
+    # /r/9 refers to a (shared with /r/7) and b; /r/8 to c; 1,000 bytes each.
+    blobs = BlobUse(
+        blobs={("/s", d): (1000, 1024, 1) for d in "abc"},
+        refers={"/r/9": [("/s", "a"), ("/s", "b")], "/r/8": [("/s", "c")], "/r/7": [("/s", "a")]},
+    )
+    assert plan(files, Limits(max_use=1000), now=now, free=None) == []  # files alone: 30
+    removals = plan(files, Limits(max_use=1100), now=now, free=None, blobs=blobs)
+    # /r/9 frees b only (3,030 -> 2,020), /r/8 frees c (-> 1,010): under 1,100.
+    assert [r.path for r in removals] == ["/r/9", "/r/8"]
+    # Another owner's blobs never count against owner 1.
+    theirs = BlobUse(blobs={("/t", "d"): (5000, 5120, 2)}, refers={})
+    assert plan(files, Limits(max_use=3100), now=now, free=None, blobs=theirs) == []
+    # The total cap and the free space count them too.
+    total = plan(files, Limits(max_use_total=2100), now=now, free=None, blobs=blobs)
+    assert [(r.path, r.reason) for r in total] == [("/r/9", "max-use-total")]
+    freed = plan(files, Limits(keep_free=2000), now=now, free=0, blobs=blobs)
+    assert [r.path for r in freed] == ["/r/9", "/r/8"]  # 10+1024, then 10+1024: 2,068
+
+
+def test_references_are_read_again_only_where_the_file_changed(tmp_path: Path) -> None:
+    images = [b"\x89PNG\r\n\x1a\n" + hashlib.sha256(b"%d" % i).digest() * 700 for i in range(2)]
+    lines = [extract(b'{"image":"%s"}' % base64.b64encode(image))[0] + b"\n" for image in images]
+    a, b = (hashlib.sha256(image).hexdigest() for image in images)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(lines[0])
+    references = References()
+    assert references.of(str(path)) == {a}
+    with path.open("ab") as grown:
+        grown.write(lines[1])
+    assert references.of(str(path)) == {a, b}  # what was read before still counts
+    replacement = tmp_path / "new"
+    replacement.write_bytes(lines[1])
+    os.replace(replacement, path)
+    assert references.of(str(path)) == {b}  # another file: read whole
 
 
 def test_an_archived_copy_a_killed_vacuum_left_behind_is_removed_when_it_is_done_again(

@@ -369,13 +369,13 @@ def _add_retention_arguments(parser: argparse.ArgumentParser, defaults: Retentio
         "--max-use",
         type=_size,
         metavar="SIZE",
-        help="at most SIZE in each uid's session files, e.g. 10G (default: no limit)",
+        help="at most SIZE in each uid's session files and blobs, e.g. 10G (default: no limit)",
     )
     group.add_argument(
         "--max-use-total",
         type=_size,
         metavar="SIZE",
-        help="at most SIZE in every uid's session files together: past it the oldest "
+        help="at most SIZE in every uid's session files and blobs together: past it the oldest "
         "removable sessions go, whoever owns them (default: no limit)",
     )
     group.add_argument(

@@ -172,7 +172,7 @@ class Connection:
             max_frame_size=config.max_frame_size,
             pid=pid,
             server=name,
-            written_elsewhere=lambda session_id: sessions.is_open(session_id, self),
+            written_elsewhere=lambda session_id: sessions.written_elsewhere(session_id, self),
             refused=self._log_refusal,
             max_line=config.max_line,
             check_inline=LARGE_PAYLOAD,

@@ -12,17 +12,21 @@ limit is set unless the operator sets one.
 * A session's owner is the uid its path gives (``uid/UID/``, else the daemon's own), as
   for writing and reading (``_access``).  ``max_use`` and ``max_age`` apply to each
   owner's files alone; ``max_use_total`` and ``keep_free`` are the operator's global
-  limits and take the oldest removable files, whoever owns them.
+  limits and take the oldest removable files, whoever owns them.  A uid's blobs (those
+  of its store) count toward its use: with a limit on use or free space the files of
+  every store holding blobs are scanned for references (only what changed since the
+  last sweep is read again), and a planned removal frees the blobs no file left refers
+  to.
 * A session the daemon holds (open for a writer, a run, a tail, or being opened) is
   never removed: the planned set leaves out what the daemon held when the sweep began,
   and just before each removal, under the file's ``flock``, the event loop is asked
   again.  A session active within ``protect`` is never removed either.
 * Every removal, and every file kept that was planned to go, is one log line with its
   path, size, age, reason and owner.
-* With a limit set, the first sweep and each sweep that removed a session then remove
-  the blobs no remaining session refers to (``collect_blobs``: race-free against the
-  writers by the store's lock), one ``blob_removed`` line each with its path and size;
-  ``retention_sweep`` counts them.
+* With a limit set, the first sweep, each sweep that removed a session and each that
+  found blobs no session refers to then remove the blobs no remaining session refers
+  to (``collect_blobs``: race-free against the writers by the store's lock), one
+  ``blob_removed`` line each with its path and size; ``retention_sweep`` counts them.
 
 The survey's figures (files and bytes per uid, the filesystem's available bytes) are
 what ``status`` shows each uid of its own.
@@ -47,10 +51,14 @@ from flightlog.protocol import FlightlogError, format_time
 from flightlog.protocol.wire import UidStorage
 from flightlog.sdk.storage import (
     BlobRemoval,
+    BlobUse,
     Limits,
+    References,
     Removal,
+    StoredFile,
     available,
     blob_stores,
+    blob_use,
     collect_blobs,
     plan,
     remove,
@@ -109,6 +117,8 @@ class Retention:
         self._available: int | None = None
         self._surveyed: datetime | None = None
         self._stop = threading.Event()
+        #: What each session file refers to, kept between sweeps.
+        self._references = References()
         #: Set after each sweep (tests wait on it).
         self.sweeps = 0
 
@@ -133,8 +143,11 @@ class Retention:
         except OSError:
             free = None
         removals: list[Removal] = []
+        use = self._blob_use(files) if limits.any else None
         if limits.any:
-            removals = plan(files, limits, now=now, free=free, protected=lambda f: f.path in held)
+            removals = plan(
+                files, limits, now=now, free=free, protected=lambda f: f.path in held, blobs=use
+            )
         gone: set[str] = set()
         removed: dict[int, _Usage] = {}
         for removal in removals:
@@ -156,7 +169,8 @@ class Retention:
                     free += removal.freed
         # Blobs are left unreferenced by a removal (or by a store a kill cut short, or a
         # file removed by hand): collected after a sweep removed something, and at start.
-        collect = limits.any and (gone or self.sweeps == 0) and not self._stop.is_set()
+        orphans = use is not None and use.orphans > 0
+        collect = limits.any and (gone or orphans or self.sweeps == 0) and not self._stop.is_set()
         blobs = self._collect() if collect else []
         usage: dict[int, _Usage] = {}
         for f in files:
@@ -189,6 +203,17 @@ class Retention:
                 seconds=round(time.monotonic() - started, 3),
             )
         return removals
+
+    def _blob_use(self, files: list[StoredFile]) -> BlobUse | None:
+        """The blobs' use, for the limits on use and free space (not for age alone)."""
+        limits = self.settings.limits
+        if (limits.max_use, limits.max_use_total, limits.keep_free) == (None, None, None):
+            return None
+        self._references.keep_only([f.path for f in files])
+        blobs = blob_use(files, references=self._references, owner=self._owner)
+        for store, reason in blobs.uncounted.items():
+            log.warning("blobs_uncounted", store=store, error=reason)
+        return blobs
 
     def _collect(self) -> list[BlobRemoval]:
         """Remove the blobs no remaining session refers to, each logged."""

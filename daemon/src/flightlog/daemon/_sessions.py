@@ -135,11 +135,14 @@ class Sessions:
         """The resolved paths of the sessions open or being opened."""
         return {*self.by_path, *self._opening}
 
-    def is_open(self, session_id: str, who: Who) -> bool:
-        """Whether ``session_id`` is open and ``who`` could write it: to another uid
-        a session it does not own is as unknown as one that does not exist."""
+    def written_elsewhere(self, session_id: str, who: Who) -> bool:
+        """Whether a connection other than ``who`` writes ``session_id`` and ``who``
+        could write it: to another uid a session it does not own is as unknown as one
+        that does not exist, and so is one nobody writes (its writer hung up or closed
+        it, and its actor has not stopped yet: a big one writes its index first), as
+        ``MemoryDaemon`` says."""
         actor = self.by_id.get(session_id)
-        if actor is None:
+        if actor is None or actor.writer is None or actor.writer is who:
             return False
         try:
             self.access.check_write(who, actor.file.resolved)

@@ -63,7 +63,11 @@ def cmd_compress(args: argparse.Namespace, style: Style) -> int:
             raise CommandError(f"{top}: no such file or directory", EXIT_USAGE)
     held = {os.path.realpath(s.path) for s in _held(_socket(args)) if s.writer_pid is not None}
     status, count, before, after = EXIT_OK, 0, 0, 0
-    for path in session_files(tops):
+
+    def not_regular(path: str, exc: OSError) -> None:
+        _report(args, path, None, None, exc.strerror or str(exc))
+
+    for path in session_files(tops, skipped=not_regular):
         result: Compressed | None = None
         error = skipped = None
         try:

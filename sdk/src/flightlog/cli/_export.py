@@ -291,8 +291,12 @@ def cmd_export(args: argparse.Namespace, style: Style) -> int:
     content = _content(args)
     sessions = spans = open_runs = 0
     unsound = False
+
+    def skipped(path: str, exc: OSError) -> None:
+        _err(f"flightlog export: {path}: {_why(exc)}; skipped")
+
     try:
-        for path in session_files(paths):
+        for path in session_files(paths, skipped=skipped):
             builder = SpanBuilder(content=content, path=path)
             pending: list[Span] = []
             file = SessionFile(path, lambda _sid: 0)

@@ -218,6 +218,9 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             say(f"flightlog: {path}: cannot read: {reason}", sys.stderr)
 
+    def skipped(path: str, exc: OSError) -> None:
+        say(f"flightlog: {path}: {exc.strerror}; skipped", sys.stderr)
+
     out = sys.stdout
     # --json lines are written in pieces of _OUTPUT bytes, and at the end of each file
     # (one write per line costs as much as finding it when stdout is unbuffered); to a
@@ -225,7 +228,7 @@ def cmd_find(args: argparse.Namespace, style: Style) -> int:
     pending = bytearray()
     each_line = out.isatty()
     path, head = "", b""  # the last path, and the start of its lines in JSON
-    for count, found in enumerate(search(query, paths, on_error=on_error), 1):
+    for count, found in enumerate(search(query, paths, on_error=on_error, skipped=skipped), 1):
         if args.json:
             # The line as in the file (data never decoded), with the path as first member.
             if found.path != path:

@@ -36,6 +36,7 @@ from flightlog.sdk.storage import (
     StoredFile,
     available,
     blob_stores,
+    blob_use,
     collect_blobs,
     remove,
     survey,
@@ -60,12 +61,13 @@ examples:
   flightlog vacuum --max-age 30d --archive-command /usr/local/bin/ship-session
 
 Removes session files (*.jsonl) under the data root, or the PATHs, oldest last activity
-first, until none is older than --max-age, they use at most --max-use and the filesystem
-keeps --keep-free available.  Never removes a session the daemon holds for a writer or
-with a run open, nor one active within --protect (default {DEFAULT_PROTECT}).  Each
-removal is printed with its path, size, last activity and reason (max-age, max-use,
-keep-free).  Sizes take K, M, G, T (powers of 1024); ages s, m, h, d.  Nothing is removed
-without a limit.  Exit status 5 when a file could not be removed (it is reported).
+first, until none is older than --max-age, they and their blobs use at most --max-use
+and the filesystem keeps --keep-free available.  Never removes a session the daemon
+holds for a writer or with a run open, nor one active within --protect (default
+{DEFAULT_PROTECT}).  Each removal is printed with its path, size, last activity and
+reason (max-age, max-use, keep-free).  Sizes take K, M, G, T (powers of 1024); ages s, m,
+h, d.  Nothing is removed without a limit.  Exit status 5 when a file could not be
+removed (it is reported).
 
 {exit_help}
 """
@@ -73,7 +75,9 @@ without a limit.  Exit status 5 when a file could not be removed (it is reported
 
 def add_vacuum_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", metavar="PATH", nargs="*", help="session files or directories")
-    parser.add_argument("--max-use", metavar="SIZE", help="at most SIZE in session files")
+    parser.add_argument(
+        "--max-use", metavar="SIZE", help="at most SIZE in session files and their blobs"
+    )
     parser.add_argument("--max-age", metavar="AGE", help="no session inactive for longer")
     parser.add_argument("--keep-free", metavar="SIZE", help="keep SIZE available on the disk")
     parser.add_argument(
@@ -126,7 +130,9 @@ def plan(
             f.path
         ) in held_paths
 
-    return _retention.plan(survey(tops), limits, now=now, free=free, protected=protected)
+    files = survey(tops)
+    blobs = None if (limits.max_use, limits.keep_free) == (None, None) else blob_use(files)
+    return _retention.plan(files, limits, now=now, free=free, protected=protected, blobs=blobs)
 
 
 # ---------------------------------------------------------------------------- command

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         StatusReply,
     )
 
+    from ._compression import session_files
     from ._cost import Price, Total, price
     from ._exceptions import (
         ConnectError,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from ._mock_transport import MockTransport
     from ._models import CallRef
     from ._resume import OpenCall, Resumption
-    from ._sql import SQL_VIEWS, SqlResult, session_files, sql, sql_connection
+    from ._sql import SQL_VIEWS, SqlResult, sql, sql_connection
     from ._sync import DEFAULT_RECONNECT_GRACE, Client, Run, Session, Tail, connect
     from ._transcript import (
         CallNotFound,
@@ -94,7 +95,7 @@ _WHERE: dict[str, str] = {
     "Resumption": "._resume",
     "SQL_VIEWS": "._sql",
     "SqlResult": "._sql",
-    "session_files": "._sql",
+    "session_files": "._compression",
     "sql": "._sql",
     "sql_connection": "._sql",
     "DEFAULT_RECONNECT_GRACE": "._sync",

@@ -44,11 +44,19 @@ import msgspec
 from flightlog.protocol import FileFormatError, Reader, Record
 from flightlog.protocol._blobs import BLOB_DIR, BLOB_LOCK, has_references, references, resolve
 
-from ._compression import compressed_reader, is_compressed, open_session_file
+from ._compression import (
+    compressed_reader,
+    is_compressed,
+    open_regular,
+    open_session_file,
+    session_files,
+    walk_session_files,
+)
 
 __all__ = [
     "BlobReader",
     "BlobRemoval",
+    "References",
     "TailResolver",
     "blob_problems",
     "blob_stores",
@@ -61,7 +69,6 @@ __all__ = [
 ]
 
 _DIGEST: Final = re.compile(r"[0-9a-f]{64}")
-_SUFFIX: Final = ".jsonl"
 _CHUNK: Final = 1024 * 1024
 
 
@@ -96,7 +103,7 @@ class BlobReader:
         if path is None:
             return None
         try:
-            with open(path, "rb") as fileobj:
+            with os.fdopen(open_regular(path), "rb") as fileobj:
                 return fileobj.read()
         except OSError:
             return None
@@ -239,8 +246,6 @@ def referenced_blobs(paths: Iterable[str | os.PathLike[str]]) -> set[str]:
     ``paths`` refer to: files, or directories searched at any depth.  A file that
     cannot be read raises (:class:`OSError`, :class:`FileFormatError`): nothing may be
     removed on the word of a scan that did not read everything."""
-    from ._sql import session_files
-
     digests: set[str] = set()
     for path in session_files(paths):
         try:
@@ -311,17 +316,16 @@ def blob_stores(tops: Iterable[str | os.PathLike[str]]) -> list[str]:
 
 
 def _domain_sessions(domain: str) -> Iterator[str]:
-    """The session files whose references resolve to the store in ``domain``; a
-    directory that cannot be listed raises (:class:`OSError`)."""
-    for directory, subdirs, files in os.walk(domain, onerror=_raise):
-        subdirs[:] = sorted(
-            d
-            for d in subdirs
-            if d != BLOB_DIR and not os.path.isdir(os.path.join(directory, d, BLOB_DIR))
+    """The session files whose references resolve to the store in ``domain`` (a
+    subdirectory with a store of its own is another domain); a directory that cannot be
+    listed raises (:class:`OSError`)."""
+
+    def descend(directory: str) -> bool:
+        return os.path.basename(directory) != BLOB_DIR and not os.path.isdir(
+            os.path.join(directory, BLOB_DIR)
         )
-        for name in sorted(files):
-            if name.endswith(_SUFFIX):
-                yield os.path.join(directory, name)
+
+    return walk_session_files(domain, onerror=_raise, descend=descend)
 
 
 def _raise(error: OSError) -> None:
@@ -341,7 +345,7 @@ class _Scanned(NamedTuple):
 def _scan(path: str, digests: set[str], before: _Scanned | None = None) -> _Scanned:
     """Add the digests the session file at ``path`` refers to to ``digests``: only what
     was appended since ``before`` when it is the same plain file, grown."""
-    fileobj = open(path, "rb")  # noqa: SIM115 - closed below
+    fileobj = os.fdopen(open_regular(path), "rb")
     with contextlib.ExitStack() as stack:
         stack.callback(fileobj.close)
         st = os.fstat(fileobj.fileno())
@@ -378,6 +382,47 @@ def _scan(path: str, digests: set[str], before: _Scanned | None = None) -> _Scan
         # An unfinished tail may be a line being written: its references count too.
         digests.update(ref.sha256 for ref in references(held))
         return _Scanned(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, end)
+
+
+def _appended(before: _Scanned, after: _Scanned) -> bool:
+    """Whether :func:`_scan` read ``after`` from where ``before`` ended (the same plain
+    file, grown): what it found then still stands."""
+    return (
+        (before.dev, before.ino) == (after.dev, after.ino)
+        and before.end is not None
+        and after.end is not None
+        and after.size >= before.end
+    )
+
+
+class References:
+    """The digests each session file refers to, kept from one call to the next: a file
+    unchanged since (identity, size, mtime) is not read again, a plain file grown is
+    read only past where it was, any other (replaced, compressed) is read whole."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[_Scanned, frozenset[str]]] = {}
+
+    def of(self, path: str) -> frozenset[str]:
+        """What the session file at ``path`` refers to; raises :class:`OSError` (and
+        :class:`MissingExtra`) when it cannot be read."""
+        known = self._files.get(path)
+        before = known[0] if known is not None else None
+        found: set[str] = set()
+        scanned = _scan(path, found, before)
+        if known is not None and before is not None:
+            if scanned is before:
+                return known[1]
+            if _appended(before, scanned):
+                found |= known[1]
+        digests = frozenset(found)
+        self._files[path] = (scanned, digests)
+        return digests
+
+    def keep_only(self, paths: Collection[str]) -> None:
+        """Forget every file but ``paths`` (those gone since)."""
+        for path in self._files.keys() - set(paths):
+            del self._files[path]
 
 
 def referred_blob_paths(session_path: str) -> list[str]:

@@ -22,12 +22,13 @@ it a plain file reads as always and a compressed one raises :class:`MissingExtra
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -42,14 +43,18 @@ __all__ = [
     "Compressed",
     "FileBusy",
     "InflatedFile",
+    "NotRegularFile",
     "compress_at",
     "compress_path",
     "compressed_reader",
     "decompress_at",
     "index_name",
     "is_compressed",
+    "open_regular",
     "open_session_file",
     "remove_leftovers",
+    "session_files",
+    "walk_session_files",
 ]
 
 #: The first four bytes of every zstd frame.
@@ -67,6 +72,11 @@ LEVEL: Final = 9
 WINDOW_LOG: Final = 27
 
 _CHUNK: Final = 1024 * 1024
+#: How a session file's name ends.
+_SUFFIX: Final = ".jsonl"
+#: A reader's open: never waits (a FIFO opens at once, with or without a writer, and is
+#: then refused) and never takes a terminal as its controlling one.
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 def index_name(name: str) -> str:
@@ -83,6 +93,31 @@ class FileBusy(FlightlogError):
             f"{path} is being written (flightlogd holds its lock); it is left as it is",
             code="session_busy",
         )
+
+
+class NotRegularFile(OSError):
+    """A path named like a session file that is not a regular file (a FIFO, a socket,
+    a device): no reader opens it for reading, no listing yields it."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: int) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({_kind(mode)})", os.fspath(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a file"
 
 
 @dataclass(frozen=True)
@@ -155,14 +190,45 @@ class InflatedFile:
             self._fd = -1
 
 
+def open_regular(
+    path: str | os.PathLike[str], *, dir_fd: int | None = None, follow_symlinks: bool = True
+) -> int:
+    """A descriptor reading the regular file at ``path`` (blocking reads).
+
+    Every reader of a session file opens it here.  A FIFO, a socket or a device named
+    like one raises :class:`NotRegularFile` (a directory :class:`IsADirectoryError`)
+    without being opened, as ``stat`` says; what takes its place meanwhile is opened
+    without waiting (a FIFO opens at once, with or without a writer) and refused on what
+    ``fstat`` says of the opened file.  Other errors are ``open``'s :class:`OSError`."""
+    with contextlib.suppress(FileNotFoundError):
+        _regular(path, os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks).st_mode)
+    fd = os.open(
+        path, _READ_FLAGS if follow_symlinks else _READ_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd
+    )
+    try:
+        _regular(path, os.fstat(fd).st_mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _regular(path: str | os.PathLike[str], mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(path, mode)
+
+
 @contextlib.contextmanager
 def open_session_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     """Open a session file for reading its plain bytes, compressed or not.
 
-    Raises :class:`OSError` as ``open`` does, and :class:`MissingExtra` for a compressed
-    file when zstandard is not installed.
+    Raises :class:`OSError` as :func:`open_regular` does, and :class:`MissingExtra`
+    for a compressed file when zstandard is not installed.
     """
-    fileobj = open(path, "rb")  # noqa: SIM115 - closed below, or by the reader
+    fileobj = os.fdopen(open_regular(path), "rb")
     try:
         head = fileobj.read(4)
         if not is_compressed(head):
@@ -176,6 +242,69 @@ def open_session_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         raise
     with reader:
         yield reader
+
+
+# ---------------------------------------------------------------------- listing
+
+
+def session_files(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    skipped: Callable[[str, OSError], None] | None = None,
+) -> Iterator[str]:
+    """Every session file (``*.jsonl``) of ``paths``: a file as it is, a directory's
+    files at any depth (:func:`walk_session_files`), in sorted order.  A path that
+    does not exist is skipped; a path given that is not a directory is yielded whatever
+    it is (opening it says what is wrong with it)."""
+    for path in (os.fspath(p) for p in paths):
+        if os.path.isdir(path):
+            yield from walk_session_files(path, skipped=skipped)
+        elif os.path.exists(path):
+            yield path
+
+
+def walk_session_files(
+    top: str,
+    *,
+    skipped: Callable[[str, OSError], None] | None = None,
+    onerror: Callable[[OSError], None] | None = None,
+    descend: Callable[[str], bool] | None = None,
+) -> Iterator[str]:
+    """The session files under the directory ``top``, at any depth: a directory's files
+    (sorted by name) before its subdirectories (each sorted, walked when ``descend``
+    says so; a symbolic link to one is not).  A ``*.jsonl`` that is not a regular file
+    (a FIFO, a socket, a device) is no session: left out, and ``skipped(path,
+    NotRegularFile)`` hears of it.  A directory that cannot be listed is left out, or
+    ``onerror(OSError)`` decides (it may raise)."""
+    try:
+        with os.scandir(top) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except OSError as exc:
+        if onerror is not None:
+            onerror(exc)
+        return
+    subdirs: list[str] = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if not entry.is_symlink() and (descend is None or descend(entry.path)):
+                subdirs.append(entry.path)
+        elif entry.name.endswith(_SUFFIX):
+            if not entry.is_file():
+                try:
+                    mode = entry.stat().st_mode
+                except OSError:
+                    mode = stat.S_IFREG  # a dangling link: opening it says so
+                if not stat.S_ISREG(mode):
+                    if skipped is not None:
+                        skipped(entry.path, NotRegularFile(entry.path, mode))
+                    continue
+            yield entry.path
+    for subdir in subdirs:
+        yield from walk_session_files(subdir, skipped=skipped, onerror=onerror, descend=descend)
 
 
 # ------------------------------------------------------------ changing the form
@@ -238,11 +367,12 @@ def decompress_at(dir_fd: int, name: str, *, label: str | None = None) -> Compre
 def _change_form(
     dir_fd: int, name: str, label: str, *, compress: bool, write: Any
 ) -> Compressed | None:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        fd = open_regular(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (NotRegularFile, IsADirectoryError) as exc:
+        raise FlightlogError(f"{label}: {exc.strerror}", code="path_refused") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FlightlogError(f"{label} is not a regular file", code="path_refused")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -46,8 +46,7 @@ from flightlog.protocol.format import NEED_DATA, LineReader, is_session_id
 from flightlog.protocol.wire import default_root
 
 from ._blobs import resolving
-from ._compression import open_session_file
-from ._sql import session_files
+from ._compression import open_session_file, session_files
 
 __all__ = [
     "AllSessions",
@@ -179,7 +178,8 @@ class AllSessions:
 
     ``cursor`` (session id -> seq) says where each session starts; a session it does not
     name starts at its beginning.  ``on_error(path, exc)`` hears about a file that cannot
-    be read or breaks a reading rule (it is skipped, the others go on).  ``problems``
+    be read or breaks a reading rule (it is skipped, the others go on), and once about
+    each ``*.jsonl`` that is not a regular file (a FIFO: never read).  ``problems``
     names, one sentence each, every blob a delivered record still refers to: neither a
     store this process can read nor the daemon put it back, so the reference is kept.
     """
@@ -195,6 +195,7 @@ class AllSessions:
         self._on_error = on_error
         self.files: dict[str, SessionFile] = {}
         self.problems: deque[str] = deque(maxlen=100)
+        self._not_regular: set[str] = set()
 
     def _delivered(self, path: str, record: Record) -> tuple[str, Record]:
         if has_references(record.data):
@@ -226,11 +227,16 @@ class AllSessions:
 
     def scan(self) -> Iterator[tuple[str, Record]]:
         """What is new in every session file under the roots (and every file seen)."""
-        for path in session_files(self.roots):
+        for path in session_files(self.roots, skipped=self._skipped):
             yield from self._read(self._file(os.path.realpath(path)))
         for path, file in list(self.files.items()):
             if not any(path.startswith(root + os.sep) for root in self.roots):
                 yield from self._read(file)
+
+    def _skipped(self, path: str, exc: OSError) -> None:
+        if path not in self._not_regular:
+            self._not_regular.add(path)
+            self._on_error(path, exc)
 
     def live(self, path: str, record: Record) -> Iterator[tuple[str, Record]]:
         """``record``, pushed by the daemon for ``path``, merged with the file."""

@@ -60,7 +60,7 @@ from flightlog.protocol.format import parse_line
 from flightlog.protocol.wire import default_root
 
 from ._blobs import resolving
-from ._compression import open_session_file
+from ._compression import open_session_file, session_files
 from ._files import resolve_path
 from ._match import (
     moment,
@@ -68,7 +68,6 @@ from ._match import (
 )
 from ._prefilter import Prefilter
 from ._query import Query
-from ._sql import session_files
 
 __all__ = ["Found", "find", "search"]
 
@@ -97,15 +96,18 @@ def search(
     paths: Sequence[str],
     *,
     on_error: Callable[[str, Exception], None] | None = None,
+    skipped: Callable[[str, OSError], None] | None = None,
 ) -> Iterator[Found]:
     """Every record under ``paths`` that ``query`` matches, file by file, in seq order.
 
     ``on_error(path, exc)`` hears about a file that cannot be read (:class:`OSError`)
     or breaks a reading rule (:class:`FileFormatError`); the search goes on with the
-    next file.  Without ``on_error`` the error is raised.
+    next file.  Without ``on_error`` the error is raised.  A ``*.jsonl`` of a directory
+    that is not a regular file (a FIFO) is never read: ``skipped(path, exc)`` hears of
+    it (by default ``on_error``).
     """
     prefilter = Prefilter(query.tests(), query.always())
-    files: Iterable[str] = session_files(paths)
+    files: Iterable[str] = session_files(paths, skipped=skipped or on_error)
     if query.tree is not None or query.fork_of is not None:
         files = _tree_files(query, list(files))
     for path in files:

@@ -21,6 +21,13 @@ alone: one owner's files never count against, nor are removed for, another owner
 limit.  ``max_use_total`` and ``keep_free`` are the operator's global limits: the oldest
 removable files go whoever owns them.
 
+**Blobs count.**  With the blobs' use (:func:`blob_use`: what each file refers to, read
+from the files of every store that holds blobs), an owner's use is its files and the
+blobs it owns (those of its store), and a planned removal frees, besides its file, each
+blob no file left refers to, as the collection that follows it frees them: a blob a
+kept file shares is never counted as freed.  A blob no file refers to is not counted
+(the collection takes it anyway).
+
 **Remove.**  :func:`remove` is the one place a file goes.  It takes the file's ``flock``
 (the daemon holds it while it writes the file, so a file being written is never
 removed), checks that the path still names the planned file with the planned size and
@@ -52,23 +59,24 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from flightlog.protocol import format_time, parse_time
+from flightlog.protocol import FlightlogError, format_time, parse_time
 from flightlog.protocol._blobs import BLOB_DIR
 
-from ._blobs import _fsync_dir, find_blob_store, referred_blob_paths
-from ._compression import index_name
-from ._sql import session_files
+from ._blobs import References, _fsync_dir, find_blob_store, referred_blob_paths, stored_blobs
+from ._compression import index_name, open_regular, session_files
 
 __all__ = [
     "DEFAULT_PROTECT",
+    "BlobUse",
     "Limits",
     "Removal",
     "StoredFile",
     "available",
+    "blob_use",
     "last_activity",
     "parse_age",
     "parse_size",
@@ -210,7 +218,7 @@ def last_activity(path: str, mtime: float) -> tuple[str, datetime]:
     Lines that do not parse are skipped backwards; an unfinished tail is not a record."""
     latest = datetime.fromtimestamp(mtime, UTC)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(path, follow_symlinks=False)
     except OSError:
         return "", latest
     try:
@@ -263,6 +271,76 @@ def _lines_backwards(fd: int, size: int, most: int = 64) -> Iterator[bytes]:
             held = held[:_HEAD] + b"\n"
 
 
+# ------------------------------------------------------------------------ blobs' use
+
+
+#: A blob: its store, and its digest.
+BlobKey = tuple[str, str]
+
+
+@dataclass
+class BlobUse:
+    """The blobs the surveyed files refer to, for :func:`plan` to count: each one's
+    size, the disk it takes and its owner, and which blobs each file refers to.  A
+    stored blob no surveyed file refers to is not in ``blobs`` (``orphans`` counts
+    them): the collection after a removal takes it whatever the plan says.  A store
+    that could not be scanned whole is in ``uncounted``, with the reason, and none of
+    its blobs counts (its collection keeps them all)."""
+
+    blobs: dict[BlobKey, tuple[int, int, int | None]] = field(default_factory=dict)
+    refers: dict[str, list[BlobKey]] = field(default_factory=dict)
+    orphans: int = 0
+    uncounted: dict[str, str] = field(default_factory=dict)
+
+
+def blob_use(
+    files: Sequence[StoredFile],
+    *,
+    references: References | None = None,
+    owner: Callable[[str], int | None] | None = None,
+) -> BlobUse:
+    """What :class:`BlobUse` says of ``files``: the files of each store that holds blobs
+    are scanned for references (through ``references``, which keeps what it read for
+    the next call); ``owner`` maps a blob's path to the uid it counts against (None:
+    one owner for all, as for the files)."""
+    references = references or References()
+    use = BlobUse()
+    domains: dict[str, list[StoredFile]] = {}
+    store_of: dict[str, str | None] = {}
+    for f in files:
+        directory = os.path.dirname(os.path.abspath(f.path))
+        if directory not in store_of:
+            store_of[directory] = find_blob_store(f.path)
+        store = store_of[directory]
+        if store is not None:
+            domains.setdefault(store, []).append(f)
+    for store, members in domains.items():
+        try:
+            stored = {digest: path for digest, path, _ in stored_blobs(store)}
+            if not stored:
+                continue
+            refers: dict[str, list[BlobKey]] = {}
+            for f in members:
+                try:
+                    digests = references.of(f.path)
+                except FileNotFoundError:
+                    digests = frozenset()  # removed since the survey: refers to nothing
+                refers[f.path] = [(store, d) for d in sorted(digests) if d in stored]
+            referred = {digest for keys in refers.values() for _, digest in keys}
+            sizes = {}
+            for digest in referred:
+                st = os.stat(stored[digest], follow_symlinks=False)
+                sizes[digest] = (st.st_size, st.st_blocks * 512)
+        except (OSError, FlightlogError) as exc:
+            use.uncounted[store] = str(exc)
+            continue
+        for digest, (size, blocks) in sizes.items():
+            use.blobs[store, digest] = (size, blocks, owner(stored[digest]) if owner else None)
+        use.refers.update(refers)
+        use.orphans += len(stored) - len(referred)
+    return use
+
+
 # -------------------------------------------------------------------------- planning
 
 
@@ -273,16 +351,26 @@ def plan(
     now: datetime,
     free: int | None,
     protected: Callable[[StoredFile], bool] = lambda _: False,
+    blobs: BlobUse | None = None,
 ) -> list[Removal]:
     """The files a vacuum with ``limits`` removes, oldest first, each with its reason.
 
     A file is kept when ``protected`` says so or its last activity is within
     ``limits.protect``.  ``free`` is the filesystem's available bytes (needed with
-    ``keep_free``).  See the module docstring for the order and the owners' rule."""
+    ``keep_free``).  With ``blobs``, each owner's use counts its blobs, and a removal
+    frees those no file left refers to.  See the module docstring for the order and
+    the owners' rule."""
     files = list(files)
+    blobs = blobs or BlobUse()
     use: dict[int | None, int] = {}
     for f in files:
         use[f.owner] = use.get(f.owner, 0) + f.size
+    for size, _, owner in blobs.blobs.values():
+        use[owner] = use.get(owner, 0) + size
+    referrers: dict[BlobKey, int] = {}
+    for f in files:
+        for key in blobs.refers.get(f.path, ()):
+            referrers[key] = referrers.get(key, 0) + 1
     total = sum(use.values())
     removable = [f for f in files if f.last_activity <= now - limits.protect and not protected(f)]
     removals: list[Removal] = []
@@ -304,6 +392,14 @@ def plan(
         total -= f.size
         if free is not None:
             free += f.blocks
+        for key in blobs.refers.get(f.path, ()):
+            referrers[key] -= 1
+            if referrers[key] == 0:  # the collection that follows takes it
+                size, disk, owner = blobs.blobs[key]
+                use[owner] -= size
+                total -= size
+                if free is not None:
+                    free += disk
     return removals
 
 
@@ -330,7 +426,7 @@ def remove(
     the file is handed to it first (its path the last argument) and removed only if
     it exits with status 0."""
     try:
-        fd = os.open(removal.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_regular(removal.path, follow_symlinks=False)
     except OSError as exc:
         removal.error = f"{exc.strerror or exc}: kept"
         return

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,15 +36,14 @@ from flightlog.protocol.wire import (
     default_root,
 )
 
-from ._compression import is_compressed
+from ._compression import is_compressed, open_regular, session_files
 from ._exceptions import MissingExtra
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["SQL_VIEWS", "SqlResult", "session_files", "sql", "sql_connection"]
+__all__ = ["SQL_VIEWS", "SqlResult", "sql", "sql_connection"]
 
-_SUFFIX: Final = ".jsonl"
 #: The longest line the format allows (``MAX_LINE_BYTES``), plus room: DuckDB refuses
 #: objects past ``maximum_object_size``.
 _MAX_OBJECT: Final = 256 * 1024 * 1024 + 64 * 1024
@@ -187,20 +186,6 @@ FROM every""",
 }
 
 
-def session_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
-    """Every session file (``*.jsonl``) of ``paths``: a file as it is, a directory's
-    files at any depth, in sorted order.  A path that does not exist is skipped."""
-    for path in (os.fspath(p) for p in paths):
-        if os.path.isfile(path):
-            yield path
-            continue
-        for directory, subdirs, files in os.walk(path):
-            subdirs.sort()
-            for name in sorted(files):
-                if name.endswith(_SUFFIX):
-                    yield os.path.join(directory, name)
-
-
 @dataclass
 class SqlResult:
     """The rows a query returned, and the files it could not read.
@@ -266,9 +251,13 @@ def _readable(
     compressed: list[str] = []
     tails: list[tuple[str, int]] = []
     skipped: dict[str, str] = {}
-    for path in session_files(paths):
+
+    def not_regular(path: str, exc: OSError) -> None:
+        skipped[path] = exc.strerror or str(exc)
+
+    for path in session_files(paths, skipped=not_regular):
         try:
-            with open(path, "rb") as fileobj:
+            with os.fdopen(open_regular(path), "rb") as fileobj:
                 if is_compressed(fileobj.read(4)):
                     # Compressed at rest, by flightlog compress or the daemon: whole.
                     compressed.append(path)

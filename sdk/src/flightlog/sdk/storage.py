@@ -9,7 +9,7 @@ docs/operations.md (limits).
 
 from __future__ import annotations
 
-from ._blobs import BlobRemoval, blob_stores, collect_blobs, resolving, stored_blobs
+from ._blobs import BlobRemoval, References, blob_stores, collect_blobs, resolving, stored_blobs
 from ._compression import (
     TEMP_SUFFIX,
     Compressed,
@@ -24,10 +24,12 @@ from ._compression import (
     remove_leftovers,
 )
 from ._retention import (
+    BlobUse,
     Limits,
     Removal,
     StoredFile,
     available,
+    blob_use,
     parse_age,
     parse_size,
     plan,
@@ -38,14 +40,17 @@ from ._retention import (
 __all__ = [
     "TEMP_SUFFIX",
     "BlobRemoval",
+    "BlobUse",
     "Compressed",
     "FileBusy",
     "InflatedFile",
     "Limits",
+    "References",
     "Removal",
     "StoredFile",
     "available",
     "blob_stores",
+    "blob_use",
     "collect_blobs",
     "compress_at",
     "compress_path",

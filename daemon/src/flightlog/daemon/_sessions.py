@@ -155,7 +155,8 @@ class Sessions:
                         meta=meta,
                         time=now(),
                         origin=origin,
-                    )
+                    ),
+                    account=peer.share,
                 )
             except FileExistsError:
                 raise _exists(resolved.path) from None
@@ -196,7 +197,9 @@ class Sessions:
                 if not done.is_set():
                     raise _busy(resolved.path, writer)
             try:
-                file = await self._disks(resolved.root).run(SessionFile.open, self.roots, resolved)
+                file = await self._disks(resolved.root).run(
+                    SessionFile.open, self.roots, resolved, account=peer.share
+                )
             except FileNotFoundError:
                 raise FlightlogError(
                     f"{resolved.path} does not exist; create it first",

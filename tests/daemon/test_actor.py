@@ -24,6 +24,7 @@ from flightlog.daemon._actor import SessionActor
 from flightlog.daemon._budget import ConnectionBudget, MemoryBudget
 from flightlog.daemon._channel import Channel, ThreadWrite
 from flightlog.daemon._config import Config
+from flightlog.daemon._fairness import UidShare
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._peers import REQUEST_SIZE
 from flightlog.daemon._primitives import Disks, Poller
@@ -76,6 +77,7 @@ class _Writer:
     groups: tuple[int, ...] = ()
     client = "test"
     closed = False
+    share = UidShare(uid, None)  # the daemon's own: no per-uid limits
 
     def __init__(self, channel: Channel | None = None) -> None:
         self.sent: list[Message] = []

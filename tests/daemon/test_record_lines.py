@@ -18,6 +18,7 @@ import pytest
 from flightlog.daemon._access import Access
 from flightlog.daemon._actor import Item, SessionActor
 from flightlog.daemon._config import Config
+from flightlog.daemon._fairness import UidShare
 from flightlog.daemon._paths import Roots
 from flightlog.daemon._primitives import Disks
 from flightlog.daemon._sessions import Sessions
@@ -55,6 +56,7 @@ class _Peer:
     groups: tuple[int, ...] = ()
     client = "test"
     closed = False
+    share = UidShare(uid, None)
 
     def __init__(self) -> None:
         self.server = ServerConnection()

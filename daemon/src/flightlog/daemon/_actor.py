@@ -24,6 +24,7 @@ reaches connections, tails and its registry through the Protocols of :mod:`._pee
 from __future__ import annotations
 
 import os
+import time
 
 import anyio
 import msgspec
@@ -119,6 +120,11 @@ class SessionActor:
         #: taken out of the batch being made, stored before its lines are written.
         self._blob_store = blobs
         self._blobs: list[Blob] = []
+        #: The writer's uid's share (only the owner writes): each batch takes its
+        #: turn, is paced, and its disk jobs are counted there.
+        self._share = writer.share
+        #: The loop's time the batch being made has taken (records, the write).
+        self._spent = 0.0
 
     @property
     def session_id(self) -> str:
@@ -180,6 +186,9 @@ class SessionActor:
                     if not self.busy:
                         self._registry.file_idle(self)
                     continue
+                # One turn of the uid's at a time, its connections' and its sessions'.
+                await self._share.take_turn()
+                self._spent = 0.0
                 try:
                     done = await self._process(mailbox.take(_BATCH_ITEMS))
                 except Exception:
@@ -187,6 +196,7 @@ class SessionActor:
                     done = False
                 if done:
                     return
+                await self._share.pace(0, self._spent)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish()
@@ -209,7 +219,7 @@ class SessionActor:
             # that the next open reads none of it again (a small one takes no thread
             # hop: its close is as quick as before there were indexes).
             try:
-                await self._disk.run(self.file.save_index)
+                await self._disk.run(self.file.save_index, account=self._share)
             except Exception:  # a bug: the index is only ever a shortcut
                 self._log.exception("unexpected_error", during="writing the index")
         self.file.close()
@@ -234,9 +244,11 @@ class SessionActor:
             if isinstance(message, list):
                 # Records come in stretches: take the whole stretch in one go.
                 assert peer is not None
+                began = time.thread_time()
                 index, lines, size = self._records(
                     items, index, batch.buf, batch.first_seq + batch.count
                 )
+                self._spent += time.thread_time() - began
                 batch.count += lines
                 self.file.ledger.wrote(lines)
                 batch.release(peer, size)
@@ -365,8 +377,12 @@ class SessionActor:
             batch.loaded.append((peer, size))
         self.busy = True
         try:
-            record = await self._disk.run(self.file.read_checkpoint)
-            calls = await self._disk.run(self.file.resume_calls) if message.calls else None
+            record = await self._disk.run(self.file.read_checkpoint, account=self._share)
+            calls = (
+                await self._disk.run(self.file.resume_calls, account=self._share)
+                if message.calls
+                else None
+            )
         except StorageError as exc:
             self._fail(exc)
             raise
@@ -556,7 +572,9 @@ class SessionActor:
         blobs, self._blobs = self._blobs, []
         assert self._blob_store is not None
         try:
-            lock = await self._disk.run(self._blob_store.save, self.file.resolved, blobs)
+            lock = await self._disk.run(
+                self._blob_store.save, self.file.resolved, blobs, account=self._share
+            )
         except (OSError, FlightlogError) as exc:
             reason = exc if isinstance(exc, OSError) else exc.message
             self._fail(StorageError(self.path, "storing a blob", reason))
@@ -575,11 +593,13 @@ class SessionActor:
                 # event loop serves everyone else.
                 self.busy = True
                 try:
-                    await self._disk.run(self.file.write, buf, count)
+                    await self._disk.run(self.file.write, buf, count, account=self._share)
                 finally:
                     self.busy = False
             else:
+                began = time.thread_time()
                 self.file.write(buf, count=count)
+                self._spent += time.thread_time() - began
         except StorageError as exc:
             self._fail(exc)
             return
@@ -608,7 +628,7 @@ class SessionActor:
             return
         self.busy = True
         try:
-            await self._disk.run(_sync_then_send, self.file, write)
+            await self._disk.run(_sync_then_send, self.file, write, account=self._share)
         finally:
             self.busy = False
 

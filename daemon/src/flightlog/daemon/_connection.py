@@ -166,7 +166,8 @@ class Connection:
         self._registry = sessions
         self._tails = tails
         self._status = status
-        self._share = share
+        #: Its uid's share: the turns, the pace and the disk jobs of its work.
+        self.share = self._share = share
         pid, name = server
         self._server = ServerConnection(
             max_frame_size=config.max_frame_size,

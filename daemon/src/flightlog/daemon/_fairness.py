@@ -8,6 +8,13 @@ record costs far more than an accepted one).  And a uid's connections take their
 turns on the loop one after another (:meth:`UidShare.take_turn`): the next begins
 only once everything that was ready to run when the last one began has run, so a
 uid's many connections make others wait one bounded turn, not one turn of each.
+Its sessions' actors take the same turns for their batches, and its subscriptions
+for their pushes: a uid's work, whoever does it for it, waits its turn.  And a uid
+has at most :data:`DISK_JOBS_PER_UID` jobs in the disk threads at once (creates,
+opens, writes, syncs, tails' reads), whose time counts against its share of the
+loop too (the threads and the loop share one interpreter lock): a uid opening
+sessions in a loop cannot take every thread of a root, nor the loop's time through
+them.
 They keep one runaway uid (a loop that connects, creates or sends without end) from
 starving the agents of the others: past the first two it gets ``too_many``; past the
 last two its sockets are left unread until it is back under the limit, so the
@@ -46,6 +53,7 @@ __all__ = [
     "DEFAULT_BYTES_PER_SECOND_PER_UID",
     "DEFAULT_CONNECTIONS_PER_UID",
     "DEFAULT_SESSIONS_PER_UID",
+    "DISK_JOBS_PER_UID",
     "Fairness",
     "PerUidLimits",
     "UidShare",
@@ -64,6 +72,8 @@ DEFAULT_BYTES_PER_SECOND_PER_UID = 32 * 1024 * 1024
 LOOP_SHARE = 0.25
 #: Seconds of the event loop one uid may take at once, above its share.
 LOOP_BURST = 0.05
+#: Jobs of one uid's in a root's disk threads at once (of ``_primitives.DISK_THREADS``).
+DISK_JOBS_PER_UID = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +113,9 @@ class UidShare:
         #: those waiting to, first come first served.
         self._turn_free = True
         self._turn_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: Its jobs in the disk threads at once (``_primitives.Disk.run``); None:
+        #: unbounded (the daemon's own uid).
+        self.disk_jobs = anyio.CapacityLimiter(DISK_JOBS_PER_UID) if limits else None
 
     @property
     def sessions(self) -> int:
@@ -171,19 +184,30 @@ class UidShare:
 
     async def pace(self, nbytes: int, seconds: float = 0.0) -> None:
         """Count ``nbytes`` read from one of the uid's sockets and ``seconds`` of the
-        event loop spent on what they said; wait (reading none of them meanwhile, as
-        each of its connections waits here) while the uid is over its rate of bytes
-        or its share of the loop (:data:`LOOP_SHARE`)."""
+        event loop spent on what they said (or on the uid's batches, pushes); wait
+        (reading none of them meanwhile, as each of its connections waits here)
+        while the uid is over its rate of bytes or its share of the loop
+        (:data:`LOOP_SHARE`)."""
+        wait = self._count(nbytes, seconds)
+        if wait > 0:
+            await anyio.sleep(wait)
+
+    def charge(self, seconds: float) -> None:
+        """Count ``seconds`` of the daemon's time spent for the uid elsewhere (a disk
+        thread's job): its connections wait for them at their next :meth:`pace`."""
+        self._count(0, seconds)
+
+    def _count(self, nbytes: int, seconds: float) -> float:
+        """Count bytes and seconds; the seconds to wait before the uid is back within
+        its rate and its share (0 or less: none)."""
         if self.limits is None or not (nbytes or seconds):
-            return
+            return 0.0
         rate = self.limits.bytes_per_second
         moment = time.monotonic()
         elapsed, self._stamp = moment - self._stamp, moment
         self._tokens = min(float(rate), self._tokens + elapsed * rate) - nbytes
         self._loop = min(LOOP_BURST, self._loop + elapsed * LOOP_SHARE) - seconds
-        wait = max(-self._tokens / rate, -self._loop / LOOP_SHARE)
-        if wait > 0:
-            await anyio.sleep(wait)
+        return max(-self._tokens / rate, -self._loop / LOOP_SHARE)
 
     def status(self) -> UidLimits:
         limits = self.limits

@@ -24,6 +24,7 @@ from flightlog.protocol.wire import (
 )
 
 from ._channel import ThreadWrite
+from ._fairness import UidShare
 
 __all__ = [
     "LARGE_PAYLOAD",
@@ -50,6 +51,8 @@ class Peer(Protocol):
     groups: tuple[int, ...]
     client: str
     closed: bool
+    #: Its uid's share: the session's batches and disk jobs take its turns.
+    share: UidShare
 
     async def send(self, message: Message) -> None: ...
 

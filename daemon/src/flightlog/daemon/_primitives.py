@@ -33,11 +33,20 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
-__all__ = ["DISK_THREADS", "READER_THREADS", "Disk", "Disks", "Mailbox", "Poller", "TimerFd"]
+__all__ = [
+    "DISK_THREADS",
+    "READER_THREADS",
+    "Account",
+    "Disk",
+    "Disks",
+    "Mailbox",
+    "Poller",
+    "TimerFd",
+]
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -145,6 +154,17 @@ READER_THREADS = 4
 #: Seconds a thread with nothing to do waits for a job before it exits.
 IDLE_SECONDS = 10.0
 
+
+class Account(Protocol):
+    """Whose disk job it is (a uid's ``_fairness.UidShare``): how many of its jobs may
+    run at once, and where the time the job took is counted."""
+
+    @property
+    def disk_jobs(self) -> anyio.CapacityLimiter | None: ...
+
+    def charge(self, seconds: float) -> None: ...
+
+
 _Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
@@ -174,8 +194,30 @@ class Disk:
         """Threads alive (busy or waiting)."""
         return self._threads
 
-    async def run(self, func: Callable[..., T], *args: Any) -> T:
-        """``func(*args)`` in one of the root's threads; its result or exception."""
+    async def run(self, func: Callable[..., T], *args: Any, account: Account | None = None) -> T:
+        """``func(*args)`` in one of the root's threads; its result or exception.  With
+        ``account``: once fewer of its jobs than its bound run, in any root, and the
+        thread's time the job took is charged to it."""
+        jobs = account.disk_jobs if account is not None else None
+        if jobs is None:
+            return await self._run(func, args)
+        assert account is not None
+        token = object()
+        try:
+            jobs.acquire_on_behalf_of_nowait(token)
+        except anyio.WouldBlock:
+            await jobs.acquire_on_behalf_of(token)
+        try:
+            ok, value, seconds = await self._run(_timed, (func, args))
+        finally:
+            jobs.release_on_behalf_of(token)
+        account.charge(seconds)
+        if not ok:
+            raise value
+        result: T = value
+        return result
+
+    async def _run(self, func: Callable[..., T], args: tuple[Any, ...]) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         limiter = self.limiter
@@ -238,6 +280,17 @@ class Disk:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
                 loop.call_soon_threadsafe(_settle, future, outcome)
             del loop, future, outcome
+
+
+def _timed(func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any, float]:
+    """Whether ``func(*args)`` returned, what it returned or raised, and the thread's
+    time it took."""
+    began = time.thread_time()
+    try:
+        result: Any = func(*args)
+    except BaseException as exc:  # handed to the caller, whatever it is
+        return False, exc, time.thread_time() - began
+    return True, result, time.thread_time() - began
 
 
 def _settle(future: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:

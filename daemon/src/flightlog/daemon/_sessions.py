@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import anyio
@@ -28,20 +29,17 @@ from ._actor import SessionActor
 from ._blobstore import BlobStore
 from ._compressor import Compressor
 from ._config import LINE_ENVELOPE, Config
+from ._owners import Figures, Owner, Owners
 from ._paths import ResolvedPath, Roots
 from ._peers import Peer, Shutdown
 from ._primitives import DISK_THREADS, Disks
 from ._storage import SessionFile
 
-__all__ = ["CLOSED_KEPT", "DISK_THREADS", "Figures", "Sessions", "Watcher"]
+__all__ = ["DISK_THREADS", "Sessions", "Watcher"]
 
 log = structlog.get_logger("flightlogd.sessions")
 
 _encode_json = msgspec.json.Encoder().encode
-
-#: Closed sessions the daemon remembers for ``status`` (a tail of every session that
-#: was away reads those it missed): about 300 bytes each.
-CLOSED_KEPT = 1024
 
 #: Seconds an open waits for the session's previous writer to be done with it (its
 #: close written, synced and answered) before it is refused with ``session_busy``.
@@ -59,27 +57,6 @@ class Watcher(Protocol):
     ) -> None: ...
 
     def session_started(self, actor: SessionActor) -> None: ...
-
-
-class Figures:
-    """What one uid's sessions wrote since the daemon started."""
-
-    __slots__ = ("_rate_mark", "bytes_written", "errors", "rate", "records_written")
-
-    def __init__(self, started: float) -> None:
-        self.records_written = 0
-        self.bytes_written = 0
-        self.errors = 0
-        self._rate_mark = (started, 0)
-        self.rate = 0.0
-
-    def records_per_second(self) -> float:
-        mark_time, mark_records = self._rate_mark
-        moment = time.monotonic()
-        if moment - mark_time >= 1.0:
-            self.rate = (self.records_written - mark_records) / (moment - mark_time)
-            self._rate_mark = (moment, self.records_written)
-        return self.rate
 
 
 class Sessions:
@@ -104,15 +81,12 @@ class Sessions:
         self.by_id: dict[str, SessionActor] = {}
         self._opening: dict[str, anyio.Event] = {}
         self._open_files: OrderedDict[SessionActor, None] = OrderedDict()
-        #: The last ``CLOSED_KEPT`` sessions closed, by path, the latest last.
-        self._closed: OrderedDict[str, SessionStatus] = OrderedDict()
         self.started = time.monotonic()
         #: What every session wrote.
         self.all = Figures(self.started)
-        #: What each uid's sessions wrote: a uid's ``status`` shows only its own.
-        self.by_uid: dict[int, Figures] = {}
-        #: The owner of each session written, by path (until it finishes).
-        self._owners: dict[str, Figures] = {}
+        #: Each uid's sessions, open and closed lately, and what they wrote: a uid's
+        #: ``status`` shows only its own.
+        self.owners: Owners[SessionActor] = Owners(access.owner_uid, self.started)
         self._blob_store = BlobStore(roots) if config.blobs else None
         #: Compresses the sessions closed here, a while later (its task: ``run``).
         self.compressor = Compressor(
@@ -184,7 +158,8 @@ class Sessions:
                         meta=meta,
                         time=now(),
                         origin=origin,
-                    )
+                    ),
+                    account=peer.share,
                 )
             except FileExistsError:
                 raise _exists(resolved.path) from None
@@ -225,7 +200,9 @@ class Sessions:
                 if not done.is_set():
                     raise _busy(resolved.path, writer)
             try:
-                file = await self._disks(resolved.root).run(SessionFile.open, self.roots, resolved)
+                file = await self._disks(resolved.root).run(
+                    SessionFile.open, self.roots, resolved, account=peer.share
+                )
             except FileNotFoundError:
                 raise FlightlogError(
                     f"{resolved.path} does not exist; create it first",
@@ -273,6 +250,7 @@ class Sessions:
         )
         self.by_path[file.path] = actor
         self.by_id[file.session_id] = actor
+        self.owners.opened(file.path, actor)
         self.file_used(actor, actor.records_written, actor.bytes_written)
         self._task_group.start_soon(actor.run, name=f"session {file.session_id}")
         self._watcher.session_started(actor)
@@ -304,7 +282,7 @@ class Sessions:
         """An actor wrote (or opened) its file: it is now the most recently used."""
         self.all.records_written += records
         self.all.bytes_written += nbytes
-        figures = self._figures(actor.path)
+        figures = self.owners.of(actor.path).figures
         figures.records_written += records
         figures.bytes_written += nbytes
         self._open_files[actor] = None
@@ -324,18 +302,7 @@ class Sessions:
 
     def session_failed(self, actor: SessionActor) -> None:
         self.all.errors += 1
-        self._figures(actor.path).errors += 1
-
-    def _figures(self, path: str) -> Figures:
-        """The figures of the uid that owns the session at ``path``."""
-        figures = self._owners.get(path)
-        if figures is None:
-            uid = self.access.owner_uid(path)
-            figures = self.by_uid.get(uid)
-            if figures is None:
-                figures = self.by_uid[uid] = Figures(self.started)
-            self._owners[path] = figures
-        return figures
+        self.owners.of(actor.path).figures.errors += 1
 
     def session_finished(self, actor: SessionActor) -> None:
         """The actor closed its file and stopped: forget it, but for what ``status``
@@ -343,23 +310,25 @@ class Sessions:
         self._open_files.pop(actor, None)
         if self.by_path.get(actor.path) is actor:
             del self.by_path[actor.path]
-            self._owners.pop(actor.path, None)
+            owner = self.owners.finished(actor.path)
+        else:
+            owner = self.owners.of(actor.path)
         if self.by_id.get(actor.session_id) is actor:
             del self.by_id[actor.session_id]
-        self._remember_closed(actor)
+        self._remember_closed(owner, actor)
         if actor.error is None:
             self.compressor.session_closed(
                 actor.file.resolved, run_open=actor.file.ledger.last_run is not None
             )
 
-    def _remember_closed(self, actor: SessionActor) -> None:
+    def _remember_closed(self, owner: Owner[SessionActor], actor: SessionActor) -> None:
         records, nbytes = actor.records_written, actor.bytes_written
-        before = self._closed.pop(actor.path, None)
+        _, before = owner.closed.get(actor.path, (0, None))
         if before is not None and before.session_id == actor.session_id:
             # Closed before by this daemon: what it wrote then counts too.
             records += before.records
             nbytes += before.bytes
-        self._closed[actor.path] = SessionStatus(
+        status = SessionStatus(
             path=actor.path,
             session_id=actor.session_id,
             last_seq=actor.file.last_seq,
@@ -369,8 +338,7 @@ class Sessions:
             error=actor.error.message if actor.error else None,
             duplicates=actor.duplicates,
         )
-        while len(self._closed) > CLOSED_KEPT:
-            self._closed.popitem(last=False)
+        self.owners.remember_closed(owner, status)
 
     # -------------------------------------------------------------- status
 
@@ -380,7 +348,8 @@ class Sessions:
 
     def figures(self, uid: int) -> Figures:
         """What the sessions of ``uid`` wrote (nothing yet: zeros)."""
-        return self.by_uid.get(uid) or Figures(self.started)
+        owner = self.owners.get(uid)
+        return owner.figures if owner is not None else Figures(self.started)
 
     @property
     def records_written(self) -> int:
@@ -398,8 +367,13 @@ class Sessions:
         return self.all.records_per_second()
 
     def status(self, viewer: Who) -> list[SessionStatus]:
-        """The sessions ``viewer`` may read."""
-        everything = self.access.reads_all(viewer)
+        """The sessions ``viewer`` may read: every one, or its own uid's (taken from
+        its own entry, whatever the others hold)."""
+        if self.access.reads_all(viewer):
+            actors: Iterable[SessionActor] = self.by_path.values()
+        else:
+            owner = self.owners.get(viewer.uid)
+            actors = owner.sessions.values() if owner is not None else ()
         return [
             SessionStatus(
                 path=actor.path,
@@ -414,18 +388,12 @@ class Sessions:
                 error=actor.error.message if actor.error else None,
                 duplicates=actor.duplicates,
             )
-            for actor in self.by_path.values()
-            if everything or self.access.may_read(viewer, actor.path)
+            for actor in actors
         ]
 
     def closed(self, viewer: Who) -> list[SessionStatus]:
         """The sessions closed lately that ``viewer`` may read, the latest last."""
-        everything = self.access.reads_all(viewer)
-        return [
-            status
-            for status in self._closed.values()
-            if everything or self.access.may_read(viewer, status.path)
-        ]
+        return self.owners.closed(None if self.access.reads_all(viewer) else [viewer.uid])
 
     # --------------------------------------------------------------- shutdown
 

@@ -23,6 +23,7 @@ buffer does: the file has it all.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -52,6 +53,7 @@ from ._access import Access
 from ._actor import SessionActor
 from ._budget import ConnectionBudget
 from ._config import Config
+from ._fairness import UidShare
 from ._file_tail import _BATCH_BYTES, FileTail
 from ._paths import ResolvedPath, Roots
 from ._primitives import Disks
@@ -85,13 +87,15 @@ _decode_head = msgspec.json.Decoder(_Head).decode
 
 class TailPeer(Protocol):
     """What the tails need of a connection: its number, its credentials, the memory
-    budget its subscriptions are charged to, a way to send."""
+    budget its subscriptions are charged to, its uid's share (whose turns its pushes
+    take), a way to send."""
 
     number: int
     uid: int
     gid: int
     groups: tuple[int, ...]
     memory: ConnectionBudget
+    share: UidShare
 
     async def send(self, message: Message) -> None: ...
 
@@ -282,15 +286,19 @@ class Subscription:
         disk = self._disks.reader(self.resolved.root)
         memory = self._memory
         held = 0  # charged for what the reader holds from one batch to the next
+        share = self.peer.share
         try:
             while True:
+                # Each batch read and sent is a turn of the uid's (as its connections'
+                # and its sessions' are), its reading a disk job of the uid's.
+                await share.take_turn()
                 # One batch read and sent at a time per connection: a client that tails
                 # many sessions and reads slowly holds one batch in the daemon, not one
                 # each.  Room for it first: it is charged until it is sent.
                 async with self.shared.reading:
                     await memory.reserve(charged := 2 * _BATCH_BYTES, part=_PART)
                     try:
-                        lines = await disk.run(reader.read_batch)
+                        lines = await disk.run(reader.read_batch, account=share)
                         if (size := 2 * sum(map(len, lines))) > charged:  # a long line
                             memory.charge(size - charged)
                             charged = size
@@ -300,7 +308,11 @@ class Subscription:
                         self.next_seq = reader.next_seq
                         self.offset, self.offset_seq = reader.offset, reader.offset_seq
                         if lines:
-                            await self._send([line for line in lines if self._wanted(line)], None)
+                            began = time.thread_time()
+                            wanted = [line for line in lines if self._wanted(line)]
+                            spent = time.thread_time() - began
+                            await self._send(wanted, None)
+                            await share.pace(0, spent)
                         elif reader.at_end:
                             break
                     finally:
@@ -310,7 +322,13 @@ class Subscription:
             reader.close()
 
     async def _send_live(self) -> None:
+        share = self.peer.share
         while self.live and not self.behind:
+            # Each push is a turn of the uid's, and its time the uid's.
+            await share.take_turn()
+            if not self.live or self.behind:
+                break  # fallen behind meanwhile: the file has it
+            began = time.thread_time()
             chunk, first_seq, last_seq, end_offset, path = self.live.popleft()
             self.live_bytes -= len(chunk)
             self.shared.live_bytes -= len(chunk)
@@ -324,9 +342,11 @@ class Subscription:
                 else:
                     skip = 0
                 lines = [line for line in chunk.split(b"\n")[skip:-1] if self._wanted(line)]
+                spent = time.thread_time() - began
                 await self._send(lines, path or None)
             finally:
                 self._memory.discharge(2 * len(chunk))
+            await share.pace(0, spent)
 
     def _wanted(self, line: bytes) -> bool:
         if self.types is None and self.run_id is None:

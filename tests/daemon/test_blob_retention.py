@@ -124,12 +124,17 @@ def two_sessions(base: Path) -> Path:
 
 def sweeping(base: Path) -> DaemonProcess:
     """A flightlogd sweeping ``base``'s root with ``--max-age 1d``, once it has removed a
-    blob."""
+    blob and logged its sweep (the sweep's line comes after its removals')."""
     proc = DaemonProcess(
         base, "--blobs", "--log-format", "json", "--max-age", "1d", "--vacuum-interval", "0.05"
     ).start()
     try:
-        wait_for(lambda: any(e.get("event") == "blob_removed" for e in log_events(proc)))
+        wait_for(
+            lambda: any(
+                e.get("event") == "retention_sweep" and e.get("blobs_removed")
+                for e in log_events(proc)
+            )
+        )
     except BaseException:
         proc.stop()
         raise

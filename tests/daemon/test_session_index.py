@@ -342,13 +342,63 @@ def test_a_compressed_session_opens_from_its_index(daemon: DaemonProcess) -> Non
     opened(daemon, "packed.jsonl")
     spoil_the_middle(path)  # so that only an open from the index succeeds
     assert storage.compress_path(path) is not None
-    assert opened(daemon, "packed.jsonl") == expected  # given its plain form again
-    st, index = path.stat(), load(path)
-    assert (index.offset, index.ident, index.mtime_ns) == (
-        st.st_size,
-        (st.st_dev, st.st_ino),
-        st.st_mtime_ns,
+    packed, index = path.stat(), load(path)
+    assert opened(daemon, "packed.jsonl") == expected  # read on from where it stops
+    # Opened, resumed and closed without a write: left as it is, compressed.
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        packed.st_ino,
+        packed.st_size,
+        packed.st_mtime_ns,
     )
+    assert storage.is_compressed(path.read_bytes()[:4]) and load(path) == index
+    assert opened(daemon, "packed.jsonl") == expected  # and again
+
+
+def test_the_first_write_gives_a_compressed_session_its_plain_form(
+    daemon: DaemonProcess,
+) -> None:
+    path = daemon.root / "continued.jsonl"
+    path.write_bytes(big_session())
+    opened(daemon, "continued.jsonl")  # its index
+    plain = path.read_bytes()
+    assert storage.compress_path(path) is not None
+    with connect(daemon.socket) as client:
+        session = client.open("continued.jsonl")
+        assert session.resume().cut_runs  # read through the compressed form
+        assert storage.is_compressed(path.read_bytes()[:4])  # opened as it is
+        with session.begin_run() as run:  # its run_start is the first write
+            execution = Execution(id="after", kind="tool")
+            run.record(ToolExecStart(execution=execution, tool_call_id="a", name="ls"))
+        session.close()
+    data = path.read_bytes()
+    assert data.startswith(plain) and check(path).sound  # nothing lost, the new after it
+    records = list(read(path))
+    assert [r.type for r in records[-3:]] == ["run_start", "tool_exec_start", "run_close"]
+    index = load(path)  # written again, for the plain file
+    st = path.stat()
+    assert (index.offset, index.ident) == (st.st_size, (st.st_dev, st.st_ino))
+    assert opened(daemon, "continued.jsonl") == truth(path)
+
+
+def test_a_compressed_session_with_an_unfinished_tail_opens_plain_without_it(
+    daemon: DaemonProcess,
+) -> None:
+    path = daemon.root / "cut.jsonl"
+    with connect(daemon.socket) as client:
+        session = client.create("cut.jsonl")
+        with session.begin_run() as run:
+            run.record(
+                ToolExecStart(execution=Execution(id="a", kind="tool"), tool_call_id="a", name="ls")
+            )
+        session.close()
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"session_id":"cut","seq":5,"ty')  # a crash's tail
+    assert storage.compress_path(path) is not None
+    with connect(daemon.socket) as client:
+        assert client.open("cut.jsonl").last_seq == check(path).last_seq
+    # The tail is cut from the plain form: the file was given it at the open.
+    assert path.read_bytes() == whole and check(path).sound
 
 
 def test_a_vacuum_removes_the_index_with_the_file(daemon: DaemonProcess) -> None:

@@ -4,9 +4,11 @@ is lost, and the next compression or open goes on as if nothing happened."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import msgspec
 from flightlog.protocol import Record, events, new_id, now
 from flightlog.protocol._records import encode_line
 from flightlog.sdk import check, connect, read
-from flightlog.sdk._compression import TEMP_SUFFIX, ZSTD_MAGIC
+from flightlog.sdk._compression import TEMP_SUFFIX, ZSTD_MAGIC, compress_path
 from support import DaemonProcess, wait_for
 
 
@@ -76,6 +78,15 @@ def kill_when_writing(proc: subprocess.Popen[bytes], directory: Path) -> bool:
     return caught
 
 
+def one_run(daemon: DaemonProcess, event: events.Event) -> None:
+    """Open ``agent/big.jsonl`` through ``daemon``, write a run of ``event``, close it."""
+    with connect(daemon.socket) as client:
+        session = client.open("agent/big.jsonl")
+        with session.begin_run() as run:
+            run.record(event)
+        session.close()
+
+
 def same_records(path: Path, content: bytes) -> bool:
     plain = path.parent / "plain-copy.jsonl.orig"
     plain.write_bytes(content)
@@ -131,11 +142,7 @@ def test_the_daemon_killed_while_compressing_loses_nothing(short_tmp: Path) -> N
 
     daemon = DaemonProcess(short_tmp, "--compress-after", "0.2").start()
     try:
-        with connect(daemon.socket) as client:
-            session = client.open("agent/big.jsonl")
-            with session.begin_run() as run:
-                run.record(events.AgentStart(agent="a"))
-            session.close()
+        one_run(daemon, events.AgentStart(agent="a"))
         assert daemon.proc is not None
         assert kill_when_writing(daemon.proc, path.parent), "compressed before it was caught"
     finally:
@@ -149,11 +156,7 @@ def test_the_daemon_killed_while_compressing_loses_nothing(short_tmp: Path) -> N
     # A new daemon opens it and goes on after it; it compresses it once closed.
     daemon = DaemonProcess(short_tmp, "--compress-after", "0.2").start()
     try:
-        with connect(daemon.socket) as client:
-            session = client.open("agent/big.jsonl")
-            with session.begin_run() as run:
-                run.record(events.AgentEnd(agent="a"))
-            session.close()
+        one_run(daemon, events.AgentEnd(agent="a"))
         wait_for(lambda: path.read_bytes()[:4] == ZSTD_MAGIC, timeout=120)
     finally:
         daemon.stop()
@@ -162,3 +165,44 @@ def test_the_daemon_killed_while_compressing_loses_nothing(short_tmp: Path) -> N
     assert len(records) == written.count(b"\n") + 3
     assert check(path).sound
     assert not temp_files(path.parent)
+
+
+def test_the_daemon_killed_while_restoring_a_compressed_session_loses_nothing(
+    short_tmp: Path,
+) -> None:
+    """A compressed session opens as it is; its first write gives it its plain form:
+    SIGKILL in the middle of that leaves the compressed file whole, and the next daemon
+    restores it and goes on after it."""
+    path = short_tmp / "root" / "agent" / "big.jsonl"
+    content = big_session(path, 40)
+    assert compress_path(path) is not None
+    daemon = DaemonProcess(short_tmp).start()
+    try:
+
+        def first_write() -> None:
+            # The daemon is killed under it.
+            with contextlib.suppress(Exception), connect(daemon.socket, reconnect_grace=0) as c:
+                session = c.open("agent/big.jsonl")
+                with session.begin_run() as run:
+                    run.record(events.AgentStart(agent="a"))
+
+        writer = threading.Thread(target=first_write, daemon=True)
+        writer.start()
+        assert daemon.proc is not None
+        assert kill_when_writing(daemon.proc, path.parent), "restored before it was caught"
+        writer.join(timeout=60)
+    finally:
+        daemon.stop()
+    assert path.read_bytes()[:4] == ZSTD_MAGIC  # the compressed file, whole
+    assert same_records(path, content) and check(path).sound
+    assert temp_files(path.parent)
+
+    daemon = DaemonProcess(short_tmp).start()
+    try:
+        one_run(daemon, events.AgentStart(agent="b"))
+    finally:
+        daemon.stop()
+    written = path.read_bytes()
+    assert written.startswith(content)  # plain, every line before, then the new run
+    assert written.count(b"\n") == content.count(b"\n") + 3
+    assert check(path).sound and not temp_files(path.parent)

@@ -588,9 +588,10 @@ class SessionActor:
         count, buf = batch.count, batch.buf
         offset = self.file.size
         try:
-            if len(buf) > _WRITE_ON_THE_LOOP:
+            if len(buf) > _WRITE_ON_THE_LOOP or self.file.compressed:
                 # Megabytes: copied into the page cache by a disk thread, while the
-                # event loop serves everyone else.
+                # event loop serves everyone else; so is the first write to a
+                # compressed file, which first gives it its plain form.
                 self.busy = True
                 try:
                     await self._disk.run(self.file.write, buf, count, account=self._share)

@@ -15,8 +15,8 @@ session's and no larger than it; it decodes whole; it names the same session; th
 is at least as long as the offset it covers; the line that ends there is the one it
 saw (its length, BLAKE2b digest and seq); the checkpoint line it names is one; its run
 ledger is one that records can leave; and the file is the same inode, not written
-since unless appended to, or was just given its plain form again from a compressed
-one (the content checks alone then).  What the index covers is not read again: a
+since unless appended to, or is compressed (read through its plain bytes; the content
+checks alone then).  What the index covers is not read again: a
 change made there behind flightlogd's back, keeping the file's inode, size and last
 line, or followed by an append, goes unseen until the index is gone.
 Anything else (no index, a torn, stale, foreign or hostile one) is ignored and the
@@ -34,6 +34,7 @@ import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -62,6 +63,9 @@ INDEX_FROM: Final = 4 * 1024 * 1024
 REINDEX_AFTER: Final = 1024 * 1024
 #: The index's own format version; another one is ignored.
 INDEX_VERSION: Final = 1
+
+#: ``pread(size, offset)``: a file's plain bytes.
+Pread = Callable[[int, int], bytes]
 
 
 class SessionIndex(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
@@ -104,12 +108,23 @@ def save_index(dir_fd: int, name: str, index: SessionIndex, owner: os.stat_resul
     write_then_rename(dir_fd, temp, final, _encoder.encode(index), sync=False, owner=owner)
 
 
-def load_index(dir_fd: int, name: str, fd: int, *, restored: bool) -> SessionIndex | None:
-    """The index of the session ``name`` (open at ``fd``, plain and locked), or None
-    when there is none that can be trusted (see the module docstring).  ``restored``:
-    the file was just given its plain form again (a new inode, the same bytes)."""
+def load_index(
+    dir_fd: int,
+    name: str,
+    fd: int,
+    *,
+    restored: bool,
+    pread: Pread | None = None,
+    size: int | None = None,
+) -> SessionIndex | None:
+    """The index of the session ``name`` (open at ``fd`` and locked), or None when there
+    is none that can be trusted (see the module docstring).  ``restored``: the file
+    changed form since (a new inode, the same bytes).  A compressed file is read through
+    ``pread(size, offset)``, its plain bytes, and ``size`` is theirs."""
+    read = pread or (lambda length, offset: os.pread(fd, length, offset))
     try:
         file = os.fstat(fd)
+        plain = file.st_size if size is None else size
         index_fd = os.open(
             index_name(name),
             os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY,
@@ -123,7 +138,7 @@ def load_index(dir_fd: int, name: str, fd: int, *, restored: bool) -> SessionInd
             not stat.S_ISREG(st.st_mode)
             or st.st_uid != file.st_uid
             or st.st_mode & 0o022
-            or st.st_size > file.st_size
+            or st.st_size > plain
         ):
             return None
         data = os.pread(index_fd, st.st_size, 0)
@@ -135,16 +150,18 @@ def load_index(dir_fd: int, name: str, fd: int, *, restored: bool) -> SessionInd
         index = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if not _describes(index, fd, file, restored=restored):
+    if not _describes(index, read, file, plain, restored=restored):
         return None
     return index
 
 
-def _describes(index: SessionIndex, fd: int, file: os.stat_result, *, restored: bool) -> bool:
+def _describes(
+    index: SessionIndex, read: Pread, file: os.stat_result, plain: int, *, restored: bool
+) -> bool:
     length, digest = index.last_line
     if (
         index.version != INDEX_VERSION
-        or not 0 < length <= index.offset <= file.st_size
+        or not 0 < length <= index.offset <= plain
         or index.last_seq < 1
         or len(index.event_ids) % 16
     ):
@@ -158,25 +175,25 @@ def _describes(index: SessionIndex, fd: int, file: os.stat_result, *, restored: 
         seq, offset, size = index.checkpoint
         if not (0 < seq <= index.last_seq and offset >= 0 and 0 < size <= index.offset - offset):
             return False
-        found = _line_at(fd, offset, size, index.session_id)
+        found = _line_at(read, offset, size, index.session_id)
         if found is None or (found.seq, found.type) != (seq, CHECKPOINT):
             return False
-    found = _line_at(fd, index.offset - length, length, index.session_id)
+    found = _line_at(read, index.offset - length, length, index.session_id)
     if found is None or found.seq != index.last_seq:
         return False
     try:
-        line = os.pread(fd, length, index.offset - length)
+        line = read(length, index.offset - length)
     except OSError:
         return False
     return line_digest(line) == digest
 
 
-def _line_at(fd: int, start: int, length: int, session_id: str) -> Record | None:
+def _line_at(read: Pread, start: int, length: int, session_id: str) -> Record | None:
     """The record of the whole line of ``length`` bytes at ``start`` (a line of the
     session ``session_id``: after a newline, ending with one), or None."""
     try:
         # With the byte before it: the line must start a line, not end another one.
-        line = os.pread(fd, length + 1, start - 1) if start else b"\n" + os.pread(fd, length, 0)
+        line = read(length + 1, start - 1) if start else b"\n" + read(length, 0)
     except OSError:
         return None
     if line[:1] != b"\n" or len(line) != length + 1 or not line.endswith(b"\n"):

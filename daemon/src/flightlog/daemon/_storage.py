@@ -1,7 +1,10 @@
 """Session files on disk: create, validate and open, append, sync.
 
-A compressed session file (``flightlog.sdk._compression``) is given its plain form when
-it is opened, so the next run goes on after what it held.
+A compressed session file (``flightlog.sdk._compression``) is opened as it is: its
+plain bytes are read through a decompressor (from where its index stops, as a plain
+file's are), and it is given its plain form again only at the first write, in a disk
+thread, so the next run goes on after what it held; a session opened and closed
+without a write stays compressed.
 
 Everything here is blocking; the actor calls the slow parts (open, sync, reading a
 checkpoint) through a worker thread so one slow disk does not stall other sessions.
@@ -39,7 +42,13 @@ from flightlog.protocol.format import (
     event_id_key,
     session_start_line,
 )
-from flightlog.sdk.storage import FileBusy, decompress_at, is_compressed
+from flightlog.sdk.storage import (
+    FileBusy,
+    InflatedFile,
+    decompress_at,
+    is_compressed,
+    plain_size,
+)
 
 from ._index import (
     INDEX_FROM,
@@ -140,6 +149,12 @@ class SessionFile:
     #: The event ids of the records it holds (``event_id_key``: 16 bytes each), so that
     #: a record with one of them is not written again.
     event_ids: set[bytes] = field(default_factory=set)
+    #: The file is compressed (opened as it is): its plain bytes are read through
+    #: ``inflated`` and ``stored_size`` is its size on disk, until the first write gives
+    #: it its plain form again.
+    compressed: bool = False
+    stored_size: int = 0
+    inflated: InflatedFile | None = None
 
     @property
     def path(self) -> str:
@@ -203,12 +218,27 @@ class SessionFile:
         :class:`FileFormatError` (the reader's error, naming the line),
         :class:`StorageError`.
         """
-        fd, restored = _open_plain(roots, resolved)
+        fd = _open_as_it_is(roots, resolved)
+        inflated: InflatedFile | None = None
         try:
-            session = cls._scan(roots, resolved, fd, restored=restored)
-            session.fd = fd
+            if is_compressed(os.pread(fd, 4, 0)):
+                inflated = InflatedFile(os.dup(fd))
+            session = cls._scan(roots, resolved, fd, inflated)
+        except BaseException:
+            if inflated is not None:
+                inflated.close()
+            os.close(fd)
+            raise
+        # The session owns the descriptors from here: its close() lets go of them.
+        session.fd, session.inflated = fd, inflated
+        try:
             session.ident = _ident(fd)
+            if inflated is not None:
+                session.compressed, session.stored_size = True, os.fstat(fd).st_size
             if session.truncated_bytes:
+                if session.compressed:
+                    # The unfinished tail is cut from the plain form.
+                    fd = session._restore(tail=session.truncated_bytes)
                 try:
                     os.ftruncate(fd, session.size)
                 except OSError as exc:
@@ -220,13 +250,16 @@ class SessionFile:
                 session.indexed = None  # the file's mtime changed
             session.save_index()
         except BaseException:
-            os.close(fd)
+            session.close()
             raise
         return session
 
     @classmethod
-    def _scan(cls, roots: Roots, resolved: ResolvedPath, fd: int, *, restored: bool) -> SessionFile:
-        index, meta = _index_of(roots, resolved, fd, restored=restored)
+    def _scan(
+        cls, roots: Roots, resolved: ResolvedPath, fd: int, inflated: InflatedFile | None
+    ) -> SessionFile:
+        pread = inflated.pread if inflated is not None else None
+        index, meta = _index_of(roots, resolved, fd, pread)
         reader = LineReader()
         ledger, calls = RunLedger(), CallLedger()
         event_ids: set[bytes] = set()
@@ -243,7 +276,7 @@ class SessionFile:
             event_ids = {ids[i : i + 16] for i in range(0, len(ids), 16)}
             checkpoint = CheckpointRef(*index.checkpoint) if index.checkpoint else None
         last_line = index.last_line[0] if index is not None else 0
-        for record in read_on(fd, reader, to_the_end=True):
+        for record in read_on(fd, reader, to_the_end=True, pread=pread):
             ledger.add(record.type, record.run_id)
             calls.feed(record)
             if record.event_id is not UNSET:
@@ -268,7 +301,9 @@ class SessionFile:
             calls_seq=reader.last_seq,
             last_line=last_line,
             event_ids=event_ids,
-            indexed=index.offset if index is not None and not restored else None,
+            # A compressed file's index may be another inode's (the plain file's): it
+            # is written again once the file has its plain form.
+            indexed=index.offset if index is not None else None,
         )
 
     # ------------------------------------------------------------------ writing
@@ -280,6 +315,8 @@ class SessionFile:
         readers ignore and the next open truncates.
         """
         fd = self.ensure_open()
+        if self.compressed:
+            fd = self._restore()
         self._check_size(fd, "write")
         view = memoryview(data)
         written = 0
@@ -327,7 +364,7 @@ class SessionFile:
             return None
         fd = self.ensure_open()
         self._check_in_place(fd, "reading a checkpoint")
-        line = os.pread(fd, ref.length, ref.offset)
+        line = self._pread(fd, ref.length, ref.offset)
         try:
             record = msgspec.json.decode(line, type=Record)
         except msgspec.DecodeError:
@@ -350,8 +387,9 @@ class SessionFile:
             return
         self._check_in_place(fd, "reading the calls")
         reader = LineReader.resume(self.session_id, self.calls_seq, self.calls_at)
+        pread = self.inflated.pread if self.compressed and self.inflated is not None else None
         try:
-            for record in read_on(fd, reader, to_the_end=False):
+            for record in read_on(fd, reader, to_the_end=False, pread=pread):
                 self.calls.feed(record)
                 self.runs_read.add(record.type, record.run_id)
                 self.last_line = len(reader.line) + 1
@@ -366,6 +404,8 @@ class SessionFile:
         """Whether :meth:`save_index` would write: a big file, grown
         :data:`REINDEX_AFTER` past its index (or without one)."""
         indexed = self.indexed
+        if self.compressed:  # an index is written for the plain form
+            return False
         return self.size >= INDEX_FROM and (indexed is None or self.size - indexed >= REINDEX_AFTER)
 
     def save_index(self) -> None:
@@ -413,7 +453,7 @@ class SessionFile:
             size = os.fstat(fd).st_size
         except OSError as exc:
             raise StorageError(self.path, what, exc) from None
-        if size != self.size:
+        if size != (self.stored_size if self.compressed else self.size):
             raise StorageError(
                 self.path,
                 what,
@@ -433,6 +473,34 @@ class SessionFile:
             raise StorageError(
                 self.path, what, "the file at the session's path was replaced or removed"
             )
+
+    def _pread(self, fd: int, size: int, offset: int) -> bytes:
+        """``size`` bytes of the plain file at ``offset``."""
+        if self.compressed and self.inflated is not None:
+            return self.inflated.pread(size, offset)
+        return os.pread(fd, size, offset)
+
+    def _restore(self, *, tail: int = 0) -> int:
+        """Give the compressed file its plain form again (the same bytes), to append to:
+        its lock is let go for the change of form, which takes it, then taken again on
+        the plain file, which must hold exactly what was read (and the unfinished
+        ``tail`` bytes the open found after it).  Blocking: a disk
+        thread's (the actor writes to a compressed file from one).  Raises
+        :class:`StorageError`."""
+        self.close()
+        try:
+            fd, _ = _open_plain(self.roots, self.resolved)
+        except (OSError, FlightlogError) as exc:
+            raise StorageError(self.path, "restoring the compressed file", str(exc)) from None
+        st = os.fstat(fd)
+        if st.st_size != self.size + tail:
+            os.close(fd)
+            raise StorageError(
+                self.path, "restoring the compressed file", "it changed outside flightlogd"
+            )
+        self.fd, self.ident = fd, (st.st_dev, st.st_ino)
+        self.compressed, self.stored_size, self.indexed = False, 0, None
+        return fd
 
     def note_checkpoint(self, seq: int, offset: int, length: int) -> None:
         self.checkpoint = CheckpointRef(seq, offset, length)
@@ -459,6 +527,16 @@ class SessionFile:
                     self.path, "reopening", "the file is locked by another process"
                 ) from None
             st = os.fstat(fd)
+            if self.compressed:
+                if (st.st_dev, st.st_ino) != self.ident or st.st_size != self.stored_size:
+                    raise StorageError(
+                        self.path,
+                        "reopening",
+                        "the file was replaced or changed outside flightlogd",
+                    )
+                self.inflated = InflatedFile(os.dup(fd))
+                self.fd = fd
+                return fd
             if (st.st_dev, st.st_ino) != self.ident and is_compressed(os.pread(fd, 4, 0)):
                 # Compressed while its descriptor was closed (flightlog compress): the
                 # same bytes, given their plain form again to be appended to.
@@ -485,6 +563,9 @@ class SessionFile:
     def close(self) -> None:
         """Close the descriptor (and release the lock).  Never raises."""
         fd, self.fd = self.fd, None
+        inflated, self.inflated = self.inflated, None
+        if inflated is not None:
+            inflated.close()  # its own descriptor: the lock goes with the last one
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -525,20 +606,26 @@ def read_on(
 
 
 def _index_of(
-    roots: Roots, resolved: ResolvedPath, fd: int, *, restored: bool
+    roots: Roots, resolved: ResolvedPath, fd: int, pread: Callable[[int, int], bytes] | None
 ) -> tuple[SessionIndex | None, dict[str, object]]:
     """The index of a big file, if it is sound (:func:`load_index`) and the file's first
-    line names its session; with the meta that line holds."""
-    if os.fstat(fd).st_size < INDEX_FROM:
-        return None, {}
-    with roots.parent_dir(resolved, create=False) as dir_fd:
-        index = load_index(dir_fd, resolved.parts[-1], fd, restored=restored)
-    if index is None:
+    line names its session; with the meta that line holds.  A compressed file is read
+    through ``pread`` (forward as far as can be: its first line, then the lines the
+    index names), and its index is taken on what the lines say alone."""
+    size = os.fstat(fd).st_size if pread is None else plain_size(fd)
+    if size is None or size < INDEX_FROM:
         return None, {}
     reader = LineReader()
-    for _ in read_on(fd, reader, to_the_end=True):
-        break  # the first line: the reader checked it, and holds its meta
-    if reader.session_id != index.session_id:
+    try:
+        for _ in read_on(fd, reader, to_the_end=True, pread=pread):
+            break  # the first line: the reader checked it, and holds its meta
+    except FileFormatError:
+        return None, {}  # read whole, the scan says what is wrong
+    with roots.parent_dir(resolved, create=False) as dir_fd:
+        index = load_index(
+            dir_fd, resolved.parts[-1], fd, restored=pread is not None, pread=pread, size=size
+        )
+    if index is None or reader.session_id != index.session_id:
         return None, {}
     return index, dict(reader.meta)
 
@@ -552,6 +639,24 @@ def _open_locked(roots: Roots, resolved: ResolvedPath) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _open_as_it_is(roots: Roots, resolved: ResolvedPath) -> int:
+    """Open the session file for appending, locked, plain or compressed: the file the
+    descriptor holds is the one at the path once it is locked (a change of form renames
+    over it holding the lock).  Raises as :meth:`SessionFile.open` does."""
+    for _ in range(3):
+        fd = roots.open_file(resolved)
+        try:
+            _lock(fd, resolved.path)
+            st, here = os.fstat(fd), _named(resolved.path)
+            if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise StorageError(resolved.path, "opening", "the file kept being replaced")
 
 
 def _open_plain(roots: Roots, resolved: ResolvedPath) -> tuple[int, bool]:

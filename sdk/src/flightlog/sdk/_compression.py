@@ -52,6 +52,7 @@ __all__ = [
     "is_compressed",
     "open_regular",
     "open_session_file",
+    "plain_size",
     "remove_leftovers",
     "session_files",
     "walk_session_files",
@@ -155,27 +156,38 @@ def compressed_reader(fileobj: IO[bytes]) -> IO[bytes]:
 class InflatedFile:
     """The plain bytes of the compressed file at ``fd`` (which it owns), read with
     ``pread`` as a plain file is: forward from where the last read ended costs only what
-    is read, an offset behind it decompresses from the start again.  Raises
-    :class:`MissingExtra`."""
+    is read, and so does a read within the last :data:`_CHUNK` bytes decompressed; one
+    further behind decompresses from the start again.  Raises :class:`MissingExtra`."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._source: IO[bytes] | None = None
         self._at = 0
+        #: The plain bytes just before ``_at``, at most ``_CHUNK`` of them.
+        self._recent = b""
 
     def pread(self, size: int, offset: int) -> bytes:
-        if self._source is None or offset < self._at:
+        if self._source is None or offset < self._at - len(self._recent):
             self._close_source()
             self._source = compressed_reader(os.fdopen(os.dup(self._fd), "rb"))
-            self._at = 0
-        source = self._source
+            self._at, self._recent = 0, b""
         while self._at < offset:
-            skipped = source.read(min(_CHUNK, offset - self._at))
-            if not skipped:
+            if not self._advance(min(_CHUNK, offset - self._at)):
                 return b""
-            self._at += len(skipped)
-        data = source.read(size)
+        held = self._recent[len(self._recent) - (self._at - offset) :] if offset < self._at else b""
+        if len(held) >= size:
+            return held[:size]
+        return held + self._advance(size - len(held))
+
+    def _advance(self, size: int) -> bytes:
+        """Decompress up to ``size`` bytes more (fewer at the end)."""
+        assert self._source is not None
+        data = self._source.read(size)
         self._at += len(data)
+        if len(data) >= _CHUNK:
+            self._recent = data[-_CHUNK:]
+        else:
+            self._recent = self._recent[len(self._recent) + len(data) - _CHUNK :] + data
         return data
 
     def _close_source(self) -> None:
@@ -219,6 +231,18 @@ def _regular(path: str | os.PathLike[str], mode: int) -> None:
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
     if not stat.S_ISREG(mode):
         raise NotRegularFile(path, mode)
+
+
+def plain_size(fd: int) -> int | None:
+    """The size of the plain bytes of the compressed file at ``fd``, as its first
+    frame's header says (every frame a change of form writes says it); None when it does
+    not say.  Raises :class:`MissingExtra`."""
+    zstandard = _zstd()
+    try:
+        size = zstandard.frame_content_size(os.pread(fd, 18, 0))
+    except (OSError, zstandard.ZstdError):
+        return None
+    return size if isinstance(size, int) and size >= 0 else None
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from ._compression import (
     index_name,
     is_compressed,
     open_session_file,
+    plain_size,
     remove_leftovers,
 )
 from ._retention import (
@@ -60,6 +61,7 @@ __all__ = [
     "open_session_file",
     "parse_age",
     "parse_size",
+    "plain_size",
     "plan",
     "remove",
     "remove_leftovers",

@@ -6,13 +6,15 @@ shared by every uid (socket mode 0666), and measures an agent of uid 41002 (smal
 records, a checkpoint every 100, as ``tests/daemon/test_fairness.py``'s) alone and
 while uid 41001 floods it from two connections (or N) with each kind of work: records
 the daemon refuses, status requests a thousand in flight, opens of missing sessions,
-and records at its bytes per second.  Rounds alone and flooded alternate (the
-flooders SIGSTOPped, then SIGCONTed), so the rest of the machine's load weighs alike
-on both.  Prints, per kind, the agent's events per second (best of the rounds) and
-the median and worst over all rounds of its checkpoint round trips (the fsync
-included), of its status round trips (the loop alone), and of an fsync the agent
-timed of its own after each checkpoint, on the daemon's file system: the part of a
-checkpoint's round trip that is the disk's.
+records at its bytes per second, small records it accepts as fast as it can, pokes on
+a ring's socket, opens and closes of its sessions of 3 MiB in a loop (reopens), and a
+session of its own followed by 64 subscriptions while it records into it.  Rounds
+alone and flooded alternate (the flooders SIGSTOPped, then SIGCONTed), so the rest of
+the machine's load weighs alike on both.  Prints, per kind, the agent's events per second
+(best of the rounds) and the median and worst over all rounds of its checkpoint round
+trips (the fsync included), of its status round trips (the loop alone), and of an
+fsync the agent timed of its own after each checkpoint, on the daemon's file system:
+the part of a checkpoint's round trip that is the disk's.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import argparse
 import functools
 import os
 import pickle
+import select
 import shutil
 import signal
 import socket
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ from flightlog.protocol.wire import (
     PROTOCOL_VERSION,
     Ack,
     BeginRun,
+    CloseSession,
     Create,
     Hello,
     Message,
@@ -45,6 +50,7 @@ from flightlog.protocol.wire import (
     SaveCheckpoint,
     SessionOpened,
     Status,
+    Subscribe,
     client_decoder,
     encode_frame,
 )
@@ -101,6 +107,8 @@ def _as_uid(uid: int, action: Callable[[], Any]) -> int:
             os.setuid(uid)
             result = action()
             Path(f"/tmp/fl-bench-{os.getpid()}").write_bytes(pickle.dumps(result))
+        except BaseException:
+            traceback.print_exc()
         finally:
             os._exit(0)
     return pid
@@ -162,6 +170,14 @@ def _agent(
     return rate, checkpoints, statuses, fsyncs
 
 
+#: Where a flooder says it floods from now on (set before it is forked).
+_READY_FD = -1
+
+
+def _ready() -> None:
+    os.write(_READY_FD, b"x")
+
+
 def _refused(path: str) -> None:
     client = _Client(path)
     sid, rid = client.session(f"refused-{os.getpid()}.jsonl")
@@ -169,6 +185,7 @@ def _refused(path: str) -> None:
         session_id=sid, run_id=rid, event_type="not_a_fact", time=now(), data=b"{}"
     )
     burst = encode_frame(record) * 2000
+    _ready()
     while True:
         client.sock.sendall(burst)
 
@@ -176,6 +193,7 @@ def _refused(path: str) -> None:
 def _statuses(path: str) -> None:
     client = _Client(path)
     burst = b"".join(encode_frame(Status(id=n + 1)) for n in range(1000))
+    _ready()
     while True:
         client.sock.sendall(burst)
         for _ in range(1000):
@@ -185,6 +203,7 @@ def _statuses(path: str) -> None:
 def _opens(path: str) -> None:
     client = _Client(path)
     burst = b"".join(encode_frame(Open(id=n + 1, path=f"none/{n}.jsonl")) for n in range(100))
+    _ready()
     while True:
         client.sock.sendall(burst)
         for _ in range(100):
@@ -197,16 +216,121 @@ def _bytes(path: str) -> None:
     data = b'{"blob":"' + b"y" * 65536 + b'"}'
     record = RecordEvent(session_id=sid, run_id=rid, event_type="turn_start", time=now(), data=data)
     frame = encode_frame(record)
+    _ready()
     while True:
         client.sock.sendall(frame)
+
+
+def _small(path: str) -> None:
+    client = _Client(path)
+    sid, rid = client.session(f"small-{os.getpid()}.jsonl")
+    data = b'{"note":"' + b"z" * 200 + b'"}'
+    record = RecordEvent(session_id=sid, run_id=rid, event_type="turn_start", time=now(), data=data)
+    burst = encode_frame(record) * 2000
+    _ready()
+    while True:
+        client.sock.sendall(burst)
+
+
+def _pokes(path: str) -> None:
+    """A connection with a ring that pokes its socket without end (a ring's client
+    pokes the daemon when it wrote into an empty ring)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    hello = Hello(id=0, version=PROTOCOL_VERSION, client="bench", pid=os.getpid(), ring=True)
+    sock.sendall(encode_frame(hello))
+    _, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+    assert fds, "the daemon gave no ring (flightlogd --ring-size 0?)"
+    pokes = b"\0" * 65536
+    _ready()
+    while True:
+        sock.sendall(pokes)
+
+
+#: What each session of the reopens flood holds: under the size from which the
+#: daemon keeps an index beside a file, so that each open reads it whole.
+_REOPEN_BYTES = 3 * 1024 * 1024
+
+
+def _reopens(path: str) -> None:
+    """Eight sessions of its own of 3 MiB each opened and closed again in a loop, all
+    eight at once."""
+    client = _Client(path)
+    names = [f"reopen-{os.getpid()}-{n}.jsonl" for n in range(8)]
+    data = b'{"note":"' + b"r" * 250 + b'"}'
+    for name in names:
+        sid, rid = client.session(name)
+        record = RecordEvent(
+            session_id=sid, run_id=rid, event_type="turn_start", time=now(), data=data
+        )
+        client.sock.sendall(encode_frame(record) * (_REOPEN_BYTES // 330))
+        client.request(CloseSession(id=client.next_id(), session_id=sid))
+    _ready()
+    while True:
+        ids = [client.next_id() for _ in names]
+        client.sock.sendall(
+            b"".join(encode_frame(Open(id=i, path=n)) for i, n in zip(ids, names, strict=True))
+        )
+        sessions = [client.receive() for _ in names]
+        ids = [client.next_id() for _ in sessions]
+        client.sock.sendall(
+            b"".join(
+                encode_frame(CloseSession(id=i, session_id=opened.session_id))
+                for i, opened in zip(ids, sessions, strict=True)
+                if isinstance(opened, SessionOpened)
+            )
+        )
+        for _ in range(sum(isinstance(opened, SessionOpened) for opened in sessions)):
+            client.receive()
+
+
+def _subscriptions(path: str) -> None:
+    """Its own session, followed 64 times on the same connection, into which it
+    records small records: each makes 64 pushes, which it reads."""
+    client = _Client(path)
+    name = f"followed-{os.getpid()}.jsonl"
+    sid, rid = client.session(name)
+    for _ in range(64):
+        client.request(Subscribe(id=client.next_id(), path=name, follow=True))
+    record = RecordEvent(
+        session_id=sid, run_id=rid, event_type="turn_start", time=now(), data=b'{"n":1}'
+    )
+    burst = encode_frame(record) * 100
+    sock, pending = client.sock, b""
+    _ready()
+    while True:
+        readable, writable, _ = select.select([sock], [sock], [])
+        if writable:
+            pending = pending or burst
+            pending = pending[sock.send(pending) :]
+        if readable:
+            sock.recv(1 << 20)
 
 
 _FLOODS: dict[str, Callable[[str], None]] = {
     "refused records": _refused,
     "status requests": _statuses,
     "opens of missing sessions": _opens,
-    "64 KiB records": _bytes,
+    "64 KiB records at the byte rate": _bytes,
+    "small records accepted": _small,
+    "pokes on a ring's socket": _pokes,
+    "reopens of its sessions": _reopens,
+    "subscriptions pushed to": _subscriptions,
 }
+
+
+def _flooder(flood: Callable[[str], None], path: str) -> int:
+    """A flooder's pid, once it floods (what it makes first, made)."""
+    global _READY_FD
+    ready, _READY_FD = os.pipe()
+    pid = _as_uid(FLOODER, functools.partial(flood, path))
+    os.close(_READY_FD)
+    try:
+        if not select.select([ready], [], [], 600)[0] or not os.read(ready, 1):
+            raise SystemExit("a flooder ended before it flooded (its error is above)")
+    finally:
+        os.close(ready)
+    return pid
 
 
 def _times(rounds: list[Any], index: int) -> str:
@@ -244,11 +368,7 @@ def main() -> None:
         for kind, flood in _FLOODS.items():
             if args.flood and kind.split()[0] not in args.flood:
                 continue
-            flooders = [
-                _as_uid(FLOODER, functools.partial(flood, daemon.socket))
-                for _ in range(args.connections)
-            ]
-            time.sleep(0.5)
+            flooders = [_flooder(flood, daemon.socket) for _ in range(args.connections)]
             alone, flooded = [], []
             for n in range(args.rounds):
                 for stop, rounds in ((signal.SIGSTOP, alone), (signal.SIGCONT, flooded)):

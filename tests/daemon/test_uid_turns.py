@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import threading
 from asyncio import AbstractEventLoop
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from faults.harness import DiskFaults, InProcessDaemon
 
+from flightlog.daemon import _connection
 from flightlog.daemon._actor import SessionActor
 from flightlog.daemon._fairness import DISK_JOBS_PER_UID
+from flightlog.daemon._peers import LARGE_PAYLOAD
 from flightlog.daemon._primitives import DISK_THREADS
 from flightlog.daemon._tail import Subscription
 from flightlog.protocol.wire import (
@@ -44,6 +46,7 @@ from support.daemon import (
     create,
     fact,
     needs_root,
+    synced_seq,
 )
 
 pytestmark = needs_root
@@ -95,6 +98,40 @@ def _counted(
         return child.result()
     finally:
         rounds[0].stop()
+
+
+def _victim(socket: str) -> int:
+    """As another uid: a session created, a record and a checkpoint; the checkpoint's
+    seq (after the session's start, the run's and the record's: 4)."""
+    with RawClient(socket, client="victim") as client:
+        opened = create(client, "mine.jsonl")
+        run = begin(client, opened.session_id)
+        client.send(fact(opened.session_id, run.run_id))
+        return checkpoint(client, opened.session_id, run.run_id, b"{}").seq
+
+
+def _served_meanwhile(
+    daemon: InProcessDaemon,
+    flood: Callable[[], Any],
+    sent: Signal,
+    done: Signal,
+    gate: threading.Event,
+    jobs: Callable[[], int],
+) -> Any:
+    """What ``flood`` returns, run as the flooder, whose jobs wait at ``gate`` once it
+    has ``sent``: while they wait (``jobs`` of them, their most at once), another uid
+    is served, and the flooder's jobs are its bound, the rest waiting their turn."""
+    flooder = AsUid(FLOODER, flood)
+    try:
+        sent.wait()
+        wait_for(lambda: jobs() >= DISK_JOBS_PER_UID, timeout=60)
+        # Another uid creates, records and syncs meanwhile.
+        assert as_uid(VICTIM, lambda: _victim(daemon.socket)) == 4
+        assert jobs() == DISK_JOBS_PER_UID
+    finally:
+        gate.set()
+        done.set()
+    return flooder.result()
 
 
 def _one_a_round(seen: list[tuple[int, int | None]]) -> None:
@@ -186,7 +223,8 @@ def test_a_uid_opening_sessions_holds_at_most_its_share_of_the_disk_threads(
     one of them, and another uid's create and checkpoint waited behind them."""
     faults = DiskFaults(monkeypatch)
     held = faults.on(daemon.root / "uid" / str(FLOODER) / "held")
-    held.fsync_gate = threading.Event()
+    # Its creates reach the disk, and wait there (the disk hangs).
+    held.fsync_gate = gate = threading.Event()
     sent, done = Signal(), Signal()
     creates = DISK_THREADS + 4
 
@@ -201,27 +239,50 @@ def test_a_uid_opening_sessions_holds_at_most_its_share_of_the_disk_threads(
             client.close()
         return replies
 
-    flooder = AsUid(FLOODER, flood)
-    try:
-        sent.wait()
-        # Its first creates reach the disk, and wait there (the disk hangs).
-        wait_for(lambda: held.fsyncs >= DISK_JOBS_PER_UID, timeout=60)
-
-        def record() -> int:
-            with RawClient(daemon.socket, client="victim") as client:
-                opened = create(client, "mine.jsonl")
-                run = begin(client, opened.session_id)
-                client.send(fact(opened.session_id, run.run_id))
-                saved = checkpoint(client, opened.session_id, run.run_id, b"{}")
-                return saved.seq
-
-        # Another uid creates, records and syncs meanwhile.
-        assert as_uid(VICTIM, record) == 4  # start, run_start, the fact, the checkpoint
-        # The flooder's jobs in the threads: its bound, the rest wait their turn.
-        assert held.fsyncs == DISK_JOBS_PER_UID
-    finally:
-        held.fsync_gate.set()
-        done.set()
-    replies = flooder.result()
+    replies = _served_meanwhile(daemon, flood, sent, done, gate, lambda: held.fsyncs)
     assert all(isinstance(reply, SessionOpened) for reply in replies), replies
     assert len(replies) == creates
+
+
+def test_a_uids_large_payloads_are_checked_at_most_its_share_at_once(
+    daemon: InProcessDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: every connection of a uid had one large record checked in a worker
+    thread at once (Python's JSON checks, under the interpreter lock the loop needs),
+    up to all 40 of anyio's threads."""
+    gate = threading.Event()
+    lock = threading.Lock()
+    running = [0, 0]  # now, at most
+    check = _connection.check_json
+
+    def held(data: bytes, what: str) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        gate.wait(60)
+        with lock:
+            running[0] -= 1
+        check(data, what)
+
+    monkeypatch.setattr(_connection, "check_json", held)
+    sent, done = Signal(), Signal()
+    connections = 3 * DISK_JOBS_PER_UID
+    large = b'{"turn_index":0,"note":"%s"}' % (b"x" * LARGE_PAYLOAD)
+
+    def flood() -> list[int]:
+        clients = [RawClient(daemon.socket, client="flooder") for _ in range(connections)]
+        sessions = []
+        for n, client in enumerate(clients):
+            opened = create(client, f"large/{n}.jsonl")
+            sessions.append((opened.session_id, begin(client, opened.session_id).run_id))
+        for client, (sid, rid) in zip(clients, sessions, strict=True):
+            client.send(fact(sid, rid, data=large))
+        sent.set()
+        done.wait(120)
+        seqs = [synced_seq(client, sid) for client, (sid, _) in zip(clients, sessions, strict=True)]
+        for client in clients:
+            client.close()
+        return seqs
+
+    seqs = _served_meanwhile(daemon, flood, sent, done, gate, lambda: running[1])
+    assert seqs == [3] * connections  # each large record written

@@ -615,12 +615,14 @@ class SessionActor:
         registry = self._registry
         registry.file_used(self, count, len(buf))
         if self._subscribers or registry.tailing_all:
+            began = time.thread_time()
             chunk = bytes(buf)
             first_seq = batch.first_seq
             last_seq, end = first_seq + count - 1, self.file.size
             for subscriber in list(self._subscribers):
                 subscriber.publish(chunk, first_seq, last_seq, end)
             registry.publish_all(chunk, first_seq, last_seq, end, self.path)
+            self._spent += time.thread_time() - began
 
     async def _sync(self, write: ThreadWrite | None = None) -> None:
         """fsync what was written, then (in the same disk thread) send ``write``: the

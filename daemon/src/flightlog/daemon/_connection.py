@@ -83,7 +83,7 @@ from ._channel import Channel, ThreadWrite
 from ._config import Config
 from ._fairness import UidShare
 from ._peers import LARGE_PAYLOAD, Records, Release, payload_size
-from ._primitives import Poller
+from ._primitives import Poller, timed
 from ._refusals import log_dropped, log_refusal
 from ._sessions import Sessions
 from ._tail import Tails
@@ -118,8 +118,15 @@ _RING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 _RINGS = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
 
 
-async def _check_off_the_loop(data: bytes, what: str) -> None:
-    await anyio.to_thread.run_sync(check_json, data, what)
+async def _check_off_the_loop(data: bytes, what: str, share: UidShare) -> None:
+    """Check a large payload in a worker thread, as one of the uid's jobs there
+    (``UidShare.disk_jobs``), its thread's time charged to the uid."""
+    ok, error, seconds = await anyio.to_thread.run_sync(
+        timed, check_json, (data, what), limiter=share.disk_jobs
+    )
+    share.charge(seconds)
+    if not ok:
+        raise error
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -492,7 +499,7 @@ class Connection:
         """Whether a record's large data is JSON a reader reads back, checked in a
         worker thread (the event loop goes on meanwhile); if not, it is refused."""
         try:
-            await _check_off_the_loop(record.data, "record data")
+            await _check_off_the_loop(record.data, "record data", self._share)
         except FlightlogError as exc:
             self.refuse(record, exc)
             return False
@@ -507,7 +514,7 @@ class Connection:
                 await self._hand_to(self.sessions[request.session_id], event)
             case SaveCheckpoint():
                 if len(event.snapshot) > LARGE_PAYLOAD:
-                    await _check_off_the_loop(event.snapshot, "checkpoint snapshot")
+                    await _check_off_the_loop(event.snapshot, "checkpoint snapshot", self._share)
                 await self._hand_to(self.sessions[event.session_id], event)
             case CloseRun() | Sync() | LoadCheckpoint():
                 await self._hand_to(self.sessions[event.session_id], event)

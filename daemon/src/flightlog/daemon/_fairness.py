@@ -74,6 +74,10 @@ LOOP_SHARE = 0.25
 LOOP_BURST = 0.05
 #: Jobs of one uid's in a root's disk threads at once (of ``_primitives.DISK_THREADS``).
 DISK_JOBS_PER_UID = 4
+#: Seconds of the disk threads' time one uid may take at once above its share (of
+#: :data:`LOOP_SHARE`, counted apart from the loop's): a close's index of a big file
+#: (tens of ms) is not paced for, a flood of opens is.
+DISK_BURST = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,8 +110,9 @@ class UidShare:
         self.memory = UidMemory(limited=limits is not None)
         rate = limits.bytes_per_second if limits else 0
         self._tokens = float(rate)
-        #: Seconds of the event loop the uid may still take now.
+        #: Seconds of the event loop, and of the disk threads, the uid may still take now.
         self._loop = LOOP_BURST
+        self._disk = DISK_BURST
         self._stamp = time.monotonic()
         #: Whether one of its connections may begin a turn now (take_turn), and
         #: those waiting to, first come first served.
@@ -193,21 +198,23 @@ class UidShare:
             await anyio.sleep(wait)
 
     def charge(self, seconds: float) -> None:
-        """Count ``seconds`` of the daemon's time spent for the uid elsewhere (a disk
-        thread's job): its connections wait for them at their next :meth:`pace`."""
-        self._count(0, seconds)
+        """Count ``seconds`` of a disk thread's time spent for the uid (its Python
+        work holds the interpreter lock the loop needs too): past
+        :data:`DISK_BURST`, its connections wait for them at their next :meth:`pace`."""
+        self._count(0, 0.0, seconds)
 
-    def _count(self, nbytes: int, seconds: float) -> float:
+    def _count(self, nbytes: int, seconds: float, disk: float = 0.0) -> float:
         """Count bytes and seconds; the seconds to wait before the uid is back within
-        its rate and its share (0 or less: none)."""
-        if self.limits is None or not (nbytes or seconds):
+        its rate and its shares (0 or less: none)."""
+        if self.limits is None or not (nbytes or seconds or disk):
             return 0.0
         rate = self.limits.bytes_per_second
         moment = time.monotonic()
         elapsed, self._stamp = moment - self._stamp, moment
         self._tokens = min(float(rate), self._tokens + elapsed * rate) - nbytes
         self._loop = min(LOOP_BURST, self._loop + elapsed * LOOP_SHARE) - seconds
-        return max(-self._tokens / rate, -self._loop / LOOP_SHARE)
+        self._disk = min(DISK_BURST, self._disk + elapsed * LOOP_SHARE) - disk
+        return max(-self._tokens / rate, -self._loop / LOOP_SHARE, -self._disk / LOOP_SHARE)
 
     def status(self) -> UidLimits:
         limits = self.limits

@@ -46,6 +46,7 @@ __all__ = [
     "Mailbox",
     "Poller",
     "TimerFd",
+    "timed",
 ]
 
 T = TypeVar("T")
@@ -208,7 +209,7 @@ class Disk:
         except anyio.WouldBlock:
             await jobs.acquire_on_behalf_of(token)
         try:
-            ok, value, seconds = await self._run(_timed, (func, args))
+            ok, value, seconds = await self._run(timed, (func, args))
         finally:
             jobs.release_on_behalf_of(token)
         account.charge(seconds)
@@ -282,7 +283,7 @@ class Disk:
             del loop, future, outcome
 
 
-def _timed(func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any, float]:
+def timed(func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any, float]:
     """Whether ``func(*args)`` returned, what it returned or raised, and the thread's
     time it took."""
     began = time.thread_time()

@@ -309,10 +309,8 @@ class Subscription:
                         self.offset, self.offset_seq = reader.offset, reader.offset_seq
                         if lines:
                             began = time.thread_time()
-                            wanted = [line for line in lines if self._wanted(line)]
-                            spent = time.thread_time() - began
-                            await self._send(wanted, None)
-                            await share.pace(0, spent)
+                            await self._send([ln for ln in lines if self._wanted(ln)], None)
+                            await share.pace(0, time.thread_time() - began)
                         elif reader.at_end:
                             break
                     finally:
@@ -342,8 +340,9 @@ class Subscription:
                 else:
                     skip = 0
                 lines = [line for line in chunk.split(b"\n")[skip:-1] if self._wanted(line)]
-                spent = time.thread_time() - began
+                # Its sending too (what waits for room meanwhile is charged to it).
                 await self._send(lines, path or None)
+                spent = time.thread_time() - began
             finally:
                 self._memory.discharge(2 * len(chunk))
             await share.pace(0, spent)

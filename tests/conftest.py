@@ -176,6 +176,8 @@ def shared_fixture(item: pytest.Item) -> str | None:
         return None
     found: list[tuple[int, str]] = []
     for name in getattr(item, "fixturenames", ()):
+        if name == "_fresh_daemons":  # every module's, and it holds nothing
+            continue
         for fixturedef in info.name2fixturedefs.get(name, ()):
             scope = fixturedef.scope
             if scope != "function" and fixturedef.baseid.startswith("tests"):

@@ -185,6 +185,41 @@ def test_the_daemon_removes_what_vacuum_dry_run_lists_and_logs_each(base: Path) 
         proc.stop()
 
 
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-00:01"])
+def test_a_time_edited_by_hand_stops_neither_the_sweep_nor_the_daemon(
+    base: Path, stamp: str
+) -> None:
+    # The last line's time, edited by hand to an offset that moves it out of the years
+    # 0001 to 9999: the sweep's OverflowError ended the daemon (exit 1) before, and
+    # `flightlog vacuum` with a traceback.
+    root = base / "root"
+    damaged = aged(root / "damaged.jsonl", 8)
+    lines = damaged.read_bytes().splitlines(keepends=True)
+    head, _, rest = lines[-1].partition(b'"time":"')
+    lines[-1] = head + b'"time":"' + stamp.encode() + rest[rest.index(b'"') :]
+    damaged.write_bytes(b"".join(lines))
+    os.utime(damaged, (1, 1))
+    aged(root / "old.jsonl", 9)
+    aged(root / "new.jsonl", 1)
+    proc = daemon(base, "--max-age", "5d").start()
+    try:
+        # The damaged line's time is skipped: the one before it says 8 days.
+        wait_for(lambda: len(removed_in_log(proc)) == 2 or not proc.alive(), timeout=30)
+        assert proc.alive(), proc.log()
+        assert sorted(Path(e["path"]).name for e in removed_in_log(proc)) == [
+            "damaged.jsonl",
+            "old.jsonl",
+        ]
+        swept(proc)
+        assert [p.name for p in root.rglob("*.jsonl")] == ["new.jsonl"]
+    finally:
+        proc.stop()
+    damaged.write_bytes(b"".join(lines))
+    os.utime(damaged, (1, 1))
+    dry = vacuum_dry_run(root, "--max-age", "5d")
+    assert [Path(r["path"]).name for r in dry] == ["damaged.jsonl"]
+
+
 @needs_root
 def test_max_use_counts_each_uids_files_alone_and_keep_free_is_global(base: Path) -> None:
     root = base / "root"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -105,3 +106,36 @@ def test_bidi_controls_from_another_uid_never_reach_roots_terminal() -> None:
         exact = on_a_terminal([*cli, "tail", "--json", str(path)], env)
         assert exact.replace(b"\r\n", b"\n") == path.read_bytes()
         assert BIDI in path.name and BIDI.encode() in path.read_bytes()
+
+
+@needs_root
+def test_a_path_with_a_line_break_forges_no_line_in_vacuum_compress_or_sql() -> None:
+    forged = "FORGED \x1b]0;t\x07"
+    with shared_daemon() as daemon:
+
+        def record() -> None:
+            with RawClient(daemon.socket) as client:
+                sid = create(client, f"paths/a\n{forged}.jsonl").session_id
+                client.request(CloseSession(id=client.next_id(), session_id=sid))
+
+        as_uid(OTHER, record)
+        (path,) = daemon.root.rglob("a*.jsonl")
+        # A FIFO of that name too, as a member of a shared root could leave: the
+        # commands that list a directory say they left it out.
+        os.mkfifo(path.parent / f"b\n{forged}.jsonl")
+        env = {**os.environ, "FLIGHTLOG_SOCKET": daemon.socket}
+        cli = [sys.executable, "-m", "flightlog.cli"]
+        for argv in (
+            ["vacuum", str(path.parent), "--max-age", "0s", "--protect", "0s", "--dry-run"],
+            ["sql", "SELECT count(*) FROM records", str(path.parent)],
+            ["compress", str(path.parent)],
+        ):
+            result = subprocess.run(
+                [*cli, *argv], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert result.returncode == 0, (argv, result.stderr)
+            said = result.stdout + result.stderr
+            # Before, each printed the name as it is: a line that began "FORGED".
+            assert "\\nFORGED" in said, (argv, said)
+            for line in said.split("\n"):
+                assert not line.startswith("FORGED"), (argv, said)

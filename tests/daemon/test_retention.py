@@ -26,7 +26,14 @@ from flightlog.cli._render import Style
 from flightlog.cli._status import _status_lines
 from flightlog.protocol import events, format_time, new_id
 from flightlog.protocol._blobs import BLOB_DIR
-from flightlog.protocol.wire import Status, StatusReply, UidStorage
+from flightlog.protocol.wire import (
+    CloseSession,
+    Create,
+    SessionOpened,
+    Status,
+    StatusReply,
+    UidStorage,
+)
 from flightlog.sdk import connect
 from flightlog.sdk._retention import Removal, remove
 from support import DaemonProcess, RawClient, wait_for
@@ -218,6 +225,48 @@ def test_a_time_edited_by_hand_stops_neither_the_sweep_nor_the_daemon(
     os.utime(damaged, (1, 1))
     dry = vacuum_dry_run(root, "--max-age", "5d")
     assert [Path(r["path"]).name for r in dry] == ["damaged.jsonl"]
+
+
+@needs_root
+def test_a_session_thousands_of_directories_deep_stops_neither_the_sweep_nor_a_reader(
+    base: Path,
+) -> None:
+    # Any uid may name its session d/d/.../x.jsonl: 1,800 directories deep (within
+    # PATH_MAX), the sweep's walk (os.walk, recursive in Python 3.11) raised
+    # RecursionError and ended the daemon (exit 1), at every start after too.
+    deep = "d/" * 1800 + "x.jsonl"
+    proc = daemon(base).start()
+    try:
+
+        def record() -> str:
+            with RawClient(proc.socket) as client:
+                reply = client.request(Create(id=client.next_id(), path=deep, meta={}))
+                assert isinstance(reply, SessionOpened), reply
+                client.request(CloseSession(id=client.next_id(), session_id=reply.session_id))
+                return reply.path
+
+        path = as_uid(OTHER, record)
+        seen = {s.uid: s for s in swept(proc)}
+        assert proc.alive(), proc.log()
+        assert seen[OTHER].files == 1
+    finally:
+        proc.stop()
+    for argv in (["find", "--json"], ["sessions", "--json"], ["vacuum", "--max-age", "9d"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "flightlog.cli", *argv, str(base / "root")],
+            env={**os.environ, "FLIGHTLOG_SOCKET": str(base / "no-daemon.sock")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, (argv, result.stderr[-2000:])
+        assert argv[0] == "vacuum" or path in result.stdout, (argv, result.stdout)
+    # Taken down from the bottom: shutil.rmtree (the fixture's) recurses too.
+    Path(path).unlink()
+    for directory in Path(path).parents:
+        if directory == base / "root":
+            break
+        directory.rmdir()
 
 
 @needs_root

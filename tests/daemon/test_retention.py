@@ -212,7 +212,7 @@ def test_a_time_edited_by_hand_stops_neither_the_sweep_nor_the_daemon(
     try:
         # The damaged line's time is skipped: the one before it says 8 days.
         wait_for(lambda: len(removed_in_log(proc)) == 2 or not proc.alive(), timeout=30)
-        assert proc.alive(), proc.log()
+        assert proc.alive(), proc.log
         assert sorted(Path(e["path"]).name for e in removed_in_log(proc)) == [
             "damaged.jsonl",
             "old.jsonl",
@@ -245,9 +245,9 @@ def test_a_session_thousands_of_directories_deep_stops_neither_the_sweep_nor_a_r
                 client.request(CloseSession(id=client.next_id(), session_id=reply.session_id))
                 return reply.path
 
-        path = as_uid(OTHER, record)
+        path = Path(as_uid(OTHER, record))
         seen = {s.uid: s for s in swept(proc)}
-        assert proc.alive(), proc.log()
+        assert proc.alive(), proc.log
         assert seen[OTHER].files == 1
     finally:
         proc.stop()
@@ -260,11 +260,34 @@ def test_a_session_thousands_of_directories_deep_stops_neither_the_sweep_nor_a_r
             timeout=120,
         )
         assert result.returncode == 0, (argv, result.stderr[-2000:])
-        assert argv[0] == "vacuum" or path in result.stdout, (argv, result.stdout)
-    # Taken down from the bottom: shutil.rmtree (the fixture's) recurses too.
-    Path(path).unlink()
-    for directory in Path(path).parents:
-        if directory == base / "root":
+        assert argv[0] == "vacuum" or str(path) in result.stdout, (argv, result.stdout)
+    # Archived, its directories are made again under the archive: os.makedirs
+    # recursed as deep, and the daemon exited 1 there too.
+    archive = base / "archive"
+    proc = daemon(base, "--max-age", "1s", "--protect", "0s", "--archive", str(archive))
+    os.utime(path, (1, 1))
+    proc.start()
+    try:
+
+        def archived() -> list[dict[str, Any]]:
+            return [e for e in log_events(proc) if e.get("event") == "session_archived"]
+
+        wait_for(lambda: bool(archived()) or not proc.alive(), timeout=30)
+        assert proc.alive(), proc.log
+        copy = Path(archived()[0]["archived_to"])
+    finally:
+        proc.stop()
+    assert copy.read_bytes().startswith(b'{"session_id"') and not path.exists()
+    _take_down(copy, archive)
+    _take_down(path, base / "root")
+
+
+def _take_down(path: Path, top: Path) -> None:
+    """Remove ``path`` (if there) and its directories up to ``top``, from the bottom:
+    shutil.rmtree (the fixture's) recurses as deep as the tree."""
+    path.unlink(missing_ok=True)
+    for directory in path.parents:
+        if directory == top:
             break
         directory.rmdir()
 

@@ -235,3 +235,66 @@ def test_export_survives_hostile_lines(daemon: DaemonProcess, hostile: Path, otl
     assert "not an RFC 3339 time: '0000-01-01T00:00:00Z'" in result.stderr
     assert _Otlp.spans > 0
     assert f"exported {_Otlp.spans} spans of 1 sessions" in result.stderr
+
+
+# Times no daemon writes, as a hand (or another tool) leaves them: offsets that move
+# the moment out of the years 0001 to 9999, a year of 20 digits or of five, a leap
+# second, 5,000 digits of fraction, a sign before the year.
+HAND_DAMAGED_TIMES = [
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T23:59:59-00:01",
+    "99999999999999999999-01-01T00:00:00Z",
+    "+10000-01-01T00:00:00Z",
+    "2026-12-31T23:59:60Z",
+    "2026-11-29T20:00:00." + "1" * 5000 + "Z",
+]
+
+
+@pytest.fixture
+def hand_damaged(daemon: DaemonProcess) -> Path:
+    """A sound file whose last lines' times were edited by hand, one line each."""
+    path = daemon.root / "damaged" / "session.jsonl"
+    path.parent.mkdir(parents=True)
+    lines = []
+    for seq, stamp in enumerate([TIME, TIME, *HAND_DAMAGED_TIMES], start=1):
+        type_, data = ("message_end", {"text": f"line {seq}"})
+        if seq == 1:
+            type_, data = ("session_start", {"format_version": 1, "meta": {}})
+        elif seq == 2:
+            type_, data = ("run_start", {"pid": 7, "client": "c"})
+        record = Record(
+            session_id=SID,
+            seq=seq,
+            type=type_,
+            time=TIME,
+            run_id=None if seq == 1 else RUN,
+            data=msgspec.Raw(msgspec.json.encode(data)),
+        )
+        lines.append(encode_line(record).replace(TIME.encode(), stamp.encode(), 1))
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["sessions"], ["sessions", "--json"], ["export"], ["show"], ["find"], ["tail"]],
+    ids=["sessions", "sessions-json", "export", "show", "find", "tail"],
+)
+def test_every_reader_survives_hand_damaged_times(
+    daemon: DaemonProcess, hand_damaged: Path, otlp: str, command: list[str]
+) -> None:
+    name = command[0]
+    target = str(hand_damaged.parent if name in {"find", "sessions"} else hand_damaged)
+    extra = ["--endpoint", otlp] if name == "export" else []
+    result = _flightlog(daemon, *command, *extra, target)
+    # Before, `sessions` died with ValueError on the last line's time, and `export`
+    # with OverflowError on an offset that moved a time before the year 0001.
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    if name == "export":
+        for stamp in HAND_DAMAGED_TIMES[:4]:
+            assert f"not an RFC 3339 time: '{stamp}'; skipped" in result.stderr
+    elif name == "sessions":
+        assert SID[:8] in result.stdout or "session.jsonl" in result.stdout, result.stdout
+    else:  # every line is read, to the last
+        assert " 8 message_end" in result.stdout or "(seq 1..8)" in result.stdout, result.stdout

@@ -11,6 +11,7 @@ over.
 from __future__ import annotations
 
 import socket
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from flightlog.protocol.wire import (
     Welcome,
 )
 from support import DaemonProcess, RawClient, wait_for
-from support.daemon import log_events
+from support.daemon import as_uid, log_events, needs_root, shared_daemon
 
 REFUSED = 600
 
@@ -76,3 +77,49 @@ def test_refused_connections_are_logged_within_a_bound_and_counted() -> None:
         assert any(e.get("event") == "refusals_not_logged" for e in log_events(daemon))
     finally:
         daemon.stop()
+
+
+OTHER = 47011
+
+
+def _accounted_of(daemon: DaemonProcess, uid: int) -> tuple[int, int]:
+    """(``refused`` lines of ``uid``, refusals they and the counts account for)."""
+    lines = dropped = 0
+    for event in log_events(daemon):
+        if event.get("uid") != uid:
+            continue
+        if event.get("event") == "refused":
+            lines += 1
+            dropped += event.get("dropped", 0)
+        elif event.get("event") == "refusals_not_logged":
+            dropped += event["dropped"]
+    return lines, lines + dropped
+
+
+@needs_root
+def test_a_uid_refused_once_on_each_of_many_connections_is_logged_within_a_bound() -> None:
+    """Another uid opens connection after connection, each refused once (a first frame
+    that is no message) and closed: its refusals share one window over all its
+    connections.  Before, each connection had a window of its own, so every
+    connection's refusal was logged: one line each (5,559 in 3 s from one uid)."""
+    with shared_daemon() as daemon:
+
+        def churn() -> float:
+            started = time.monotonic()
+            for _ in range(REFUSED):
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.connect(daemon.socket)
+                    sock.sendall(struct.pack(">I", 8) + b"\xff" * 8)
+                    while sock.recv(4096):  # the error, then the daemon hangs up
+                        pass
+            return time.monotonic() - started
+
+        elapsed = as_uid(OTHER, churn)
+        wait_for(lambda: _accounted_of(daemon, OTHER)[1] >= REFUSED, timeout=3 * WINDOW)
+        lines, accounted = _accounted_of(daemon, OTHER)
+        assert accounted == REFUSED
+        assert lines <= BURST * (int(elapsed // WINDOW) + 2), (lines, elapsed)
+        assert any(
+            e.get("event") == "refusals_not_logged" and e.get("uid") == OTHER
+            for e in log_events(daemon)
+        )

@@ -26,7 +26,14 @@ from flightlog.cli._render import Style
 from flightlog.cli._status import _status_lines
 from flightlog.protocol import events, format_time, new_id
 from flightlog.protocol._blobs import BLOB_DIR
-from flightlog.protocol.wire import Status, StatusReply, UidStorage
+from flightlog.protocol.wire import (
+    CloseSession,
+    Create,
+    SessionOpened,
+    Status,
+    StatusReply,
+    UidStorage,
+)
 from flightlog.sdk import connect
 from flightlog.sdk._retention import Removal, remove
 from support import DaemonProcess, RawClient, wait_for
@@ -183,6 +190,106 @@ def test_the_daemon_removes_what_vacuum_dry_run_lists_and_logs_each(base: Path) 
         assert seen[0].files == 3 and seen[0].max_age == 5 * 86400
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-00:01"])
+def test_a_time_edited_by_hand_stops_neither_the_sweep_nor_the_daemon(
+    base: Path, stamp: str
+) -> None:
+    # The last line's time, edited by hand to an offset that moves it out of the years
+    # 0001 to 9999: the sweep's OverflowError ended the daemon (exit 1) before, and
+    # `flightlog vacuum` with a traceback.
+    root = base / "root"
+    damaged = aged(root / "damaged.jsonl", 8)
+    lines = damaged.read_bytes().splitlines(keepends=True)
+    head, _, rest = lines[-1].partition(b'"time":"')
+    lines[-1] = head + b'"time":"' + stamp.encode() + rest[rest.index(b'"') :]
+    damaged.write_bytes(b"".join(lines))
+    os.utime(damaged, (1, 1))
+    aged(root / "old.jsonl", 9)
+    aged(root / "new.jsonl", 1)
+    proc = daemon(base, "--max-age", "5d").start()
+    try:
+        # The damaged line's time is skipped: the one before it says 8 days.
+        wait_for(lambda: len(removed_in_log(proc)) == 2 or not proc.alive(), timeout=30)
+        assert proc.alive(), proc.log
+        assert sorted(Path(e["path"]).name for e in removed_in_log(proc)) == [
+            "damaged.jsonl",
+            "old.jsonl",
+        ]
+        swept(proc)
+        assert [p.name for p in root.rglob("*.jsonl")] == ["new.jsonl"]
+    finally:
+        proc.stop()
+    damaged.write_bytes(b"".join(lines))
+    os.utime(damaged, (1, 1))
+    dry = vacuum_dry_run(root, "--max-age", "5d")
+    assert [Path(r["path"]).name for r in dry] == ["damaged.jsonl"]
+
+
+@needs_root
+def test_a_session_thousands_of_directories_deep_stops_neither_the_sweep_nor_a_reader(
+    base: Path,
+) -> None:
+    # Any uid may name its session d/d/.../x.jsonl: 1,800 directories deep (within
+    # PATH_MAX), the sweep's walk (os.walk, recursive in Python 3.11) raised
+    # RecursionError and ended the daemon (exit 1), at every start after too.
+    deep = "d/" * 1800 + "x.jsonl"
+    proc = daemon(base).start()
+    try:
+
+        def record() -> str:
+            with RawClient(proc.socket) as client:
+                reply = client.request(Create(id=client.next_id(), path=deep, meta={}))
+                assert isinstance(reply, SessionOpened), reply
+                client.request(CloseSession(id=client.next_id(), session_id=reply.session_id))
+                return reply.path
+
+        path = Path(as_uid(OTHER, record))
+        seen = {s.uid: s for s in swept(proc)}
+        assert proc.alive(), proc.log
+        assert seen[OTHER].files == 1
+    finally:
+        proc.stop()
+    for argv in (["find", "--json"], ["sessions", "--json"], ["vacuum", "--max-age", "9d"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "flightlog.cli", *argv, str(base / "root")],
+            env={**os.environ, "FLIGHTLOG_SOCKET": str(base / "no-daemon.sock")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, (argv, result.stderr[-2000:])
+        assert argv[0] == "vacuum" or str(path) in result.stdout, (argv, result.stdout)
+    # Archived, its directories are made again under the archive: os.makedirs
+    # recursed as deep, and the daemon exited 1 there too.
+    archive = base / "archive"
+    proc = daemon(base, "--max-age", "1s", "--protect", "0s", "--archive", str(archive))
+    os.utime(path, (1, 1))
+    proc.start()
+    try:
+
+        def archived() -> list[dict[str, Any]]:
+            return [e for e in log_events(proc) if e.get("event") == "session_archived"]
+
+        wait_for(lambda: bool(archived()) or not proc.alive(), timeout=30)
+        assert proc.alive(), proc.log
+        copy = Path(archived()[0]["archived_to"])
+    finally:
+        proc.stop()
+    assert copy.read_bytes().startswith(b'{"session_id"') and not path.exists()
+    _take_down(copy, archive)
+    _take_down(path, base / "root")
+
+
+def _take_down(path: Path, top: Path) -> None:
+    """Remove ``path`` (if there) and its directories up to ``top``, from the bottom:
+    shutil.rmtree (the fixture's) recurses as deep as the tree."""
+    path.unlink(missing_ok=True)
+    for directory in path.parents:
+        if directory == top:
+            break
+        directory.rmdir()
 
 
 @needs_root

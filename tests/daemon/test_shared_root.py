@@ -108,3 +108,32 @@ def test_a_users_directory_planted_before_the_daemon_made_one_is_moved_aside(
     for directory in (root / "uid", root / "uid" / str(VICTIM)):
         st = directory.stat()
         assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o700)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "fifo", "file"])
+def test_a_symlink_file_or_fifo_planted_as_the_users_directory_is_moved_aside(
+    shared: DaemonProcess, root: Path, kind: str, tmp_path: Path
+) -> None:
+    def plant() -> None:
+        users = root / "uid"
+        if kind == "symlink":
+            os.symlink(tmp_path, users)
+        elif kind == "dangling symlink":
+            os.symlink("/nonexistent/uid", users)
+        elif kind == "fifo":
+            os.mkfifo(users)
+        else:
+            users.write_text("not a directory")
+
+    as_uid(ATTACKER, plant, groups=(WRITERS,))
+    opened = _create(shared.socket, f"{root}/uid/{VICTIM}/s.jsonl")
+    # Before, every uid got path_refused ('uid' is a symlink or not a directory) for
+    # as long as the planted entry stayed: the daemon moved aside only directories.
+    assert isinstance(opened, SessionOpened), opened
+    moved = wait_for_log(shared, event="planted_directory_moved")
+    assert moved["owner"] == ATTACKER
+    assert Path(moved["moved_to"]).name.startswith(f"uid.planted-by-{ATTACKER}-")
+    st = (root / "uid").lstat()
+    assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o700)
+    assert (root / "uid" / str(VICTIM) / "s.jsonl").exists()
+    assert list(tmp_path.iterdir()) == []  # nothing went where the symlink pointed

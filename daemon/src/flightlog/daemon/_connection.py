@@ -84,7 +84,7 @@ from ._config import Config
 from ._fairness import UidShare
 from ._peers import LARGE_PAYLOAD, Records, Release, payload_size
 from ._primitives import Poller, timed
-from ._refusals import log_dropped, log_refusal
+from ._refusals import log_dropped, log_refusal, uid_refusals
 from ._sessions import Sessions
 from ._tail import Tails
 
@@ -506,7 +506,10 @@ class Connection:
         return True
 
     def _log_refusal(self, exc: FlightlogError) -> None:
-        log_refusal(self, self.log, code=exc.code, reason=exc.message)
+        # A uid with a share of its own counts its refusals over all its connections
+        # (one opening connection after connection, each refused, would log each).
+        key = self if self._share.limits is None else uid_refusals(self.uid)
+        log_refusal(key, self.log, code=exc.code, reason=exc.message)
 
     async def _route(self, event: ServerEvent) -> None:
         match event:

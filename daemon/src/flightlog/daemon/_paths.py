@@ -10,10 +10,11 @@ A client of another uid than the daemon's has its relative paths resolved under
 who may read").  The ``uid`` directory and those in it are the daemon's own: a
 directory there that the daemon's uid does not own is refused, so that nobody who may
 write a root on disk can put one in place first.  A ``uid`` directory of a root that
-is not the daemon's (planted by someone who may write the root, perhaps after moving
-the daemon's away) is moved aside and replaced, logged (``planted_directory_moved``);
-where the daemon may not move it (a sticky root it does not own) every path under it
-is refused, logged as ``planted_directory``.
+is not the daemon's, or a symlink, file or FIFO by that name that is not the daemon's
+(planted by someone who may write the root, perhaps after moving the daemon's away) is
+moved aside and replaced, logged (``planted_directory_moved``); where the daemon may
+not move it (a sticky root it does not own) every path under it is refused, logged as
+``planted_directory``.
 """
 
 from __future__ import annotations
@@ -145,9 +146,15 @@ class Roots:
                     os.fsync(fd)
                     next_fd = self._open_dir(resolved, part, fd)
                 except OSError as exc:
-                    raise self._refusal(resolved, part, exc) from None
+                    planted = _planted_entry(fd, part, exc) if depth == 0 else None
+                    if planted is None:
+                        raise self._refusal(resolved, part, exc) from None
+                    # A symlink, a file or a FIFO in the users' directory's place.
+                    next_fd = _replant(resolved, fd, planted, create=create)
                 if depth == 0 and part == USERS_DIR and not _daemons(next_fd):
-                    next_fd = _replant(resolved, fd, next_fd, create=create)
+                    st = os.fstat(next_fd)
+                    os.close(next_fd)
+                    next_fd = _replant(resolved, fd, st, create=create)
                 os.close(fd)
                 fd = next_fd
                 if depth < 2 and resolved.parts[0] == USERS_DIR:
@@ -304,15 +311,27 @@ def _check_daemons(resolved: ResolvedPath, part: str, fd: int) -> None:
         raise PathRefused(resolved.path, f"{part!r} is not flightlogd's own directory")
 
 
-def _replant(resolved: ResolvedPath, root_fd: int, planted: int, *, create: bool) -> int:
-    """The users' directory of a root is not the daemon's: someone who may write the
-    root made it (or renamed the daemon's away and made their own).  Move it aside,
-    under a name that says whose it is, and make the daemon's own in its place; a
-    descriptor of that one.  Where the daemon may not move it (a sticky root it does
-    not own) the path is refused, and both are logged: an administrator must remove it.
+def _planted_entry(root_fd: int, part: str, exc: OSError) -> os.stat_result | None:
+    """What stands in the users' directory's place when it is no directory (opening it
+    failed with ``exc``): its ``lstat`` when it is not the daemon's (a symlink, a file
+    or a FIFO someone who may write the root put there first), else None."""
+    if part != USERS_DIR or exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return None
+    try:
+        st = os.stat(part, dir_fd=root_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return st if st.st_uid != os.geteuid() else None
+
+
+def _replant(resolved: ResolvedPath, root_fd: int, st: os.stat_result, *, create: bool) -> int:
+    """The users' directory of a root is not the daemon's (``st``): someone who may
+    write the root made it, or a symlink, file or FIFO by its name (or renamed the
+    daemon's away and made their own).  Move it aside, under a name that says whose it
+    is, and make the daemon's own in its place; a descriptor of that one.  Where the
+    daemon may not move it (a sticky root it does not own) the path is refused, and
+    both are logged: an administrator must remove it.
     """
-    st = os.fstat(planted)
-    os.close(planted)
     aside = f"{USERS_DIR}.planted-by-{st.st_uid}-{secrets.token_hex(4)}"
     try:
         os.rename(USERS_DIR, aside, src_dir_fd=root_fd, dst_dir_fd=root_fd)

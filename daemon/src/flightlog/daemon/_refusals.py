@@ -5,8 +5,11 @@ once made 23 MB of log.  Each client (the connection, as a :class:`~._peers.Peer
 itself) may have :data:`BURST` refusals logged per :data:`WINDOW` seconds; the rest
 are counted, and the next line logged for it (or the one at its end, from
 :func:`log_dropped`) says how many were left out (``dropped``).  A client that does
-not end (the refused connections of one uid, keyed by the uid) has its count said by
-:func:`log_dropped_after_window` once its window is over.
+not end has its count said by :func:`log_dropped_after_window` once its window is
+over.  On a shared daemon the client is the uid (:func:`uid_refusals`): its refused
+connections, and every refusal of its connections and their sessions, share one
+window, so a uid opening connection after connection, each refused once, logs no
+more than one that stays (:func:`log_dropped_by_uid` says each uid's count).
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ import time
 import weakref
 from typing import Any, Final
 
-__all__ = ["BURST", "WINDOW", "log_dropped", "log_dropped_after_window", "log_refusal"]
+__all__ = [
+    "BURST",
+    "WINDOW",
+    "UidRefusals",
+    "log_dropped",
+    "log_dropped_after_window",
+    "log_dropped_by_uid",
+    "log_refusal",
+    "uid_refusals",
+]
 
 #: Refusals logged per client and window at most.
 BURST: Final = 20
@@ -33,6 +45,27 @@ class _Count:
 
 
 _counts: weakref.WeakKeyDictionary[object, _Count] = weakref.WeakKeyDictionary()
+
+
+class UidRefusals:
+    """What one uid's refusals are counted under, whichever connection made them."""
+
+    __slots__ = ("__weakref__", "uid")
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+
+
+#: The uids with refusals in their window (each forgotten once it is said).
+_uids: dict[int, UidRefusals] = {}
+
+
+def uid_refusals(uid: int) -> UidRefusals:
+    """The key ``uid``'s refusals are counted under."""
+    key = _uids.get(uid)
+    if key is None:
+        key = _uids[uid] = UidRefusals(uid)
+    return key
 
 
 def log_refusal(client: object, logger: Any, **fields: Any) -> None:
@@ -57,6 +90,14 @@ def log_dropped(client: object, logger: Any) -> None:
     count = _counts.pop(client, None)
     if count is not None and count.dropped:
         logger.warning("refusals_not_logged", dropped=count.dropped)
+
+
+def log_dropped_by_uid(logger: Any) -> None:
+    """Each uid whose window is over: say how many of its refusals were not logged, if
+    any, and forget it (the daemon calls it once a window)."""
+    for uid, key in list(_uids.items()):
+        if log_dropped_after_window(key, logger.bind(uid=uid)):
+            del _uids[uid]
 
 
 def log_dropped_after_window(client: object, logger: Any) -> bool:

@@ -46,7 +46,7 @@ from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
-from ._refusals import WINDOW, log_dropped_after_window, log_refusal
+from ._refusals import WINDOW, log_dropped_by_uid, log_refusal, uid_refusals
 from ._retention import Retention
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
@@ -69,12 +69,6 @@ SHUTDOWN_BOUND = FINAL_SYNC_BOUND + 5.0
 _ACCEPT_TRANSIENT = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED, errno.EPROTO}
 )
-
-
-class _Refused:
-    """What one uid's refused connections are counted under (a weakly held key)."""
-
-    __slots__ = ("__weakref__",)
 
 
 class AlreadyRunning(FlightlogError):
@@ -131,8 +125,6 @@ class Daemon:
         self._idle.set()
         self._accepting: list[anyio.CancelScope] = []
         self.draining = False
-        #: Per uid: what its refused connections are counted under (see _refusals).
-        self._refused: dict[int, _Refused] = {}
 
     def status(self, request_id: int, viewer: Who, closed: bool = False) -> StatusReply:
         """The daemon's status as ``viewer`` may see it: the sessions it may read (with
@@ -196,10 +188,7 @@ class Daemon:
                 )
             share = self.fairness.admit(uid)
         except FlightlogError as exc:
-            refused = self._refused.get(uid)
-            if refused is None:
-                refused = self._refused[uid] = _Refused()
-            log_refusal(refused, log, code=exc.code, reason=exc.message, pid=pid, uid=uid)
+            log_refusal(uid_refusals(uid), log, code=exc.code, reason=exc.message, pid=pid, uid=uid)
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await stream.send(
                     encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message))
@@ -260,13 +249,12 @@ class Daemon:
                 task_group.start_soon(self._handle, stream)
 
     async def _report_refusals(self) -> None:
-        """Each window, say how many refused connections of each uid were not logged
-        (a uid refused thousands a second must not flood the journal)."""
+        """Each window, say how many refusals of each uid (its refused connections,
+        and on a shared daemon every refusal of its own) were not logged: a uid refused
+        thousands a second must not flood the journal."""
         while True:
             await anyio.sleep(WINDOW)
-            for uid, refused in list(self._refused.items()):
-                if log_dropped_after_window(refused, log.bind(uid=uid)):
-                    del self._refused[uid]
+            log_dropped_by_uid(log)
 
     async def _report_status(self, notifier: Notifier) -> None:
         while True:

@@ -470,9 +470,10 @@ def utc_time(text: str) -> str | None:
         if int(hours) > 23 or int(minutes) > 59:
             return None
         offset = timedelta(hours=int(hours), minutes=int(minutes))
-        moment = moment - offset if sign == "+" else moment + offset
-    if not 1 <= moment.year <= 9999:
-        return None
+        try:
+            moment = moment - offset if sign == "+" else moment + offset
+        except OverflowError:  # an offset that moves it before 0001 or after 9999
+            return None
     head = (
         f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T"
         f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"

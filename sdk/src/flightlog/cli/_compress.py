@@ -22,7 +22,7 @@ from flightlog.sdk.storage import Compressed, FileBusy, compress_path
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
 from ._listing import _held
-from ._render import Style, say
+from ._render import Style, one_line, say
 
 __all__ = ["add_compress_arguments", "cmd_compress", "compress_epilog"]
 
@@ -107,7 +107,9 @@ def _report(
     elif error is not None:
         say(f"flightlog: {path}: {error}", sys.stderr)
     elif skipped is not None:
-        sys.stdout.write(f"skipped     {path}  {skipped}\n")
+        sys.stdout.write(one_line(f"skipped     {path}  {skipped}") + "\n")
     elif result is not None:
-        sys.stdout.write(f"compressed  {path}  {result.before} -> {result.after} bytes\n")
+        sys.stdout.write(
+            one_line(f"compressed  {path}  {result.before} -> {result.after} bytes") + "\n"
+        )
     sys.stdout.flush()

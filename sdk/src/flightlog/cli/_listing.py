@@ -263,7 +263,10 @@ def _matches(
         return False
     if args.state is not None and row.state != args.state:
         return False
-    last = parse_time(row.last_activity) if row.last_activity else None
+    try:
+        last = parse_time(row.last_activity) if row.last_activity else None
+    except ValueError:  # a hand-damaged last line: no time to compare
+        last = None
     if since is not None and (last is None or last < since):
         return False
     if until is not None and (last is None or last >= until):

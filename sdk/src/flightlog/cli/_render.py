@@ -97,18 +97,21 @@ class Style:
 # ------------------------------------------------------------------ terminal safety
 
 #: What reaches a terminal only as a visible escape: every C0 control character but tab
-#: and newline, DEL and the C1 controls.  With colours on, an ESC passes only at the
-#: start of a colour sequence (SGR, ``ESC [ digits m``), as ``Style`` writes them and
-#: ``less -R`` shows them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_BUT_COLOURS = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: and newline, DEL and the C1 controls, and the bidirectional controls (the marks and
+#: the embeddings, overrides and isolates, U+202E among them), which make a terminal
+#: show text in an order other than its own (``gnp.exe`` for ``exe.png``).  With
+#: colours on, an ESC passes only at the start of a colour sequence (SGR,
+#: ``ESC [ digits m``), as ``Style`` writes them and ``less -R`` shows them.
+_CONTROLS = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_CONTROL_BUT_COLOURS = re.compile(rf"\x1b\[[0-9;]*m|[{_CONTROLS}]")
 
 
 def _visible(match: re.Match[str]) -> str:
     text = match.group()
     if len(text) > 1:
         return text  # a colour sequence
-    return f"\\x{ord(text):02x}"
+    return f"\\x{ord(text):02x}" if ord(text) < 0x100 else f"\\u{ord(text):04x}"
 
 
 def neutralize(text: str, *, colours: bool = False) -> str:

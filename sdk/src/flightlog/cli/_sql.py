@@ -23,7 +23,7 @@ import msgspec
 from flightlog.sdk import SQL_VIEWS, sql_connection
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
-from ._render import Style
+from ._render import Style, say
 
 __all__ = ["add_sql_arguments", "cmd_sql", "sql_epilog"]
 
@@ -189,7 +189,7 @@ def cmd_sql(args: argparse.Namespace, style: Style) -> int:
     import duckdb
 
     for path, reason in skipped.items():
-        sys.stderr.write(f"flightlog: left out {path}: {reason}\n")
+        say(f"flightlog: left out {path}: {reason}", sys.stderr)
     try:
         if args.schema:
             _print_schema(connection, style)

@@ -44,7 +44,7 @@ from flightlog.sdk.storage import (
 
 from ._commands import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CommandError, local_path
 from ._listing import _held
-from ._render import Style, say
+from ._render import Style, one_line, say
 
 __all__ = ["Removal", "add_vacuum_arguments", "cmd_vacuum", "plan", "vacuum_epilog"]
 
@@ -243,7 +243,7 @@ def cmd_vacuum(args: argparse.Namespace, style: Style) -> int:
         line = f"{verb}  {removal.path}  {_text_size(removal.size)}  {age} old  {removal.reason}"
         if removal.archived_to:
             line += f"  -> {removal.archived_to}"
-        out.write(line + "\n")
+        out.write(one_line(line) + "\n")
         out.flush()
     blob_count = blob_total = 0
     for blob in _collect(_tops(args), dry_run=args.dry_run, gone=gone):

@@ -298,17 +298,36 @@ class BlobRemoval:
         }
 
 
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 def blob_stores(tops: Iterable[str | os.PathLike[str]]) -> list[str]:
     """The blob stores the session files under ``tops`` use: each store found in them,
     and the one above each top (its sessions' references resolve there)."""
     stores: dict[str, str] = {}
     for top in (os.path.abspath(t) for t in tops):
         found = [find_blob_store(os.path.join(top, "-") if os.path.isdir(top) else top)]
-        if os.path.isdir(top):
-            for directory, subdirs, _ in os.walk(top):
-                if BLOB_DIR in subdirs:
-                    found.append(os.path.join(directory, BLOB_DIR))
-                subdirs[:] = sorted(d for d in subdirs if d != BLOB_DIR)
+        # Its own stack, not os.walk's recursion (Python 3.11's), which a tree
+        # thousands of directories deep (a session named d/d/.../x.jsonl) ran out of.
+        pending = [top] if os.path.isdir(top) else []
+        while pending:
+            directory = pending.pop()
+            try:
+                with os.scandir(directory) as listing:
+                    subdirs = sorted(e.name for e in listing if _is_dir(e))
+            except OSError:
+                continue
+            if BLOB_DIR in subdirs:
+                found.append(os.path.join(directory, BLOB_DIR))
+            pending.extend(
+                os.path.join(directory, name)
+                for name in reversed(subdirs)
+                if name != BLOB_DIR and not os.path.islink(os.path.join(directory, name))
+            )
         for store in found:
             if store is not None:
                 stores.setdefault(os.path.realpath(store), store)

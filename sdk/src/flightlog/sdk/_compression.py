@@ -28,7 +28,7 @@ import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
@@ -299,14 +299,36 @@ def walk_session_files(
     says so; a symbolic link to one is not).  A ``*.jsonl`` that is not a regular file
     (a FIFO, a socket, a device) is no session: left out, and ``skipped(path,
     NotRegularFile)`` hears of it.  A directory that cannot be listed is left out, or
-    ``onerror(OSError)`` decides (it may raise)."""
+    ``onerror(OSError)`` decides (it may raise).  The walk keeps its own stack, not
+    Python's: a tree thousands of directories deep (a client may name a session
+    ``d/d/.../x.jsonl``) is walked like any other."""
+    # Each directory's subdirectories still to walk, the deepest last.
+    pending: list[Iterator[str]] = [iter([top])]
+    while pending:
+        directory = next(pending[-1], None)
+        if directory is None:
+            pending.pop()
+            continue
+        subdirs = yield from _directory_files(directory, skipped, onerror, descend)
+        if subdirs:
+            pending.append(iter(subdirs))
+
+
+def _directory_files(
+    top: str,
+    skipped: Callable[[str, OSError], None] | None,
+    onerror: Callable[[OSError], None] | None,
+    descend: Callable[[str], bool] | None,
+) -> Generator[str, None, list[str]]:
+    """The session files of the directory ``top`` (see :func:`walk_session_files`);
+    returns its subdirectories to walk."""
     try:
         with os.scandir(top) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
     except OSError as exc:
         if onerror is not None:
             onerror(exc)
-        return
+        return []
     subdirs: list[str] = []
     for entry in entries:
         try:
@@ -327,8 +349,7 @@ def walk_session_files(
                         skipped(entry.path, NotRegularFile(entry.path, mode))
                     continue
             yield entry.path
-    for subdir in subdirs:
-        yield from walk_session_files(subdir, skipped=skipped, onerror=onerror, descend=descend)
+    return subdirs
 
 
 # ------------------------------------------------------------ changing the form

@@ -536,10 +536,26 @@ def _remove_partials(directory: str, prefix: str) -> None:
                 os.unlink(os.path.join(directory, stale))
 
 
+def _make_dirs(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)`` without its recursion (a call per
+    missing directory): an archive of a session thousands of directories deep ran
+    out of stack."""
+    missing = []
+    while directory and not os.path.isdir(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
+
+
 def _link_or_copy(source: str, target: str) -> None:
     """Put ``source``'s content at ``target`` (never overwriting), durably."""
     directory = os.path.dirname(target)
-    os.makedirs(directory, exist_ok=True)
+    _make_dirs(directory)
     prefix = f".{os.path.basename(target)}."
     try:
         os.link(source, target)

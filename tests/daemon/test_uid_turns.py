@@ -135,9 +135,14 @@ def _served_meanwhile(
 
 
 def _one_a_round(seen: list[tuple[int, int | None]]) -> None:
-    """The flooder's work seen, each in a round of the loop of its own."""
+    """The flooder's work seen, each in a round of the loop of its own.
+
+    The count a piece of work sees is its round's, or the one before (the counting
+    callback runs before or after it within the round), so two pieces in consecutive
+    rounds may see the same count, and no more than two: at least half as many counts
+    as pieces. All in one round (before) shows one count, or two."""
     assert [uid for _, uid in seen] == [FLOODER] * _MANY
-    assert len({round_ for round_, _ in seen}) == _MANY, seen
+    assert len({round_ for round_, _ in seen}) >= _MANY // 2, seen
 
 
 def test_a_uids_session_batches_take_one_turn_a_round(

@@ -689,6 +689,22 @@ def test_check_warns_about_records_outside_their_run() -> None:
     assert "second time" in report.warnings[2]
 
 
+def test_check_warns_about_a_time_no_daemon_wrote() -> None:
+    """A time edited by hand (the daemon refuses them all): named, and the file read on."""
+    odd = ["0001-01-01T00:00:00+01:00", "20260-01-01T00:00:00Z", "2026-12-31T23:59:60Z"]
+    lines = [header(), line(2, "run_start")]
+    for seq, text in enumerate(odd, start=3):
+        lines.append(line(seq).replace(TIME.encode(), text.encode()))
+    lines.append(line(6, "run_close"))
+    report = check(io.BytesIO(b"".join(lines)))
+    assert report.sound and report.records == 6
+    assert report.warnings == [
+        f"seq {seq}: time {text!r} is not a record time (RFC 3339 in UTC with a Z, years "
+        "0001 to 9999)"
+        for seq, text in enumerate(odd, start=3)
+    ]
+
+
 def call(seq: int, type_: str, id: str, *, kind: str = "model", attempt: int = 1) -> bytes:
     execution = {"id": id, "kind": kind, "attempt": attempt}
     return line(seq, type_, msgspec.json.encode({"execution": execution}))

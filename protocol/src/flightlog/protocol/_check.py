@@ -15,7 +15,7 @@ import msgspec
 from ._errors import FileFormatError
 from ._ledger import RunLedger
 from ._reader import BinaryReadable, Reader
-from ._records import CHECKPOINT, RUN_CLOSE, RUN_START, Record
+from ._records import CHECKPOINT, RUN_CLOSE, RUN_START, Record, is_time
 
 __all__ = ["CALL_END_TYPES", "CALL_START_TYPES", "CheckReport", "ReusedExecutions", "check"]
 
@@ -142,6 +142,13 @@ def check(fileobj: BinaryReadable) -> CheckReport:
     try:
         for record in reader:
             records += 1
+            if not is_time(record.time):
+                # Never the daemon's: it refuses such a time. Edited by hand, or by
+                # another writer; readers show it as written, and sort it as they can.
+                warn(
+                    f"seq {record.seq}: time {record.time!r} is not a record time "
+                    "(RFC 3339 in UTC with a Z, years 0001 to 9999)"
+                )
             run_id = record.run_id
             again = run_id in ledger.runs or run_id in closed_runs
             ledger.add(record.type, run_id)

@@ -126,18 +126,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto`` (pyproject.toml): a worker per core and one more; with ``--fast``,
-    one process.
-
-    A quarter of the whole suite's worker time is spent waiting, the CPU idle: on
-    daemons' timeouts and grace periods, Phoenix and Chromium starting, time-boxed
-    floods (per test, wall time less CPU). A worker more fills those gaps (on 2 cores,
-    5 min 51 s to 5 min 14 s). The fast tier's tests are short, and each worker would
-    import and collect them all again, which costs more than a second core gives back."""
-    if config.getoption("--fast"):
-        return 0
-    return len(os.sched_getaffinity(0)) + 1
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml) with ``--fast``: one process. The fast tier's tests
+    are short, and each worker would import and collect them all again, which costs
+    more than the second core gives back."""
+    return 0 if config.getoption("--fast") else None
 
 
 def _in_fast_places(path: Path) -> bool:

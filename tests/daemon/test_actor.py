@@ -79,6 +79,10 @@ class _Writer:
     closed = False
     share = UidShare(uid, None)  # the daemon's own: no per-uid limits
 
+    @property
+    def refusals(self) -> object:
+        return self
+
     def __init__(self, channel: Channel | None = None) -> None:
         self.sent: list[Message] = []
         self.pushed: list[Message] = []

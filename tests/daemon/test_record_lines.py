@@ -58,6 +58,10 @@ class _Peer:
     closed = False
     share = UidShare(uid, None)
 
+    @property
+    def refusals(self) -> object:
+        return self
+
     def __init__(self) -> None:
         self.server = ServerConnection()
         self.released = 0

@@ -59,7 +59,7 @@ from ._channel import ThreadWrite
 from ._config import Config
 from ._peers import Item, Peer, Records, Registry, Release, Shutdown, Subscriber, payload_size
 from ._primitives import Disk, Mailbox
-from ._refusals import log_refusal, uid_refusals
+from ._refusals import log_refusal
 from ._storage import SessionFile, StorageError
 
 __all__ = ["Item", "SessionActor"]
@@ -536,7 +536,7 @@ class SessionActor:
 
     def _log_refusal(self, peer: Peer, what: str, error: FlightlogError) -> None:
         log_refusal(
-            peer if peer.share.limits is None else uid_refusals(peer.uid),
+            peer.refusals,
             self._log,
             request=what,
             code=error.code,

@@ -505,11 +505,15 @@ class Connection:
             return False
         return True
 
+    @property
+    def refusals(self) -> object:
+        """What its refusals are counted under: a uid with a share of its own counts
+        them over all its connections and their sessions (one opening connection after
+        connection, each refused, would log each); the daemon's own uid per connection."""
+        return self if self._share.limits is None else uid_refusals(self.uid)
+
     def _log_refusal(self, exc: FlightlogError) -> None:
-        # A uid with a share of its own counts its refusals over all its connections
-        # (one opening connection after connection, each refused, would log each).
-        key = self if self._share.limits is None else uid_refusals(self.uid)
-        log_refusal(key, self.log, code=exc.code, reason=exc.message)
+        log_refusal(self.refusals, self.log, code=exc.code, reason=exc.message)
 
     async def _route(self, event: ServerEvent) -> None:
         match event:

@@ -54,6 +54,11 @@ class Peer(Protocol):
     #: Its uid's share: the session's batches and disk jobs take its turns.
     share: UidShare
 
+    @property
+    def refusals(self) -> object:
+        """What its refusals are counted and logged under (``_refusals``)."""
+        ...
+
     async def send(self, message: Message) -> None: ...
 
     def refuse(self, record: RecordEvent | RecordLines, error: FlightlogError) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "INDEX_FROM",
     "INDEX_VERSION",
     "REINDEX_AFTER",
+    "Pread",
     "SessionIndex",
     "line_digest",
     "load_index",

@@ -20,7 +20,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -54,6 +54,7 @@ from ._index import (
     INDEX_FROM,
     INDEX_VERSION,
     REINDEX_AFTER,
+    Pread,
     SessionIndex,
     line_digest,
     load_index,
@@ -387,9 +388,8 @@ class SessionFile:
             return
         self._check_in_place(fd, "reading the calls")
         reader = LineReader.resume(self.session_id, self.calls_seq, self.calls_at)
-        pread = self.inflated.pread if self.compressed and self.inflated is not None else None
         try:
-            for record in read_on(fd, reader, to_the_end=False, pread=pread):
+            for record in read_on(fd, reader, to_the_end=False, pread=self._inflated_pread):
                 self.calls.feed(record)
                 self.runs_read.add(record.type, record.run_id)
                 self.last_line = len(reader.line) + 1
@@ -474,11 +474,15 @@ class SessionFile:
                 self.path, what, "the file at the session's path was replaced or removed"
             )
 
+    @property
+    def _inflated_pread(self) -> Pread | None:
+        """How the plain bytes of a compressed file are read (None: ``os.pread``)."""
+        return self.inflated.pread if self.compressed and self.inflated is not None else None
+
     def _pread(self, fd: int, size: int, offset: int) -> bytes:
         """``size`` bytes of the plain file at ``offset``."""
-        if self.compressed and self.inflated is not None:
-            return self.inflated.pread(size, offset)
-        return os.pread(fd, size, offset)
+        pread = self._inflated_pread
+        return pread(size, offset) if pread is not None else os.pread(fd, size, offset)
 
     def _restore(self, *, tail: int = 0) -> int:
         """Give the compressed file its plain form again (the same bytes), to append to:
@@ -489,7 +493,7 @@ class SessionFile:
         :class:`StorageError`."""
         self.close()
         try:
-            fd, _ = _open_plain(self.roots, self.resolved)
+            fd = _open_plain(self.roots, self.resolved)
         except (OSError, FlightlogError) as exc:
             raise StorageError(self.path, "restoring the compressed file", str(exc)) from None
         st = os.fstat(fd)
@@ -543,7 +547,7 @@ class SessionFile:
                 os.close(fd)
                 fd = -1
                 try:
-                    fd, _ = _open_plain(self.roots, self.resolved)
+                    fd = _open_plain(self.roots, self.resolved)
                 except (OSError, FlightlogError) as exc:
                     raise StorageError(self.path, "reopening", str(exc)) from None
                 st = os.fstat(fd)
@@ -577,7 +581,7 @@ def read_on(
     *,
     to_the_end: bool,
     limit: int | None = None,
-    pread: Callable[[int, int], bytes] | None = None,
+    pread: Pread | None = None,
 ) -> Iterator[Record]:
     """Feed ``reader`` the file at ``fd`` (or what ``pread(size, offset)`` reads: a
     compressed file's plain bytes) from its ``position`` on and yield its records
@@ -606,7 +610,7 @@ def read_on(
 
 
 def _index_of(
-    roots: Roots, resolved: ResolvedPath, fd: int, pread: Callable[[int, int], bytes] | None
+    roots: Roots, resolved: ResolvedPath, fd: int, pread: Pread | None
 ) -> tuple[SessionIndex | None, dict[str, object]]:
     """The index of a big file, if it is sound (:func:`load_index`) and the file's first
     line names its session; with the meta that line holds.  A compressed file is read
@@ -659,31 +663,22 @@ def _open_as_it_is(roots: Roots, resolved: ResolvedPath) -> int:
     raise StorageError(resolved.path, "opening", "the file kept being replaced")
 
 
-def _open_plain(roots: Roots, resolved: ResolvedPath) -> tuple[int, bool]:
+def _open_plain(roots: Roots, resolved: ResolvedPath) -> int:
     """Open the session file for appending, locked, in its plain form: a compressed
     file is given its plain form first (a rename over it, as compressing made it).
-    Returns the descriptor and whether the file was restored so.  Raises as
-    :meth:`SessionFile.open` does."""
-    restored = False
+    Raises as :meth:`SessionFile.open` does."""
     for _ in range(3):
-        fd = roots.open_file(resolved)
+        fd = _open_as_it_is(roots, resolved)
         try:
-            _lock(fd, resolved.path)
-            st, here = os.fstat(fd), _named(resolved.path)
-            # Replaced between the open and the lock (compressed meanwhile): the file
-            # this descriptor holds is no longer the session's.
-            if (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino) and not is_compressed(
-                os.pread(fd, 4, 0)
-            ):
-                return fd, restored
+            if not is_compressed(os.pread(fd, 4, 0)):
+                return fd
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)
         try:
             with roots.parent_dir(resolved, create=False) as dir_fd:
-                done = decompress_at(dir_fd, resolved.parts[-1], label=resolved.path)
-                restored = restored or done is not None
+                decompress_at(dir_fd, resolved.parts[-1], label=resolved.path)
         except FileBusy:
             raise SessionBusy(resolved.path) from None
         except FlightlogError as exc:

@@ -262,7 +262,8 @@ def _play(
                 else:
                     run_id = reply.run_id
                     seen.append((op, arg, reply.seq))
-            case "record":
+            case "record" | "big":
+                pad = b',"pad":"%s"' % (b"x" * 1024 * 1024) if op == "big" else b""
                 for _ in range(arg):
                     writer.send(
                         RecordEvent(
@@ -270,18 +271,7 @@ def _play(
                             run_id=run_id,
                             event_type="turn_start",
                             time=TIME,
-                            data=b'{"turn_index":0}',
-                        )
-                    )
-            case "big":
-                for _ in range(arg):
-                    writer.send(
-                        RecordEvent(
-                            session_id=session_id,
-                            run_id=run_id,
-                            event_type="turn_start",
-                            time=TIME,
-                            data=b'{"turn_index":0,"pad":"%s"}' % (b"x" * 1024 * 1024),
+                            data=b'{"turn_index":0%s}' % pad,
                         )
                     )
             case "checkpoint":

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from flightlog.daemon._budget import UID_FLOOR_ROOM
 from flightlog.protocol.ring import (
     RING_HEADER,
     ring_supported,
@@ -44,7 +45,9 @@ from support.daemon import (
     as_uid,
     create,
     needs_root,
+    proc_status_kb,
     ring_hello,
+    send_until_stuck,
     shared_daemon,
 )
 
@@ -144,12 +147,7 @@ def test_pokes_count_against_the_uids_bytes_per_second(slow_uids: DaemonProcess)
     # daemon reads the uid's first second's worth and a few reads more, and the rest
     # waits in the socket's buffer (a few hundred KiB), which the flooder then fills.
     assert sent < 4 * 1024 * 1024, sent
-
-    def served() -> Any:
-        with RawClient(slow_uids.socket) as client:
-            return create(client, "served.jsonl")
-
-    assert isinstance(as_uid(OTHER, served), SessionOpened)
+    assert isinstance(as_uid(OTHER, lambda: _served(slow_uids.socket)), SessionOpened)
 
 
 _RING = 65536
@@ -316,3 +314,44 @@ def _set() -> Signal:
     signal = Signal()
     signal.set()
     return signal
+
+
+def test_one_uids_many_connections_share_its_floors() -> None:
+    """250 connections of one uid, each sending all but the last byte of a frame
+    (issue 27, 4): each connection may hold a floor of 1 MiB whatever the budget
+    says, and before, every one of them did: the daemon's peak RSS grew by 314 MiB
+    for a budget of 64 MiB.  Now the floors of a uid's connections are its share's
+    too (and 4 MiB more): the uid's half of the budget, and what malloc keeps."""
+    frame, cap, count = 4 << 20, 64 << 20, 250
+
+    def hold(path: str, ready: Signal, done: Signal) -> int:
+        clients = [RawClient(path) for _ in range(count)]
+        partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
+        sent = send_until_stuck([client.sock for client in clients], partial)
+        ready.set()
+        done.wait()
+        for client in clients:
+            client.close()
+        return sum(sent)
+
+    with shared_daemon(
+        *("--max-frame-size", str(frame), "--max-buffered", str(cap), "--send-timeout", "60")
+    ) as daemon:
+        before_kb = proc_status_kb(daemon.pid, "VmRSS")
+        ready, done = Signal(), Signal()
+        holder = AsUid(GREEDY, lambda: hold(daemon.socket, ready, done))
+        try:
+            ready.wait()
+            # Another uid's small requests go on meanwhile.
+            assert isinstance(as_uid(OTHER, lambda: _served(daemon.socket)), SessionOpened)
+            growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+        finally:
+            done.set()
+            holder.result(timeout=60)
+    print(f"\n{count} connections of one uid: peak RSS growth {growth_kb >> 10} MiB (cap 64 MiB)")
+    assert growth_kb < (cap // 2 + UID_FLOOR_ROOM + (32 << 20)) // 1024, growth_kb
+
+
+def _served(path: str) -> SessionOpened:
+    with RawClient(path) as client:
+        return create(client, "served.jsonl")

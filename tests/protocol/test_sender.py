@@ -153,7 +153,14 @@ _FILL = 0xA5
 # Word indexes of the header's fields (flightlog.protocol._ring's layout).
 _WORDS = {"magic": 0, "size": 1, "head": 8, "tail": 16, "waiting": 17, "asleep": 24}
 _TOP = 2**64 - 1
-_EDGES = [0, 1, SIZE - 1, SIZE, SIZE + 1, 2**31, 2**32, 2**63 - 1, 2**63, _TOP - SIZE, _TOP]
+# Also where a signed or a 32-bit reading of a word would go wrong, and sizes that are
+# powers of two but not the mapping's (2**62 and 2**63: the header's length added
+# overflows a Py_ssize_t, or wraps a uint64 near the top).
+_EDGES = [
+    *(0, 1, SIZE // 2, SIZE - 1, SIZE, SIZE + 1, 2 * SIZE),
+    *(2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**62, 2**63 - 1, 2**63),
+    *(_TOP - RING_HEADER + 1, _TOP - SIZE, _TOP),
+]
 
 # A header word's new value: absolute, or near the writer's tail (``("near", delta)``),
 # where a head is almost right.

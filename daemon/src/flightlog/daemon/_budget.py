@@ -16,7 +16,12 @@ frames wait for room.
 Each uid other than the daemon's has its own account too (:class:`UidMemory`): its
 connections together may hold at most a share of the budget (``1 / UID_SHARE``) before
 those holding more than the floor stop being read, so one uid cannot take the whole
-budget from the others.
+budget from the others.  Its connections' floors are its too: once they hold its share
+and :data:`UID_FLOOR_ROOM` more, none of them is read (nor loads a checkpoint or
+buffers for a subscription) until the uid holds less, however little each holds.  So
+one uid's many connections cannot each hold a floor beyond its share: before, 250
+connections of one uid, each with all but the last byte of a frame, held 250 MiB more
+than a budget of 64 MiB.
 
 The rings connections read from (docs/protocol.md, "The ring") are charged too, for
 as long as their connection lives: a ring is made only while every ring together
@@ -40,13 +45,15 @@ FLOOR = 1024 * 1024
 #: One uid other than the daemon's holds at most ``1 / UID_SHARE`` of the budget, and
 #: of the rings' part of it.
 UID_SHARE = 2
+#: What the floors of one uid's connections may hold beyond its share, together.
+UID_FLOOR_ROOM = 4 * FLOOR
 
 
 class UidMemory:
     """What one uid's connections hold together; ``limited`` False: the daemon's own
     uid, bounded by the global budget alone."""
 
-    __slots__ = ("held", "limited", "rings")
+    __slots__ = ("held", "limited", "rings", "waiting")
 
     def __init__(self, *, limited: bool) -> None:
         self.limited = limited
@@ -54,12 +61,24 @@ class UidMemory:
         self.held = 0
         #: Bytes of rings, within ``held``.
         self.rings = 0
+        #: Its connections waiting for room (in :attr:`MemoryBudget._waiting` too).
+        self.waiting: dict[object, Callable[[], None]] = {}
 
 
 class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
-    __slots__ = ("_trim", "_trim_below", "_trim_due", "_waiting", "cap", "peak", "rings", "used")
+    __slots__ = (
+        "_trim",
+        "_trim_below",
+        "_trim_due",
+        "_uids",
+        "_waiting",
+        "cap",
+        "peak",
+        "rings",
+        "used",
+    )
 
     def __init__(self, cap: int, *, trim: Callable[[], None] | None = None) -> None:
         self.cap = cap
@@ -75,6 +94,8 @@ class MemoryBudget:
         self.rings = 0
         #: Connections not read until the budget has room again: how to resume each.
         self._waiting: dict[object, Callable[[], None]] = {}
+        #: The uid of each waiter that has one (limited), which also lists it.
+        self._uids: dict[object, UidMemory] = {}
 
     @property
     def spent(self) -> bool:
@@ -83,6 +104,11 @@ class MemoryBudget:
     def uid_spent(self, uid: UidMemory) -> bool:
         """Whether ``uid`` holds its whole share of the budget."""
         return uid.limited and uid.held >= self.cap // UID_SHARE
+
+    def uid_floors_fit(self, uid: UidMemory, count: int = 1) -> bool:
+        """Whether ``count`` more bytes held under its connections' floors keep
+        ``uid`` within its share and :data:`UID_FLOOR_ROOM`."""
+        return not uid.limited or uid.held + count <= self.cap // UID_SHARE + UID_FLOOR_ROOM
 
     def take_ring(self, size: int, uid: UidMemory) -> bool:
         """Charge a ring of ``size`` bytes to the budget and to ``uid``, if rings stay
@@ -105,7 +131,7 @@ class MemoryBudget:
         uid.rings -= size
         uid.held -= size
         if self._waiting:
-            self._freed()
+            self._freed(uid)
 
     def _trimmed(self) -> None:
         """Use fell back after a high: what malloc kept of the freed buffers (megabytes
@@ -121,16 +147,33 @@ class MemoryBudget:
         except RuntimeError:  # no loop: at once
             self._trim()
 
-    def wait(self, who: object, resume: Callable[[], None]) -> None:
+    def wait(self, who: object, resume: Callable[[], None], uid: UidMemory | None = None) -> None:
+        """Call ``resume`` once the budget has room again, or ``uid`` (whose
+        connection ``who`` is) freed some of what it holds."""
         self._waiting[who] = resume
+        if uid is not None and uid.limited:
+            uid.waiting[who] = resume
+            self._uids[who] = uid
 
     def forget(self, who: object) -> None:
         self._waiting.pop(who, None)
+        uid = self._uids.pop(who, None)
+        if uid is not None:
+            uid.waiting.pop(who, None)
 
-    def _freed(self) -> None:
-        if self._waiting and self.used < self.cap:
-            waiting, self._waiting = self._waiting, {}
-            for resume in waiting.values():
+    def _freed(self, uid: UidMemory) -> None:
+        """``uid`` held less: every waiter is resumed when the budget has room, and
+        ``uid``'s own when it is back within its floors' room (each looks again)."""
+        if self.used < self.cap:
+            waiting = list(self._waiting)
+        elif uid.waiting and self.uid_floors_fit(uid):
+            waiting = list(uid.waiting)
+        else:
+            return
+        for who in waiting:
+            resume = self._waiting.get(who)
+            if resume is not None:
+                self.forget(who)
                 resume()
 
 
@@ -162,7 +205,7 @@ class ConnectionBudget:
         budget = self._global
         budget.used -= count
         if budget._waiting:
-            budget._freed()
+            budget._freed(self._uid)
         if budget._trim_due and budget.used < budget._trim_below:
             budget._trimmed()
 
@@ -171,19 +214,22 @@ class ConnectionBudget:
         the budget and the uid's share of it; with ``part``, within that part of
         each (``1 / part``: what subscriptions may take, so that what they hold never
         stops the daemon reading its writers)."""
-        if self.held + count <= FLOOR:
-            return True
         budget, uid = self._global, self._uid
+        if self.held + count <= FLOOR:
+            return budget.uid_floors_fit(uid, count)
         if budget.used + count > budget.cap // part:
             return False
         return not uid.limited or uid.held + count <= budget.cap // UID_SHARE // part
 
     async def reserve(self, count: int, *, part: int = 1) -> None:
         """Charge ``count`` bytes once they fit (:meth:`fits`); a connection that holds
-        nothing always may (a maximum frame is within every budget)."""
-        while self.held and not self.fits(count, part=part):
+        nothing always may (a maximum frame is within every budget), unless its uid
+        is past its floors' room."""
+        while not self.fits(count, part=part) and (
+            self.held or not self._global.uid_floors_fit(self._uid, count)
+        ):
             room: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._global.wait(room, functools.partial(_set, room))
+            self._global.wait(room, functools.partial(_set, room), self._uid)
             try:
                 await room
             finally:
@@ -192,14 +238,15 @@ class ConnectionBudget:
 
     def may_read(self) -> bool:
         """Whether the connection may read more now."""
-        if self.held < FLOOR:
-            return True
         budget = self._global
+        if self.held < FLOOR:
+            return budget.uid_floors_fit(self._uid)
         return not budget.spent and not budget.uid_spent(self._uid)
 
     def wait(self, who: object, resume: Callable[[], None]) -> None:
-        """Call ``resume`` once the global budget has room again."""
-        self._global.wait(who, resume)
+        """Call ``resume`` once the global budget has room again, or the connection's
+        uid is back within its floors' room."""
+        self._global.wait(who, resume, self._uid)
 
     def forget(self, who: object) -> None:
         """``who`` waits for the budget no more."""

@@ -260,6 +260,12 @@ class Channel:
         if self._ring is not None:
             self._on_poke()
             return
+        if not self._budget.may_read():
+            # Its uid's other connections filled the room since this one was
+            # watched: each of them reads once more at most, not a read each.
+            self._pause_reading()
+            self._wait_for_budget()
+            return
         try:
             data = self._sock.recv(self._read_size)
         except (BlockingIOError, InterruptedError):

@@ -32,17 +32,21 @@ from flightlog.protocol.ring import (
 from flightlog.protocol.wire import (
     Create,
     ErrorReply,
+    LoadCheckpoint,
     SessionOpened,
     Status,
     StatusReply,
     Subscribe,
     Subscribed,
+    encode_frame,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import (
     AsUid,
     Signal,
     as_uid,
+    begin,
+    checkpoint,
     create,
     needs_root,
     proc_status_kb,
@@ -349,6 +353,43 @@ def test_one_uids_many_connections_share_its_floors() -> None:
             done.set()
             holder.result(timeout=60)
     print(f"\n{count} connections of one uid: peak RSS growth {growth_kb >> 10} MiB (cap 64 MiB)")
+    assert growth_kb < (cap // 2 + UID_FLOOR_ROOM + (32 << 20)) // 1024, growth_kb
+
+
+def test_one_uids_many_connections_loading_checkpoints_share_its_floors() -> None:
+    """200 connections of one uid each load their session's checkpoint of 400 KiB
+    three times and read none of the replies (issue 27, 4): a connection that holds
+    less than its floor may always have a checkpoint loaded, and before, each of them
+    did, whatever the uid held.  Now the uid's floors stop at its share and 4 MiB."""
+    cap, count = 64 << 20, 200
+    snapshot = b'{"blob":"' + b"x" * (400 << 10) + b'"}'
+
+    def load(path: str, ready: Signal, done: Signal) -> int:
+        clients = [RawClient(path) for _ in range(count)]
+        for client in clients:
+            opened = create(client, f"load/{client.next_id()}-{id(client)}.jsonl")
+            checkpoint(client, opened.session_id, begin(client, opened.session_id).run_id, snapshot)
+            loads = [LoadCheckpoint(id=client.next_id(), session_id=opened.session_id)] * 3
+            client.sock.sendall(b"".join(encode_frame(message) for message in loads))
+        ready.set()
+        done.wait()
+        for client in clients:
+            client.close()
+        return count
+
+    with shared_daemon(*("--max-buffered", str(cap), "--send-timeout", "60")) as daemon:
+        before_kb = proc_status_kb(daemon.pid, "VmRSS")
+        ready, done = Signal(), Signal()
+        loader = AsUid(GREEDY, lambda: load(daemon.socket, ready, done))
+        try:
+            ready.wait()
+            # Another uid is served meanwhile (by then every load has had its turn).
+            assert isinstance(as_uid(OTHER, lambda: _served(daemon.socket)), SessionOpened)
+            growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
+        finally:
+            done.set()
+            loader.result(timeout=60)
+    print(f"\n{count} connections of one uid loading: peak RSS growth {growth_kb >> 10} MiB")
     assert growth_kb < (cap // 2 + UID_FLOOR_ROOM + (32 << 20)) // 1024, growth_kb
 
 

@@ -9,7 +9,9 @@ SIGBUS at its next record), or a sealed ring whose ``head`` it breaks after a wh
 why it refused the ring, and every record must reach the peer, by the socket.  A
 third peer passes a sound ring with a blocking eventfd it never signals, and holds
 the ring full: the agent must look again by itself (it blocked reading the eventfd
-for ever before).
+for ever before).  A fourth passes a pipe's write end where the eventfd belongs and
+holds the ring full: the agent's read of it after a wait failed with a bare OSError
+out of ``record()`` before; the SDK now refuses the ring at the welcome.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from typing import Any
 import pytest
 
 from flightlog.protocol.ring import (
+    MAX_RING_SIZE,
     RING_HEADER,
     RingReader,
     ring_supported,
@@ -93,7 +97,7 @@ record() if kind == "sync" else anyio.run(arecord)
 
 class _HostileDaemon:
     """Serves one connection at a time on ``path``; ``attack`` is ``"shrink"``,
-    ``"head"`` or ``"silent"``."""
+    ``"head"``, ``"silent"`` or ``"pipe"``."""
 
     def __init__(self, path: str, attack: str) -> None:
         self.attack = attack
@@ -140,7 +144,12 @@ class _HostileDaemon:
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
             mapping = mmap.mmap(fd, RING_HEADER + SIZE)
             view = memoryview(mapping)
-            ring.update(fd=fd, room=os.eventfd(0, os.EFD_CLOEXEC), mapping=mapping, view=view)
+            if self.attack == "pipe":
+                out, room = os.pipe2(os.O_CLOEXEC)
+                os.close(out)
+            else:
+                room = os.eventfd(0, os.EFD_CLOEXEC)
+            ring.update(fd=fd, room=room, mapping=mapping, view=view)
             ring["reader"] = RingReader(view, SIZE, threading.Lock())
             self.rings += 1
             return SIZE
@@ -173,7 +182,8 @@ class _HostileDaemon:
         while True:
             reader: RingReader | None = ring.get("reader")
             if reader is not None and not ring.get("done"):
-                if reader.take(feed, 1 << 20) and reader.wanted() and self.attack != "silent":
+                told = self.attack not in ("silent", "pipe")
+                if reader.take(feed, 1 << 20) and reader.wanted() and told:
                     os.eventfd_write(ring["room"], 1)
                 self._maybe_attack(ring)
             with self.lock:
@@ -265,7 +275,7 @@ def _run_agent(daemon: _HostileDaemon, path: str, kind: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize("attack", ["shrink", "head"])
+@pytest.mark.parametrize("attack", ["shrink", "head", "pipe"])
 def test_a_hostile_ring_is_refused_and_records_go_by_the_socket(
     short_tmp: Path, attack: str, kind: str
 ) -> None:
@@ -275,7 +285,8 @@ def test_a_hostile_ring_is_refused_and_records_go_by_the_socket(
     assert daemon.rings == 1  # the reconnect asked for none
     assert said["ring"] is False and said["reconnects"] == 1
     assert said["refused"] is not None
-    assert ("not sealed" if attack == "shrink" else "head") in said["refused"]
+    why = {"shrink": "not sealed", "head": "head", "pipe": "not an eventfd"}[attack]
+    assert why in said["refused"]
     assert said["refusals logged"] == 1
     assert daemon.turns() == list(range(RECORDS))
     if attack == "head":
@@ -308,10 +319,44 @@ def _memfd(size: int, seals: int, *, magic: bool = True) -> int:
 
 
 _SHRINK_SEAL = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+_F_SEAL_FUTURE_WRITE = 0x10  # Linux 5.1; not in fcntl before Python 3.13
 
 
 def _eventfd() -> int:
     return os.eventfd(0, os.EFD_CLOEXEC)
+
+
+def _huge_ring() -> int:
+    """A sealed ring of twice the largest size a daemon makes, laid out as a daemon
+    would (sparse: only its header is written)."""
+    size = 2 * MAX_RING_SIZE
+    fd = os.memfd_create("huge", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, RING_HEADER + size)
+    with mmap.mmap(fd, RING_HEADER + size) as mapping:
+        view = memoryview(mapping)
+        RingReader(view, size, threading.Lock()).release()
+        view.release()
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    return fd
+
+
+def _write_end() -> int:
+    out, into = os.pipe2(os.O_CLOEXEC)
+    os.close(out)
+    return into
+
+
+def _a_file() -> int:
+    """A file of a ring's length (not sealed on tmpfs, no seals at all elsewhere)."""
+    with tempfile.TemporaryFile() as file:
+        file.write(bytes(RING_HEADER + SIZE))
+        return os.dup(file.fileno())
+
+
+def _twice() -> list[int]:
+    """The ring's memfd passed again in the eventfd's place."""
+    fd = _memfd(RING_HEADER + SIZE, _SEALS)
+    return [fd, os.dup(fd)]
 
 
 @pytest.mark.parametrize(
@@ -328,10 +373,45 @@ def _eventfd() -> int:
         (lambda: [*os.pipe()], SIZE, "seals cannot be read"),
         (lambda: [], SIZE, "not passed"),
         (lambda: [_memfd(RING_HEADER + SIZE, _SEALS)], SIZE, "not passed"),
+        # Sealed against writes through a mapping: it cannot be mapped to write.
+        (
+            lambda: [_memfd(RING_HEADER + SIZE, _SEALS | fcntl.F_SEAL_WRITE), _eventfd()],
+            SIZE,
+            "mapped",
+        ),
+        (
+            lambda: [_memfd(RING_HEADER + SIZE, _SEALS | _F_SEAL_FUTURE_WRITE), _eventfd()],
+            SIZE,
+            "mapped",
+        ),
+        # Not a memfd: a file, an eventfd in its place.
+        (lambda: [_a_file(), _eventfd()], SIZE, "seal"),
+        (lambda: [_eventfd(), _memfd(RING_HEADER + SIZE, _SEALS)], SIZE, "seals cannot be read"),
+        # Issue 27, 2: taken before, then fixed.  A sound ring larger than a daemon
+        # makes (it would hold as much of the agent's memory as it wrote through it) ...
+        (lambda: [_huge_ring(), _eventfd()], 2 * MAX_RING_SIZE, "larger than"),
+        # ... and a room descriptor that is no eventfd: its read after a wait failed
+        # (a bare OSError out of record()), or could block for ever (a file on FUSE).
+        (lambda: [_memfd(RING_HEADER + SIZE, _SEALS), _write_end()], SIZE, "not an eventfd"),
+        (_twice, SIZE, "not an eventfd"),
+        (
+            lambda: [_memfd(RING_HEADER + SIZE, _SEALS), os.open(os.devnull, os.O_RDONLY)],
+            SIZE,
+            "not an eventfd",
+        ),
+        (
+            lambda: [_memfd(RING_HEADER + SIZE, _SEALS), os.open("/", os.O_RDONLY)],
+            SIZE,
+            "not an eventfd",
+        ),
     ],
 )
 def test_a_ring_unsafe_to_map_is_refused_before_it_is_mapped(
-    short_tmp: Path, passed: Any, announced: int, why: str, caplog: pytest.LogCaptureFixture
+    short_tmp: Path,
+    passed: Any,
+    announced: int,
+    why: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Each check the SDK makes of a passed ring (a memfd, then an eventfd), in
     process: the ring is refused with the reason, said once, the descriptors are
@@ -356,3 +436,53 @@ def test_a_ring_unsafe_to_map_is_refused_before_it_is_mapped(
     theirs.close()
     said = [r.getMessage() for r in caplog.records if "refused the ring" in r.getMessage()]
     assert len(said) == 1 and why in said[0]
+
+
+def test_descriptors_passed_before_the_welcome_are_kept_two_at_most(
+    short_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer that passes descriptors with every byte before its welcome (issue 27,
+    2): the transport kept them all until the welcome, so a peer that took its time
+    filled the agent's descriptor table (EMFILE for every open of the agent's);
+    now it keeps the first two, closes the rest as they come, and refuses the ring."""
+    ours, theirs = socket.socketpair()
+    transport = SocketTransport(ours, str(short_tmp / "many.sock"), ring=True)
+    room = _eventfd()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(200):
+        socket.send_fds(theirs, [b"w"], [room, room, room])
+        assert transport.receive() == b"w"
+    assert len(transport._fds) == 2
+    assert len(os.listdir("/proc/self/fd")) <= before + 2  # 600 more before
+    transport.welcomed(SIZE)
+    assert transport.ring_refused is not None and "two descriptors" in transport.ring_refused
+    assert transport._fds == [] and len(os.listdir("/proc/self/fd")) <= before
+    assert theirs.recv(1) == b""  # the connection ended
+    transport.close()
+    theirs.close()
+    os.close(room)
+
+
+def test_a_room_descriptor_that_fails_its_read_breaks_the_ring(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /proc is absent an anonymous inode passes for the eventfd; one whose read
+    fails after a wait (an epoll here) breaks the ring like a bad head, a
+    ConnectionLost (the bare OSError reached record() before)."""
+
+    def no_proc(path: str) -> str:
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(os, "readlink", no_proc)
+    ours, theirs = socket.socketpair()
+    transport = SocketTransport(ours, str(short_tmp / "epoll.sock"), ring=True)
+    epoll = select.epoll()
+    transport._fds = [_memfd(RING_HEADER + SIZE, _SEALS), os.dup(epoll.fileno())]
+    transport.welcomed(SIZE)
+    assert transport._ring is not None  # taken: nothing read it, nothing signals
+    with pytest.raises(ConnectionLost, match="broke the ring"):
+        transport.send(b"x" * (SIZE + 1))
+    assert transport.ring_refused is not None and "cannot be read" in transport.ring_refused
+    transport.close()
+    theirs.close()
+    epoll.close()

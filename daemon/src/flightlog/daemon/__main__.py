@@ -23,6 +23,7 @@ import anyio.abc
 import structlog
 
 from flightlog.protocol import FlightlogError
+from flightlog.protocol.ring import MAX_RING_SIZE, MIN_RING_SIZE
 from flightlog.sdk.storage import Limits, parse_age, parse_size
 
 from ._config import Config
@@ -98,9 +99,9 @@ def _ring_size(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value and (value < 4096 or value > 1 << 26 or value & (value - 1)):
+    if value and (value < MIN_RING_SIZE or value > MAX_RING_SIZE or value & (value - 1)):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not 0 or a power of two from 4,096 to {1 << 26:,}"
+            f"{text!r} is not 0 or a power of two from {MIN_RING_SIZE:,} to {MAX_RING_SIZE:,}"
         )
     return value
 

@@ -66,6 +66,8 @@ from ._errors import ErrorCode, RemoteProtocolError
 
 __all__ = [
     "DEFAULT_RING_SIZE",
+    "MAX_RING_SIZE",
+    "MIN_RING_SIZE",
     "RING_HEADER",
     "FenceLock",
     "RingReader",
@@ -78,6 +80,10 @@ __all__ = [
 RING_HEADER: Final = 256
 #: The data area's size the daemon makes by default.
 DEFAULT_RING_SIZE: Final = 512 * 1024
+#: The smallest and the largest data area a daemon makes (``flightlogd --ring-size``);
+#: a client maps none larger, which would hold as much of its memory.
+MIN_RING_SIZE: Final = 4096
+MAX_RING_SIZE: Final = 64 * 1024 * 1024
 #: The first word of a ring: "flightlo" as a little-endian word.
 MAGIC: Final = int.from_bytes(b"flightlo", "little")
 

@@ -59,6 +59,7 @@ from flightlog.protocol import (
     RemoteProtocolError,
 )
 from flightlog.protocol.ring import (
+    MAX_RING_SIZE,
     RING_HEADER,
     RingWriter,
     ring_supported,
@@ -82,6 +83,8 @@ _RINGS: Final = ring_supported(sys.platform, platform.machine(), sys.thread_info
 #: The seals a ring's memfd must hold before it is mapped: no shrinking (a mapping
 #: past the end of the file faults: SIGBUS), and no more changes to the seals.
 _RING_SEALS: Final = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+#: The descriptors a ring comes with: its memfd and the eventfd that tells of room.
+_RING_FDS: Final = 2
 #: Why a ring a daemon passed was refused, by socket path: connections made there
 #: afterwards ask for none.
 _REFUSED_RINGS: dict[str, str] = {}
@@ -194,6 +197,8 @@ def _ring_fault(fd: int, size: int) -> str | None:
     then keep."""
     if size <= 0 or size & (size - 1):
         return f"its announced size {size} is not a power of two"
+    if size > MAX_RING_SIZE:
+        return f"its announced size {size} is larger than a daemon makes ({MAX_RING_SIZE})"
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         status = os.fstat(fd)
@@ -206,6 +211,25 @@ def _ring_fault(fd: int, size: int) -> str | None:
     return None
 
 
+def _room_fault(fd: int) -> str | None:
+    """Why ``fd``, passed as the eventfd that tells of room, is not one (None: it is).
+    Anything else could fail the read after a wait, or block it (a file on a file
+    system that ignores ``O_NONBLOCK``)."""
+    try:
+        kind = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        # No /proc: an anonymous inode (no file type) at least, whose reads honour
+        # O_NONBLOCK; an error from one breaks the ring (_room_told).
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as exc:
+            return f"its room descriptor cannot be read ({exc.strerror or exc})"
+        kind = "anon_inode:[eventfd]" if stat.S_IFMT(mode) == 0 else f"mode {mode:#o}"
+    if kind != "anon_inode:[eventfd]":
+        return f"its room descriptor is not an eventfd ({kind})"
+    return None
+
+
 class _RingEnd:
     """The ring a socket transport sends through, once the daemon passed one."""
 
@@ -214,9 +238,11 @@ class _RingEnd:
         #: Why a ring the daemon at this path passed was refused (None: none was).
         self.ring_refused = _REFUSED_RINGS.get(path) if path is not None else None
         self.wants_ring = (wants_ring() if ring is None else ring) and self.ring_refused is None
-        #: Until welcomed(): descriptors passed with what was received.
+        #: Until welcomed(): descriptors passed with what was received (the first
+        #: two; more are closed as they come, and the ring is refused).
         self._awaiting = self.wants_ring
         self._fds: list[int] = []
+        self._more_fds = False
         self._ring: RingWriter | None = None
         self._mapping: mmap.mmap | None = None
         #: The daemon's eventfd that tells a sender waiting for room of it.
@@ -224,8 +250,16 @@ class _RingEnd:
 
     def _recv_fds(self, flags: int = 0) -> bytes:
         """A receive that keeps the descriptors passed with the bytes (SCM_RIGHTS)."""
-        data, fds, _, _ = socket.recv_fds(self._sock, _CHUNK, 4, flags | socket.MSG_CMSG_CLOEXEC)
-        self._fds.extend(fds)
+        data, fds, _, _ = socket.recv_fds(
+            self._sock, _CHUNK, _RING_FDS + 1, flags | socket.MSG_CMSG_CLOEXEC
+        )
+        for fd in fds:
+            if len(self._fds) < _RING_FDS:
+                self._fds.append(fd)
+            else:
+                # However many a peer passes before its Welcome, two are kept.
+                self._more_fds = True
+                os.close(fd)
         return data
 
     def welcomed(self, ring: int) -> None:
@@ -236,7 +270,10 @@ class _RingEnd:
         fds, self._fds = self._fds, []
         try:
             if ring:
-                fault = "it was not passed" if len(fds) != 2 else _ring_fault(fds[0], ring)
+                if len(fds) != _RING_FDS or self._more_fds:
+                    fault: str | None = "it was not passed with its two descriptors"
+                else:
+                    fault = _ring_fault(fds[0], ring) or _room_fault(fds[1])
                 if fault is not None:
                     self._refuse(fault)
                     return
@@ -286,6 +323,13 @@ class _RingEnd:
         self._refuse(f"its header broke: {exc.message}")
         return ConnectionLost(f"the daemon broke the ring: {exc.message}")
 
+    def _broken_room(self, exc: OSError) -> ConnectionLost:
+        """The eventfd that tells of room failed to be read: the ring is refused (as
+        :meth:`_refuse`), and the connection is lost."""
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        self._refuse(f"its room descriptor cannot be read ({reason})")
+        return ConnectionLost(f"the daemon broke the ring: {reason}")
+
     def _poke(self) -> None:
         """Wake the daemon: one byte on the socket (a full socket is awake already)."""
         try:
@@ -296,9 +340,14 @@ class _RingEnd:
             raise _lost(exc) from exc
 
     def _room_told(self) -> None:
-        """Take the eventfd's count (it was signalled, or the wait timed out)."""
-        with contextlib.suppress(BlockingIOError):
+        """Take the eventfd's count (it was signalled, or the wait timed out); one
+        that fails to be read breaks the ring (ConnectionLost)."""
+        try:
             os.eventfd_read(self._room_fd)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            raise self._broken_room(exc) from None
 
     def _hung_up(self) -> bool:
         """Whether the daemon closed the connection (polled, no wait)."""

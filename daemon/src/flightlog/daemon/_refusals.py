@@ -2,7 +2,8 @@
 
 Every refusal is worth a line, until a client sends thousands: 6.7 MB of bad requests
 once made 23 MB of log.  Each client (the connection, as a :class:`~._peers.Peer` or
-itself) may have :data:`BURST` refusals logged per :data:`WINDOW` seconds; the rest
+itself) may have :data:`BURST` refusals logged per window (:data:`WINDOW` seconds
+unless the daemon sets another, its ``--refusal-window``: :func:`set_window`); the rest
 are counted, and the next line logged for it (or the one at its end, from
 :func:`log_dropped`) says how many were left out (``dropped``).  A client that does
 not end has its count said by :func:`log_dropped_after_window` once its window is
@@ -26,13 +27,21 @@ __all__ = [
     "log_dropped_after_window",
     "log_dropped_by_uid",
     "log_refusal",
+    "set_window",
     "uid_refusals",
 ]
 
 #: Refusals logged per client and window at most.
 BURST: Final = 20
-#: Seconds of a window.
+#: Seconds of a window by default.
 WINDOW: Final = 10.0
+_window = WINDOW
+
+
+def set_window(seconds: float) -> None:
+    """Make a window ``seconds`` long (the daemon's ``--refusal-window``, set at start)."""
+    global _window
+    _window = seconds
 
 
 class _Count:
@@ -73,7 +82,7 @@ def log_refusal(client: object, logger: Any, **fields: Any) -> None:
     is logged."""
     now = time.monotonic()
     count = _counts.get(client)
-    if count is None or now - count.started >= WINDOW:
+    if count is None or now - count.started >= _window:
         dropped = count.dropped if count is not None else 0
         count = _counts[client] = _Count(now)
         if dropped:
@@ -104,7 +113,7 @@ def log_dropped_after_window(client: object, logger: Any) -> bool:
     """Once ``client``'s window is over: say how many refusals were not logged, if any,
     and forget it (True); False while its window lasts."""
     count = _counts.get(client)
-    if count is not None and time.monotonic() - count.started < WINDOW:
+    if count is not None and time.monotonic() - count.started < _window:
         return False
     log_dropped(client, logger)
     return True

@@ -46,7 +46,7 @@ from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
-from ._refusals import WINDOW, log_dropped_by_uid, log_refusal, uid_refusals
+from ._refusals import log_dropped_by_uid, log_refusal, set_window, uid_refusals
 from ._retention import Retention
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
@@ -253,7 +253,7 @@ class Daemon:
         and on a shared daemon every refusal of its own) were not logged: a uid refused
         thousands a second must not flood the journal."""
         while True:
-            await anyio.sleep(WINDOW)
+            await anyio.sleep(self.config.refusal_window)
             log_dropped_by_uid(log)
 
     async def _report_status(self, notifier: Notifier) -> None:
@@ -301,6 +301,7 @@ async def serve(
     """
     roots = Roots(config.root, config.allow)
     config = _fit_descriptors(config, len(roots.allowed))
+    set_window(config.refusal_window)
     os.makedirs(roots.root, mode=0o700, exist_ok=True)
     with _root_lock(roots.root):
         socket_paths: list[str] = []

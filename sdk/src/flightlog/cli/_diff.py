@@ -84,9 +84,16 @@ def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _normal(value: Any) -> Any:
-    """``value`` without the members that differ between any two runs."""
+    """``value`` without the members that differ between any two runs: the ids of the
+    protocol's typed objects (a ``$type`` member), never what a tool was given (a
+    tool call's ``arguments``, which may well hold an ``id``)."""
     if isinstance(value, Mapping):
-        return {k: _normal(v) for k, v in value.items() if k not in _IDS}
+        typed = "$type" in value
+        return {
+            k: v if k == "arguments" else _normal(v)
+            for k, v in value.items()
+            if not (typed and k in _IDS)
+        }
     if isinstance(value, list):
         return [_normal(item) for item in value]
     return value
@@ -229,7 +236,7 @@ def _side(spec: str, args: argparse.Namespace) -> Side:
             given = inputs.messages.get((call.kind, call.id, call.attempt))
         else:
             name = call.name or call.kind
-            given = _normal(call.arguments)
+            given = call.arguments
         steps.append(Step(call.kind, name, given, call.result, call.error, call.status, call))
     return Side(label, run, steps)
 

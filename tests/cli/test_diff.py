@@ -261,3 +261,46 @@ def test_an_argument_named_id_is_compared(module_daemon: DaemonProcess) -> None:
     assert tool_call == {"$type": "tool_call", "name": "get_order", "arguments": {"id": 18}}
     followed = json.loads(out)["followed"]
     assert followed[0]["a"]["input"] == {"id": 17} and followed[0]["b"]["input"] == {"id": 18}
+
+
+def _write_run(session: Any, tag: str, body: str, thought: str) -> None:
+    """A model call that thinks, then asks for write_file with a long ``content``."""
+    with session.begin_run() as run:
+        m1 = events.Execution(id=f"m1-{tag}", kind="model")
+        run.record(
+            events.ModelRequest(execution=m1, messages=[events.UserMessage(content="Save it.")])
+        )
+        ask = events.ToolCallPart(
+            id=f"call_{tag}", name="write_file", arguments={"path": "/tmp/out", "content": body}
+        )
+        message = events.AssistantMessage(
+            content=[events.ThinkingPart(thinking=thought, signature=f"sig-{tag}"), ask]
+        )
+        run.record(events.ModelExecEnd(execution=m1, message=message))
+
+
+def test_what_a_model_gave_back_is_compared_whole(module_daemon: DaemonProcess) -> None:
+    """The short form of a response (a tool call's arguments cut at 40 characters, a
+    thinking part as [thinking]) is how it is shown, not what is compared."""
+    body = "line one of a long file, " * 4
+    with connect(module_daemon.socket) as client:
+        session = client.create("writes.jsonl")
+        _write_run(session, "a", body + "the end", "Save to /tmp.")
+        _write_run(session, "b", body + "the end", "Save to /tmp.")
+        _write_run(session, "c", body + "THE END", "Save to /tmp.")
+        _write_run(session, "d", body + "the end", "Save to /var.")
+        session.close()
+    path = module_daemon.root / "writes.jsonl"
+    assert diff(path, "1", "2")[0] == 0
+    status, out, _ = diff(path, "1", "3", "--color", "never")
+    assert status == 6 and "! first divergence at call 1: model" in out, out
+    assert "the endline" not in out and "the end" in out and "THE END" in out
+    status, out, _ = diff(path, "1", "4", "--json")
+    assert status == 6, out
+    divergence = json.loads(out)["divergence"]
+    assert divergence["a"]["output"] == divergence["b"]["output"]
+    assert divergence["b"]["returned"]["content"][0] == {
+        "$type": "thinking",
+        "thinking": "Save to /var.",
+        "redacted": False,
+    }

@@ -4,8 +4,9 @@ Both extensions (protocol/setup.py builds them) are compiled again with
 ``-fsanitize=address,undefined`` into a temporary copy of ``flightlog.protocol``, and
 a driver process (libasan preloaded, Python's allocator off so that ASan sees every
 buffer) runs the differential tests on them: the sender's (test_sender.py: the record
-frame, and the ring writer against hostile headers, rewritten between calls and by
-another process during them) and the speedups' (test_speedups.py), with their
+frame, and the ring writer against hostile headers, rewritten between calls, by
+another process during them, and between any two loads: this build of the sender is
+the scripted one, FLIGHTLOG_RING_SCRIPT) and the speedups' (test_speedups.py), with their
 explicit examples and fewer random ones.  Any memory
 error or undefined behaviour stops the driver with the sanitizer's report, which the
 assertion shows.  Only a machine without gcc skips it.
@@ -39,6 +40,7 @@ import pytest
 from flightlog.protocol import _accel, _sender, _speedups
 for module in (_sender, _speedups):
     assert module.__file__.startswith(build), module.__file__
+assert hasattr(_sender, "script"), "the sanitized sender is not the scripted build"
 assert _accel.CRingWriter is _sender.RingWriter and _accel.SPEEDUPS
 with open("/proc/self/maps") as maps:
     mapped = maps.read()
@@ -66,6 +68,9 @@ sys.exit(pytest.main(["-q", "-x", "-n", "0", "-p", "no:cacheprovider", *tests], 
 
 
 def _compile(gcc: str, source: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    # The sender with its loads scripted (FLIGHTLOG_RING_SCRIPT): test_sender.py's
+    # scripted test then runs on this build too.
+    script = ["-DFLIGHTLOG_RING_SCRIPT"] if source.stem == "_sender" else []
     return subprocess.run(
         [
             gcc,
@@ -75,6 +80,7 @@ def _compile(gcc: str, source: Path, target: Path) -> subprocess.CompletedProces
             "-g",
             "-fsanitize=address,undefined",
             "-fno-omit-frame-pointer",
+            *script,
             f"-I{sysconfig.get_paths()['include']}",
             str(source),
             "-o",

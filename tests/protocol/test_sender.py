@@ -9,13 +9,18 @@ Both sides run the same input; C must also take the common case, or it is dead w
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import mmap
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import hypothesis.strategies as st
 import pytest
@@ -25,6 +30,7 @@ from flightlog.protocol import (
     LocalProtocolError,
     RemoteProtocolError,
     _accel,
+    _ring,
 )
 from flightlog.protocol.ring import (
     RING_HEADER,
@@ -173,15 +179,20 @@ class _Side:
     guard after it."""
 
     def __init__(self, c: bool) -> None:
+        lock = self.lay_out()
+        self.writer: Any = _accel.CRingWriter(self.buf) if c else RingWriter(self.buf, lock)
+
+    def lay_out(self) -> threading.Lock:
+        """The buffer, the guard and the reader; the lock the writer is to take."""
         self.whole = bytearray([_FILL]) * (RING_HEADER + SIZE + GUARD)
         self.buf = memoryview(self.whole)[: RING_HEADER + SIZE]
         self.words = self.buf[:RING_HEADER].cast("Q")
         self.buf[:] = bytes(RING_HEADER + SIZE)
         lock = threading.Lock()
         self.reader = RingReader(self.buf, SIZE, lock)
-        self.writer: Any = _accel.CRingWriter(self.buf) if c else RingWriter(self.buf, lock)
         self.out = bytearray()
         self.tail = 0  # what the writer published, as it said
+        return lock
 
     def step(self, name: str, arg: Any) -> object:
         if name == "set":
@@ -385,3 +396,178 @@ def test_the_c_writer_refuses_what_is_no_ring_and_lets_go_of_the_mapping() -> No
     buf.append(0)
     with pytest.raises(ValueError):
         writer.write(b"x")  # as a released memoryview: the transport's "closed"
+
+
+# ------------------------------------------------ a header rewritten between any two loads
+#
+# A daemon's side may rewrite a word between any two loads of it, also within one call
+# (test_a_head_rewritten_during_the_writes_never_leads_outside_the_ring races it, but
+# a race between two loads nanoseconds apart is rarely won).  Here every load has a
+# value of its own: the C writer built with FLIGHTLOG_RING_SCRIPT takes each load of
+# a header word from a script (the sanitizers' build is one too), and the Python
+# writer reads through words that do the same.  Hypothesis writes the scripts (the
+# ring as handed over, then values for each call's loads of ``head`` and ``asleep``);
+# both writers must make the same loads in the same order, give the same answers and
+# leave the same bytes, and neither may write outside the ring.  A writer that loaded
+# ``head`` twice in a call (one load checked, another used) differs in its loads at the
+# first call that reads it, whatever values the loads see.
+
+_SOURCE = Path(__file__).resolve().parents[2] / "protocol/src/flightlog/protocol/_sender.c"
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``_sender`` built with FLIGHTLOG_RING_SCRIPT: the one imported when it is (the
+    sanitizers' build), else one compiled here."""
+    from flightlog.protocol import _sender
+
+    if hasattr(_sender, "script"):
+        return _sender
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc is absent: the scripted build needs it")
+    target = (
+        tmp_path_factory.mktemp("scripted") / f"_sender{sysconfig.get_config_var('EXT_SUFFIX')}"
+    )
+    include = f"-I{sysconfig.get_paths()['include']}"
+    command = [gcc, "-shared", "-fPIC", "-O2", "-DFLIGHTLOG_RING_SCRIPT", include]
+    subprocess.run([*command, str(_SOURCE), "-o", str(target)], check=True, timeout=300)
+    spec = importlib.util.spec_from_file_location("flightlog.protocol._sender", target)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _ScriptedWords:
+    """The Python writer's view of the header, whose loads take a script's values as
+    the C writer's do (and are traced)."""
+
+    def __init__(self, words: memoryview) -> None:
+        self.words = words
+        self.scripts: dict[int, list[int]] = {}
+        self.trace: list[int] = []
+
+    def __getitem__(self, index: int) -> int:
+        self.trace.append(index)
+        if self.scripts.get(index):
+            self.words[index] = self.scripts[index].pop(0)
+        return int(self.words[index])
+
+    def __setitem__(self, index: int, value: int) -> None:
+        self.words[index] = value
+
+    def release(self) -> None:
+        self.words.release()
+
+
+class _ScriptedSide(_Side):
+    """A side whose writer's loads of header words follow scripts: the C writer of
+    ``module``, or (None) the Python one."""
+
+    def __init__(self, module: Any, scripts: dict[int, list[int]]) -> None:
+        self.module = module
+        lock = self.lay_out()
+        self.proxy = _ScriptedWords(self.buf[:RING_HEADER].cast("Q"))
+
+        def make() -> Any:
+            if module is not None:
+                return module.RingWriter(self.buf)
+            with mock.patch.object(_ring, "_words", lambda buf: self.proxy):
+                return RingWriter(self.buf, lock)
+
+        made, self.made_loads = self.loads(scripts, make)
+        self.writer: Any = None
+        if isinstance(made, tuple):  # refused: its error
+            self.made: object = made
+        else:
+            self.writer, self.made = made, made.size
+
+    def loads(self, scripts: dict[int, list[int]], call: Any) -> tuple[object, list[int]]:
+        """``call()``'s answer (or error) with the writer's loads following
+        ``scripts``, and the words it loaded, in order."""
+        if self.module is None:
+            self.proxy.scripts = {word: list(values) for word, values in scripts.items()}
+            self.proxy.trace = []
+            answer = _answer(call)
+            self.proxy.scripts = {}
+            return answer, self.proxy.trace
+        self.module.script(scripts)
+        try:
+            answer = _answer(call)
+            return answer, self.module.trace()
+        finally:
+            self.module.script(None)
+
+    def scripted_step(
+        self, name: str, arg: Any, scripts: dict[str, list[Any]]
+    ) -> tuple[object, list[int]]:
+        """A step whose loads of ``head`` and ``asleep`` take ``scripts``' values
+        (``("near", delta)``: that far from the tail published)."""
+        values = {
+            _WORDS[word]: [
+                (self.tail + v[1]) % 2**64 if isinstance(v, tuple) else v for v in script
+            ]
+            for word, script in scripts.items()
+        }
+        return self.loads(values, lambda: self.step(name, arg))
+
+
+def _answer(call: Any) -> object:
+    try:
+        return call()
+    except (RemoteProtocolError, ValueError) as exc:
+        return type(exc), getattr(exc, "code", None), str(exc)
+
+
+_scripts = st.fixed_dictionaries(
+    {"head": st.lists(_values, max_size=3), "asleep": st.lists(_values, max_size=2)}
+)
+_scripted_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.binary(min_size=1, max_size=3 * SIZE), _scripts),
+        st.tuples(st.sampled_from(["room", "wait", "poke_due"]), st.none(), _scripts),
+        st.tuples(st.just("take"), st.integers(1, 2 * SIZE), st.just({})),
+        st.tuples(st.sampled_from(["sleep", "wake", "hang_up", "waited"]), st.none(), st.just({})),
+    ),
+    max_size=40,
+)
+_handed = st.fixed_dictionaries(
+    {},
+    optional={
+        word: st.lists(st.one_of(st.just(value), _field_values), min_size=1, max_size=2)
+        for word, value in [
+            ("magic", int.from_bytes(b"flightlo", "little")),
+            ("size", SIZE),
+            ("head", 0),
+            ("tail", 0),
+        ]
+    },
+)
+
+
+@given(handed=_handed, steps=_scripted_steps)
+@example(
+    handed={},
+    steps=[
+        ("write", b"x" * 40, {"head": [], "asleep": []}),
+        ("write", b"y" * 40, {"head": [("near", -40), _TOP], "asleep": [1, 1]}),
+        ("write", b"z" * 30, {"head": [30, _TOP], "asleep": []}),
+    ],
+)
+@example(handed={"size": [SIZE, 2**63]}, steps=[("write", b"x" * 70, {"head": [], "asleep": []})])
+def test_both_writers_make_the_same_loads_whatever_each_load_finds(
+    scripted: Any, handed: dict[str, list[int]], steps: list[tuple[str, Any, dict[str, Any]]]
+) -> None:
+    handing = {_WORDS[word]: values for word, values in handed.items()}
+    python, c = _ScriptedSide(None, handing), _ScriptedSide(scripted, handing)
+    assert (c.made, c.made_loads) == (python.made, python.made_loads)
+    assert bytes(c.buf) == bytes(python.buf)
+    if python.writer is None:
+        return
+    for name, arg, scripts in steps:
+        expected = python.scripted_step(name, arg, scripts)
+        assert c.scripted_step(name, arg, scripts) == expected, (name, arg, scripts)
+        assert bytes(c.buf) == bytes(python.buf)
+        assert c.guard_intact() and python.guard_intact()
+    assert c.out == python.out

@@ -31,8 +31,11 @@ def test_the_extension_is_in_use_unless_switched_off() -> None:
 SOURCE = Path(__file__).resolve().parents[2] / "protocol" / "src" / "flightlog" / "protocol"
 
 
-@pytest.mark.parametrize("source", ["_speedups.c", "_sender.c"])
-def test_the_c_source_compiles_without_a_warning(source: str) -> None:
+@pytest.mark.parametrize(
+    ("source", "defines"),
+    [("_speedups.c", []), ("_sender.c", []), ("_sender.c", ["-DFLIGHTLOG_RING_SCRIPT"])],
+)
+def test_the_c_source_compiles_without_a_warning(source: str, defines: list[str]) -> None:
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         pytest.skip("no C compiler")
@@ -44,6 +47,7 @@ def test_the_c_source_compiles_without_a_warning(source: str) -> None:
             "-Wextra",
             "-Wshadow",
             "-Werror",
+            *defines,
             f"-I{sysconfig.get_paths()['include']}",
             str(SOURCE / source),
         ],

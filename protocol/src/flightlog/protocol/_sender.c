@@ -21,7 +21,8 @@ Python version (tests/protocol/test_sender.py holds them equal):
   writer's own tail), and a bad one raises what the Python end raises, with nothing
   written.  So no header, however and whenever the daemon's side rewrites it, makes
   a copy leave the data area (tests/protocol/test_sender.py, also under
-  AddressSanitizer and UBSan).
+  AddressSanitizer and UBSan; built with FLIGHTLOG_RING_SCRIPT, every load of a
+  header word takes a test's value, and must be one the Python end makes too).
 
 No Python code runs during a call: the GIL holds other threads off the ring.
 */
@@ -209,10 +210,45 @@ typedef struct {
     uint64_t poked; /* the daemon's wait poked last */
 } RingWriterObject;
 
+#ifdef FLIGHTLOG_RING_SCRIPT
+/* Tests only (tests/protocol/test_sender.py builds the module with it; no build of the
+   package does): each load of a header word takes the next value of that word's
+   script, stored there first as the daemon's side may have done just before, and is
+   noted in a trace.  So a test gives every load a value of its own, and sees which
+   loads a call makes and in what order: the Python writer must make the same. */
+#define SCRIPT_WORDS (RING_HEADER / 8)
+#define SCRIPT_LENGTH 64
+static struct {
+    uint64_t values[SCRIPT_LENGTH];
+    Py_ssize_t count, next;
+} script[SCRIPT_WORDS];
+static int scripted = 0;
+static unsigned char trace[4096];
+static Py_ssize_t traced = 0;
+#endif
+
+/* A header word, loaded once: every value read from the header goes through here. */
+static inline uint64_t
+load_at(volatile uint64_t *words, int index)
+{
+#ifdef FLIGHTLOG_RING_SCRIPT
+    if (scripted) {
+        if (traced < (Py_ssize_t)sizeof(trace)) {
+            trace[traced++] = (unsigned char)index;
+        }
+        if (script[index].next < script[index].count) {
+            __atomic_store_n(&words[index], script[index].values[script[index].next++],
+                             __ATOMIC_RELAXED);
+        }
+    }
+#endif
+    return __atomic_load_n(&words[index], __ATOMIC_RELAXED);
+}
+
 static inline uint64_t
 load_word(RingWriterObject *self, int index)
 {
-    return __atomic_load_n(&self->words[index], __ATOMIC_RELAXED);
+    return load_at(self->words, index);
 }
 
 static inline void
@@ -258,13 +294,13 @@ RingWriter_init(RingWriterObject *self, PyObject *args, PyObject *kwargs)
     }
     else {
         volatile uint64_t *words = (volatile uint64_t *)self->view.buf;
-        uint64_t size = words[W_SIZE];
-        if (words[W_MAGIC] != MAGIC || size == 0 || (size & (size - 1)) ||
+        uint64_t size = load_at(words, W_SIZE);
+        if (load_at(words, W_MAGIC) != MAGIC || size == 0 || (size & (size - 1)) ||
             size > (uint64_t)PY_SSIZE_T_MAX - RING_HEADER ||
             (uint64_t)len != RING_HEADER + size) {
             why = "the mapping is not a ring of the size it announces";
         }
-        else if (words[W_HEAD] || words[W_TAIL]) {
+        else if (load_at(words, W_HEAD) || load_at(words, W_TAIL)) {
             why = "the ring is not new: its head or tail is not 0";
         }
         else {
@@ -488,9 +524,65 @@ static PyType_Spec RingWriter_spec = {
 
 /* ------------------------------------------------------------------ the module */
 
+#ifdef FLIGHTLOG_RING_SCRIPT
+/* script({word: [values]}) scripts the loads from now on and empties the trace;
+   script(None) ends it.  trace() -> the words loaded since, in order. */
+static PyObject *
+sender_script(PyObject *Py_UNUSED(module), PyObject *scripts)
+{
+    for (int i = 0; i < SCRIPT_WORDS; i++) {
+        script[i].count = script[i].next = 0;
+    }
+    traced = 0;
+    scripted = 0;
+    if (scripts == Py_None) {
+        Py_RETURN_NONE;
+    }
+    if (!PyDict_Check(scripts)) {
+        PyErr_SetString(PyExc_TypeError, "script takes a dict or None");
+        return NULL;
+    }
+    scripted = 1;
+    PyObject *key, *values;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(scripts, &at, &key, &values)) {
+        long index = PyLong_AsLong(key);
+        Py_ssize_t count = PyList_Size(values);
+        if (index < 0 || index >= SCRIPT_WORDS || count < 0 || count > SCRIPT_LENGTH) {
+            scripted = 0;
+            PyErr_SetString(PyExc_ValueError, "a script of a word out of the header");
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < count; k++) {
+            script[index].values[k] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(values, k));
+        }
+        script[index].count = count;
+        if (PyErr_Occurred()) {
+            scripted = 0;
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+sender_trace(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    PyObject *list = PyList_New(traced);
+    for (Py_ssize_t i = 0; list != NULL && i < traced; i++) {
+        PyList_SET_ITEM(list, i, PyLong_FromLong(trace[i]));
+    }
+    return list;
+}
+#endif
+
 static PyMethodDef sender_methods[] = {
     {"encode_record", (PyCFunction)(void (*)(void))sender_encode_record, METH_FASTCALL,
      encode_record_doc},
+#ifdef FLIGHTLOG_RING_SCRIPT
+    {"script", (PyCFunction)sender_script, METH_O, NULL},
+    {"trace", (PyCFunction)sender_trace, METH_NOARGS, NULL},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

@@ -471,3 +471,20 @@ def test_resume_of_a_session_being_written_reads_one_moment(daemon: DaemonProces
             started = {line["data"]["execution"]["id"] for line in lines if line["type"] in begun}
             ended = {line["data"]["execution"]["id"] for line in lines if "_end" in line["type"]}
             assert {c["id"] for c in found["open_calls"]} == started - ended
+
+
+def test_repair_says_it_removed_an_unfinished_last_line(daemon: DaemonProcess) -> None:
+    """The daemon's open removes a last line a crash cut short: --repair says so."""
+    with connect(daemon.socket) as client:
+        record_cut_session(client, "torn.jsonl")
+    path = daemon.root / "torn.jsonl"
+    torn = b'{"session_id":"x","seq":99,"type":"tool_exec_en'
+    with path.open("ab") as file:
+        file.write(torn)
+    code, found = resume_json(daemon, path, "--repair")
+    assert code == 0, found
+    assert found["truncated_bytes"] == len(torn)
+    assert found["repaired"] == [{"tool_call_id": "c2", "name": "cat"}]
+    assert path.read_bytes().endswith(b"\n") and check(path).sound
+    code, text, _ = cli(daemon, "resume", path, "--repair")
+    assert code == 0 and "removed an unfinished" not in text

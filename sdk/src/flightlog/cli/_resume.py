@@ -261,7 +261,7 @@ def _origin_json(origin: Origin | None) -> dict[str, Any] | None:
     return msgspec.to_builtins(origin) if origin is not None else None
 
 
-def _as_json(state: _State, repaired: list[tuple[str, str]]) -> dict[str, Any]:
+def _as_json(state: _State, repaired: list[tuple[str, str]], truncated: int) -> dict[str, Any]:
     summary, conversation = state.summary, state.conversation
     prompt = conversation.prompt if conversation is not None else None
     checkpoint = state.checkpoint
@@ -301,6 +301,7 @@ def _as_json(state: _State, repaired: list[tuple[str, str]]) -> dict[str, Any]:
         "conversation_error": state.broken,
         "unpaired": [{"tool_call_id": i, "name": n} for i, n in state.unpaired],
         "repaired": [{"tool_call_id": i, "name": n} for i, n in repaired],
+        "truncated_bytes": truncated,
         "error": None
         if state.failure is None
         else f"line {state.failure.line}: {state.failure.reason}",
@@ -311,7 +312,7 @@ def _out(text: str = "") -> None:
     sys.stdout.write(one_line(text) + "\n")
 
 
-def _print(state: _State, repaired: list[tuple[str, str]], style: Style) -> None:
+def _print(state: _State, repaired: list[tuple[str, str]], truncated: int, style: Style) -> None:
     summary = state.summary
     _out(f"{style.bold('session')} {summary.session_id or '?'}  {state.path}")
     if state.origin is not None:
@@ -350,6 +351,8 @@ def _print(state: _State, repaired: list[tuple[str, str]], style: Style) -> None
             f"(line {call.first_seq}, run {(call.run_id or '')[:8]})"
         )
     _print_conversation(state, style)
+    if truncated:
+        _out(f"removed an unfinished last line of {truncated} bytes (a write cut short)")
     for call_id, name in repaired:
         _out(style.green(f"repaired  tool call {call_id} ({name}): an error result, marked"))
     if state.unpaired:
@@ -410,8 +413,9 @@ def _repair_event(call_id: str, name: str, state: _State) -> ToolExecEnd:
     )
 
 
-def _repair(state: _State, args: argparse.Namespace) -> list[tuple[str, str]]:
-    """Write the repairs; returns the tool calls answered (``(tool_call_id, name)``)."""
+def _repair(state: _State, args: argparse.Namespace) -> tuple[list[tuple[str, str]], int]:
+    """Write the repairs; returns the tool calls answered (``(tool_call_id, name)``) and
+    the bytes of the unfinished last line the daemon removed when it opened the file."""
     _repairable(state)
     with connect(args.socket, client_name=_CLIENT_NAME) as client:
         # Refused (session_busy, naming the holder) while a writer holds the session;
@@ -431,7 +435,8 @@ def _repair(state: _State, args: argparse.Namespace) -> list[tuple[str, str]]:
         finally:
             session.close()
     answered = done | {call_id for call_id, _ in left}
-    return [(call_id, name) for call_id, name in before if call_id in answered]
+    repaired = [(call_id, name) for call_id, name in before if call_id in answered]
+    return repaired, session.truncated_bytes
 
 
 def _repairable(state: _State) -> None:
@@ -548,15 +553,16 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
         )
     state = _load(args.path, args)
     repaired: list[tuple[str, str]] = []
+    truncated = 0
     if args.repair:
-        repaired = _repair(state, args)
+        repaired, truncated = _repair(state, args)
         state = _load(args.path, args)
     elif args.fork is not None:
         state = _load(_fork(state, args), args)
     if args.json:
-        sys.stdout.write(msgspec.json.encode(_as_json(state, repaired)).decode() + "\n")
+        sys.stdout.write(msgspec.json.encode(_as_json(state, repaired, truncated)).decode() + "\n")
     else:
-        _print(state, repaired, style)
+        _print(state, repaired, truncated, style)
     if state.failure is not None:
         return EXIT_UNSOUND
     return EXIT_GAPS if state.unpaired and state.writer is None else EXIT_OK

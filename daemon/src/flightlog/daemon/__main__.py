@@ -340,8 +340,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_window,
         default=defaults.refusal_window,
         metavar="SECONDS",
-        help=f"log at most {BURST} refusals of a client (a connection, or a uid) in a "
-        "window this long, and count the rest (default: %(default)s)",
+        help=f"log at most {BURST} refusals of a client (a connection, or a uid), and "
+        f"{BURST} connections opened by a uid, in a window this long, and count the rest "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--max-buffered",

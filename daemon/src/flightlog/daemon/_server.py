@@ -248,10 +248,11 @@ class Daemon:
                     continue
                 task_group.start_soon(self._handle, stream)
 
-    async def _report_refusals(self) -> None:
+    async def _report_dropped(self) -> None:
         """Each window, say how many refusals of each uid (its refused connections,
-        and on a shared daemon every refusal of its own) were not logged: a uid refused
-        thousands a second must not flood the journal."""
+        and on a shared daemon every refusal of its own) and how many of its
+        connections' lines were not logged: a uid refused thousands a second, or
+        connecting thousands of times, must not flood the journal."""
         while True:
             await anyio.sleep(self.config.refusal_window)
             log_dropped_by_uid(log)
@@ -337,7 +338,7 @@ async def serve(
                 async with anyio.create_task_group() as conns_tg:
                     for listener in anyio_listeners:
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
-                    actors_tg.start_soon(daemon._report_refusals)
+                    actors_tg.start_soon(daemon._report_dropped)
                     actors_tg.start_soon(retention.run)
                     actors_tg.start_soon(sessions.compressor.run)
                     if notifier is not None:

@@ -443,6 +443,10 @@ def test_resume_repair_and_fork_of_a_session_a_live_agent_writes(daemon: DaemonP
         assert code == 5 and not out, out
         assert "session_busy" in err and f"pid {agent.pid} (live-agent)" in err, err
         assert path.read_bytes() == before
+        # Through the daemon (not readable here), the same moment.
+        code, there = resume_json(daemon, "live.jsonl", env=ELSEWHERE)
+        assert code == 0 and there.pop("path") == "live.jsonl"
+        assert there == {k: v for k, v in found.items() if k != "path"}
         forked = _fork(daemon, path, "from-live.jsonl")
         assert forked["origin"]["seq"] == 15 and forked["origin"]["run_id"] == run_id
         assert forked["writer"] is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -355,10 +356,12 @@ def test_repair_and_fork_through_the_daemon(daemon: DaemonProcess) -> None:
 #: An agent process: a tool-calling loop through the SDK (a model call asks for one
 #: tool, it runs, the next model call continues with its result, a checkpoint after
 #: each turn).  ``hold``: in turn 2's tool it syncs, says "in tool" and waits on stdin;
-#: ``stream``: it never stops, and says "turn N" every 20 turns.
+#: ``share`` the same, having forked a child that keeps its connection open and does
+#: nothing (it says "in tool CHILD_PID"); ``stream``: it never stops, and says "turn N"
+#: every 20 turns.
 LIVE_AGENT = textwrap.dedent(
     """
-    import sys
+    import os, sys, time
     from flightlog.protocol import events as e
     from flightlog.sdk import connect
 
@@ -379,9 +382,14 @@ LIVE_AGENT = textwrap.dedent(
             ))
             t = e.Execution(id=f"t{turn}", kind="tool", parent_id=m.id, turn_index=turn)
             run.record(e.ToolExecStart(execution=t, tool_call_id=call.id, name="tool"))
-            if mode == "hold" and turn == 2:
+            if mode in ("hold", "share") and turn == 2:
                 session.sync()
-                print("in tool", flush=True)
+                child = os.fork() if mode == "share" else 0
+                if mode == "share" and child == 0:
+                    os.closerange(0, 3)  # the connection's socket stays open
+                    time.sleep(600)
+                    os._exit(0)
+                print("in tool", child or "", flush=True)
                 sys.stdin.read()
             content = [e.TextPart(text=f"done {call.id}")]
             run.record(e.ToolExecEnd(
@@ -390,13 +398,15 @@ LIVE_AGENT = textwrap.dedent(
             results = [e.ToolResultMessage(tool_call_id=call.id, name="tool", content=content)]
             run.save_checkpoint({"turn": turn})
             previous = m.id
-            if turn % 20 == 0:
+            if mode == "stream" and turn % 20 == 0:
                 print(f"turn {turn}", flush=True)
     """
 )
 
 
-def _live_agent(daemon: DaemonProcess, path: str, mode: str) -> subprocess.Popen[bytes]:
+def _live_agent(
+    daemon: DaemonProcess, path: str, mode: str
+) -> tuple[subprocess.Popen[bytes], bytes]:
     agent = subprocess.Popen(
         [sys.executable, "-c", LIVE_AGENT, daemon.socket, path, mode],
         stdin=subprocess.PIPE,
@@ -405,8 +415,9 @@ def _live_agent(daemon: DaemonProcess, path: str, mode: str) -> subprocess.Popen
     )
     assert agent.stdout is not None
     line = agent.stdout.readline()
-    assert line.startswith((b"in tool", b"turn")), agent.stderr.read() if agent.stderr else line
-    return agent
+    said = b"turn" if mode == "stream" else b"in tool"
+    assert line.startswith(said), agent.stderr.read() if agent.stderr else line
+    return agent, line
 
 
 def test_resume_repair_and_fork_of_a_session_a_live_agent_writes(daemon: DaemonProcess) -> None:
@@ -414,7 +425,7 @@ def test_resume_repair_and_fork_of_a_session_a_live_agent_writes(daemon: DaemonP
     refused naming the agent, and writes nothing; --fork may start from it.  SIGKILLed,
     it leaves a cut run: --repair, at once, mends it."""
     path = daemon.root / "live.jsonl"
-    agent = _live_agent(daemon, "live.jsonl", "hold")
+    agent, _ = _live_agent(daemon, "live.jsonl", "hold")
     with reaped(agent):
         code, found = resume_json(daemon, path)
         assert code == 0, found  # nothing is left unpaired: the writer may answer it
@@ -432,6 +443,10 @@ def test_resume_repair_and_fork_of_a_session_a_live_agent_writes(daemon: DaemonP
         assert code == 5 and not out, out
         assert "session_busy" in err and f"pid {agent.pid} (live-agent)" in err, err
         assert path.read_bytes() == before
+        # Through the daemon (not readable here), the same moment.
+        code, there = resume_json(daemon, "live.jsonl", env=ELSEWHERE)
+        assert code == 0 and there.pop("path") == "live.jsonl"
+        assert there == {k: v for k, v in found.items() if k != "path"}
         forked = _fork(daemon, path, "from-live.jsonl")
         assert forked["origin"]["seq"] == 15 and forked["origin"]["run_id"] == run_id
         assert forked["writer"] is None
@@ -452,7 +467,7 @@ def test_resume_of_a_session_being_written_reads_one_moment(daemon: DaemonProces
     """While the agent writes on, each resume reads the file up to the line the daemon
     had written when it was asked: the open calls and the conversation of that line."""
     path = daemon.root / "stream.jsonl"
-    agent = _live_agent(daemon, "stream.jsonl", "stream")
+    agent, _ = _live_agent(daemon, "stream.jsonl", "stream")
     with reaped(agent):
         for _ in range(6):
             code, found = resume_json(daemon, path)
@@ -488,3 +503,30 @@ def test_repair_says_it_removed_an_unfinished_last_line(daemon: DaemonProcess) -
     assert path.read_bytes().endswith(b"\n") and check(path).sound
     code, text, _ = cli(daemon, "resume", path, "--repair")
     assert code == 0 and "removed an unfinished" not in text
+
+
+def test_repair_after_a_sigkill_whose_connection_outlives_the_agent(
+    daemon: DaemonProcess,
+) -> None:
+    """SIGKILLed, the agent is gone, but a child it forked holds its connection: the
+    daemon still has a writer, and --repair, having tried a while, says so; once the
+    child is gone too, --repair mends the run."""
+    path = daemon.root / "shared.jsonl"
+    agent, line = _live_agent(daemon, "shared.jsonl", "share")
+    child = int(line.split()[-1])
+    assert child > 0, line
+    try:
+        with reaped(agent):
+            agent.kill()
+            agent.communicate()
+        before = path.read_bytes()
+        code, out, err = cli(daemon, "resume", path, "--repair")
+        assert code == 5 and not out, out
+        assert f"pid {agent.pid} has exited, but its connection is still open" in err, err
+        assert path.read_bytes() == before
+    finally:
+        os.kill(child, signal.SIGKILL)
+    code, repaired = resume_json(daemon, path, "--repair")
+    assert code == 0, repaired
+    assert repaired["repaired"] == [{"tool_call_id": "c2", "name": "tool"}]
+    assert repaired["unpaired"] == [] and check(path).sound

@@ -130,7 +130,9 @@ class Step:
         usage = self.call.usage
         if not isinstance(usage, Mapping):
             return None
-        return int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+        counts = (usage.get("input_tokens"), usage.get("output_tokens"))
+        # Counted as sessions counts them: a value that is not a number is left out.
+        return sum(n for n in counts if isinstance(n, int) and not isinstance(n, bool))
 
     def seconds(self) -> float | None:
         return duration(self.call.start_time or self.call.first_time, self.call.end_time)
@@ -302,7 +304,7 @@ def _lines(value: Any) -> list[str]:
     if isinstance(value, str):
         return [one_line(line) for line in value.split("\n")]
     text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
-    return text.splitlines()
+    return [one_line(line) for line in text.split("\n")]
 
 
 def _delta(name: str, x: Any, y: Any, style: Style) -> Iterator[str]:
@@ -342,7 +344,8 @@ def _print(comparison: Comparison, after: int, style: Style) -> None:
         figures.append(format_duration(totals["seconds"]))
         out.write(
             style.bold(one_line(f"{sign} {side.label}@{(side.run.run_id or '')[:8]}"))
-            + f" ({side.run.status}, {', '.join(figures)})\n"
+            + one_line(f" ({side.run.status}, {', '.join(figures)})")
+            + "\n"
         )
     for step, _ in comparison.alike:
         out.write(style.dim(f"  = {step.headline()} {step.status}") + "\n")

@@ -37,17 +37,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import CHECKPOINT, Execution, FileFormatError, Origin, Record
+from flightlog.protocol import CHECKPOINT, ErrorCode, Execution, FileFormatError, Origin, Record
 from flightlog.protocol.events import TextPart, ToolExecEnd
 from flightlog.protocol.wire import SessionStatus
 from flightlog.sdk import (
     CallNotFound,
+    Client,
     Conversation,
     DaemonError,
     OriginNotFound,
@@ -80,6 +82,9 @@ REPAIR_TEXT: Final = (
     "The tool call was interrupted (the agent stopped before it ran or returned); "
     "no result was recorded. This result was written by flightlog resume --repair."
 )
+#: Seconds --repair tries again while the daemon names as the session's writer a
+#: process that has exited (killed a moment ago: its hang-up not read yet).
+GONE_WRITER_WAIT: Final = 5.0
 
 
 def resume_epilog(exit_help: str) -> str:
@@ -420,7 +425,7 @@ def _repair(state: _State, args: argparse.Namespace) -> tuple[list[tuple[str, st
     with connect(args.socket, client_name=_CLIENT_NAME) as client:
         # Refused (session_busy, naming the holder) while a writer holds the session;
         # waits for the daemon to finish writing what a writer that is gone sent.
-        session = client.open(daemon_path(state.path))
+        session = _open_as_writer(client, state, args)
         try:
             # Read again as its writer: what the one before sent is all written now.
             state = _load(state.path, args)
@@ -437,6 +442,45 @@ def _repair(state: _State, args: argparse.Namespace) -> tuple[list[tuple[str, st
     answered = done | {call_id for call_id, _ in left}
     repaired = [(call_id, name) for call_id, name in before if call_id in answered]
     return repaired, session.truncated_bytes
+
+
+def _open_as_writer(client: Client, state: _State, args: argparse.Namespace) -> Session:
+    """Open the session to write to it.  Refused (``session_busy``) while a writer holds
+    it, unless the daemon names a process that has exited: then its hang-up has not
+    been read yet, and the open is tried again for :data:`GONE_WRITER_WAIT` seconds."""
+    deadline = time.monotonic() + GONE_WRITER_WAIT
+    while True:
+        try:
+            return client.open(daemon_path(state.path))
+        except DaemonError as exc:
+            if exc.code != ErrorCode.SESSION_BUSY:
+                raise
+            held = _writers(args).get(state.summary.session_id or "")
+            pid = held.writer_pid if held is not None else None
+            if pid is None or _alive(pid):
+                raise
+            if time.monotonic() > deadline:
+                raise DaemonError(
+                    f"{exc.message}; pid {pid} has exited, but its connection is still "
+                    "open (a process it started may hold it)",
+                    code=exc.code,
+                ) from None
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not: it has exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _repairable(state: _State) -> None:

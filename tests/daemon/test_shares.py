@@ -15,7 +15,6 @@ import mmap
 import os
 import platform
 import select
-import socket
 import struct
 import sys
 import time
@@ -29,17 +28,13 @@ from flightlog.protocol.ring import (
     ring_supported,
 )
 from flightlog.protocol.wire import (
-    PROTOCOL_VERSION,
     Create,
     ErrorReply,
-    Hello,
     SessionOpened,
     Status,
     StatusReply,
     Subscribe,
     Subscribed,
-    client_decoder,
-    encode_frame,
 )
 from support import DaemonProcess, RawClient, wait_for
 from support.daemon import (
@@ -48,6 +43,7 @@ from support.daemon import (
     as_uid,
     create,
     needs_root,
+    ring_hello,
     send_until_stuck,
     shared_daemon,
 )
@@ -63,22 +59,6 @@ GREEDY = 42001
 OTHER = 42002
 #: The header's word index of ``tail`` (RING_HEADER / 8 words).
 _TAIL_WORD = 16
-
-
-def _ring_hello(path: str) -> tuple[socket.socket, int, list[int]]:
-    """A connection whose hello asks for a ring: the socket, the ring's size the
-    welcome gives (0: none), and the descriptors that came with it."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(10)
-    sock.connect(path)
-    hello = Hello(id=1, version=PROTOCOL_VERSION, client="ring", pid=os.getpid(), ring=True)
-    sock.sendall(encode_frame(hello))
-    decoder = client_decoder()
-    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
-    decoder.feed(data)
-    while (welcome := decoder.next_message()) is None:
-        decoder.feed(sock.recv(1 << 16))
-    return sock, getattr(welcome, "ring", 0), fds
 
 
 # ------------------------------------------------------------------ sessions
@@ -139,7 +119,7 @@ def slow_uids() -> Iterator[DaemonProcess]:
 
 def _flood_pokes(path: str, seconds: float) -> int:
     """Pokes as fast as the socket takes them for ``seconds``; the bytes it took."""
-    sock, size, fds = _ring_hello(path)
+    sock, size, fds = ring_hello(path)
     assert size > 0 and len(fds) == 2
     sock.setblocking(False)
     pokes = b"\0" * 65536
@@ -187,7 +167,7 @@ def _rings_until_refused(path: str, hold: Any = None) -> int:
     """Connections asking for a ring until one gets none; how many got one."""
     held = []
     while True:
-        sock, size, fds = _ring_hello(path)
+        sock, size, fds = ring_hello(path)
         for fd in fds:
             os.close(fd)
         held.append(sock)
@@ -228,7 +208,7 @@ def test_a_rings_pages_go_back_when_its_connection_ends_though_the_client_keeps_
     few_rings: DaemonProcess,
 ) -> None:
     def hostile() -> dict[str, int]:
-        sock, size, fds = _ring_hello(few_rings.socket)
+        sock, size, fds = ring_hello(few_rings.socket)
         memfd = fds[0]
         mapping = mmap.mmap(memfd, RING_HEADER + size)
         words = memoryview(mapping)[:RING_HEADER].cast("Q")

@@ -7,7 +7,6 @@ while a client of small requests goes on.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import time
@@ -17,16 +16,13 @@ from flightlog.daemon import _actor, _connection
 from flightlog.daemon._budget import FLOOR
 from flightlog.protocol import now
 from flightlog.protocol.wire import (
-    PROTOCOL_VERSION,
     Ack,
     CheckpointLoaded,
     ErrorReply,
-    Hello,
     LoadCheckpoint,
     SaveCheckpoint,
     Status,
     StatusReply,
-    Subscribe,
     Sync,
     encode_frame,
 )
@@ -37,6 +33,7 @@ from support.daemon import (
     checkpoint,
     create,
     fact,
+    never_reading,
     proc_status_kb,
     send_until_stuck,
     synced_seq,
@@ -210,19 +207,6 @@ def test_partial_frames_on_many_connections_hold_the_budget_and_give_the_memory_
     daemon.stop()
 
 
-def _never_reading(path: str, subscribe_to: list[str]) -> socket.socket:
-    """A connection that follows each of ``subscribe_to`` and never reads a byte."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(path)
-    hello = Hello(id=1, version=PROTOCOL_VERSION, client="never reads", pid=os.getpid())
-    subscribes = [
-        Subscribe(id=2 + n, path=session, follow=True) for n, session in enumerate(subscribe_to)
-    ]
-    sock.sendall(b"".join(encode_frame(message) for message in [hello, *subscribes]))
-    return sock
-
-
 def test_subscribers_that_never_read_hold_the_budget_and_give_the_memory_back(
     short_tmp: Path,
 ) -> None:
@@ -244,7 +228,7 @@ def test_subscribers_that_never_read_hold_the_budget_and_give_the_memory_back(
             opened = create(writer, f"s/{n}.jsonl")
             runs.append((opened.session_id, begin(writer, opened.session_id).run_id))
         paths = [f"s/{n % sessions}.jsonl" for n in range(per)]
-        holding = [_never_reading(daemon.socket, paths) for _ in range(holders)]
+        holding = [never_reading(daemon.socket, paths) for _ in range(holders)]
         try:
             for n in range(32):  # 32 MiB written, 2 MiB to each session
                 for session_id, run_id in runs:

@@ -28,11 +28,13 @@ from flightlog.protocol import (
     now,
 )
 from flightlog.protocol.wire import (
+    PROTOCOL_VERSION,
     Ack,
     BeginRun,
     CloseRun,
     CloseSession,
     Create,
+    Hello,
     Message,
     Open,
     RecordEvent,
@@ -40,7 +42,10 @@ from flightlog.protocol.wire import (
     RunStarted,
     SaveCheckpoint,
     SessionOpened,
+    Subscribe,
     Sync,
+    client_decoder,
+    encode_frame,
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for, with_support
 
@@ -59,10 +64,12 @@ __all__ = [
     "fact",
     "log_events",
     "needs_root",
+    "never_reading",
     "open_fds",
     "open_when_released",
     "proc_status_kb",
     "push",
+    "ring_hello",
     "send_until_stuck",
     "shared_daemon",
     "spawn_agent",
@@ -211,6 +218,39 @@ def send_until_stuck(socks: list[socket.socket], data: bytes, patience: float = 
     return [sent[sock] for sock in socks]
 
 
+def ring_hello(path: str) -> tuple[socket.socket, int, list[int]]:
+    """A connection whose hello asks for a ring: the socket, the ring's size the
+    welcome gives (0: none), and the descriptors that came with it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    hello = Hello(id=1, version=PROTOCOL_VERSION, client="ring", pid=os.getpid(), ring=True)
+    sock.sendall(encode_frame(hello))
+    decoder = client_decoder()
+    data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+    decoder.feed(data)
+    while (welcome := decoder.next_message()) is None:
+        decoder.feed(sock.recv(1 << 16))
+    return sock, getattr(welcome, "ring", 0), fds
+
+
+def never_reading(path: str, subscribe_to: list[str]) -> socket.socket:
+    """A connection that follows each of ``subscribe_to`` and never reads a byte.
+
+    Its requests are sent as far as the daemon reads them: one whose replies (the
+    catch-ups of sessions already written) fill its queue is read no further, and a
+    blocking send would wait for good."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(path)
+    hello = Hello(id=1, version=PROTOCOL_VERSION, client="never reads", pid=os.getpid())
+    subscribes = [
+        Subscribe(id=2 + n, path=session, follow=True) for n, session in enumerate(subscribe_to)
+    ]
+    send_until_stuck([sock], b"".join(encode_frame(m) for m in [hello, *subscribes]))
+    return sock
+
+
 def proc_status_kb(pid: int, key: str) -> int:
     """A ``kB`` field of /proc/PID/status, such as VmRSS or VmHWM."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -331,7 +371,12 @@ class AsUid:
         os.waitpid(self.pid, 0)
         os.close(self._read_end)
 
-    def result(self) -> Any:
+    def result(self, timeout: float | None = None) -> Any:
+        """What the action returned; with ``timeout``, a child that has not answered
+        within it is killed and :class:`TimeoutError` raised."""
+        if timeout is not None and not select.select([self._read_end], [], [], timeout)[0]:
+            self.kill()
+            raise TimeoutError(f"as uid {self.uid}: no answer within {timeout}s")
         with os.fdopen(self._read_end, "rb") as result:
             data = result.read()
         os.waitpid(self.pid, 0)
@@ -349,6 +394,14 @@ class Signal:
 
     def set(self) -> None:
         os.write(self._write, b"x")
+
+    def fileno(self) -> int:
+        """What to select on: readable once set."""
+        return self._read
+
+    def is_set(self) -> bool:
+        """Whether it was set (not taken: :meth:`wait` still returns at once)."""
+        return bool(select.select([self], [], [], 0)[0])
 
     def wait(self, timeout: float = 60.0) -> None:
         """Raises :class:`TimeoutError` when nobody set it in time (a failed child)."""

@@ -264,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.find", description=__doc__)
     parser.add_argument("--gigabytes", type=float, default=1.0, help="corpus size (default: 1)")
     parser.add_argument("--no-jq", action="store_true", help="skip jq (slow on a big corpus)")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="timed runs per command, after a warm-up (default: 3)"
+    )
     args = parser.parse_args(argv)
     directory = Path(tempfile.mkdtemp(prefix="fl-find-"))
     try:
@@ -281,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows: list[tuple[str, str, str, int]] = []
 
         def measure(question: str, tool: str, command: list[str], expected: int | None) -> None:
-            seconds, output = _best(command)
+            seconds, output = _best(command, args.runs)
             got = int(output.split()[-1]) if output.split() else 0
             if expected is not None and got != expected:
                 raise SystemExit(f"{tool} counted {got} for {question!r}, expected {expected}")
@@ -336,7 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"| {question} | {tool} | {rate} | {matches:,} |")
         print(
             f"\n{corpus.bytes / 1e6:,.0f} MB in {corpus.records:,} records; "
-            f"{os.cpu_count()} CPUs; `uv run python -m bench.find --gigabytes {args.gigabytes:g}`"
+            f"{os.cpu_count()} CPUs; `uv run python -m bench.find --gigabytes {args.gigabytes:g} "
+            f"--runs {args.runs}`"
         )
     finally:
         shutil.rmtree(directory, ignore_errors=True)

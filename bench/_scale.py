@@ -182,7 +182,7 @@ def _flood(load: _Flood, start: StartSignal) -> float:
         ):
             next(tail)  # live, and now it stops reading
             start()
-            time.sleep(load.seconds + 2)
+            start()  # stalled until the writer is done: its flood, and its close
         return 0.0
     event = large_event()
     with connect(load.socket, client_name="bench-flood") as client:
@@ -197,6 +197,7 @@ def _flood(load: _Flood, start: StartSignal) -> float:
             count += 4
         run.close()
         session.close()
+    start()  # the stalled subscriber may go
     return count * 65.3e3
 
 

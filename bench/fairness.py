@@ -307,6 +307,22 @@ def _subscriptions(path: str) -> None:
             sock.recv(1 << 20)
 
 
+def _churn(first: bytes, path: str) -> None:
+    """Connections opened in a loop, each sending ``first`` (or nothing) and hung up
+    at once, without reading: what each costs the daemon (its accept, its hello, its
+    refusal, its close, its log lines) is all the flood is."""
+    _ready()
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(path)
+            if first:
+                sock.sendall(first)
+
+
+#: A frame of 8 bytes that is no message.
+_BAD_FRAME = (8).to_bytes(4, "big") + b"\xff" * 8
+_HELLO = encode_frame(Hello(id=0, version=PROTOCOL_VERSION, client="bench", pid=0))
+
 _FLOODS: dict[str, Callable[[str], None]] = {
     "refused records": _refused,
     "status requests": _statuses,
@@ -316,7 +332,14 @@ _FLOODS: dict[str, Callable[[str], None]] = {
     "pokes on a ring's socket": _pokes,
     "reopens of its sessions": _reopens,
     "subscriptions pushed to": _subscriptions,
+    "churn: connections with a bad first frame": functools.partial(_churn, _BAD_FRAME),
+    "churn: connections with a hello, then hung up": functools.partial(_churn, _HELLO),
+    "churn: connections opened and closed": functools.partial(_churn, b""),
 }
+
+
+def _first_word(kind: str) -> str:
+    return kind.split()[0].rstrip(":")
 
 
 def _flooder(flood: Callable[[str], None], path: str) -> int:
@@ -347,8 +370,8 @@ def main() -> None:
     parser.add_argument(
         "--flood",
         action="append",
-        choices=[kind.split()[0] for kind in _FLOODS],
-        help="only this kind of flood (by its first word; repeatable)",
+        choices=sorted({_first_word(kind) for kind in _FLOODS}),
+        help="only this kind of flood (by its first word, churn its three; repeatable)",
     )
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -365,8 +388,8 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     try:
-        for kind, flood in _FLOODS.items():
-            if args.flood and kind.split()[0] not in args.flood:
+        for number, (kind, flood) in enumerate(_FLOODS.items()):
+            if args.flood and _first_word(kind) not in args.flood:
                 continue
             flooders = [_flooder(flood, daemon.socket) for _ in range(args.connections)]
             alone, flooded = [], []
@@ -374,7 +397,7 @@ def main() -> None:
                 for stop, rounds in ((signal.SIGSTOP, alone), (signal.SIGCONT, flooded)):
                     for pid in flooders:
                         os.kill(pid, stop)
-                    name = f"{kind.split()[0]}-{stop.name}-{n}.jsonl"
+                    name = f"{number}-{_first_word(kind)}-{stop.name}-{n}.jsonl"
                     agent = functools.partial(_agent, daemon.socket, name, args.events)
                     rounds.append(_result(_as_uid(VICTIM, agent)))
             for pid in flooders:

@@ -204,3 +204,103 @@ def test_a_run_that_is_not_there(
     status, _, err = diff(path, "1", spec)
     assert status == 2
     assert message in err
+
+
+def _order_run(session: Any, tag: str, order: int) -> None:
+    """A model call whose history holds a tool call with an ``id`` argument, then the
+    tool called with it; ``tag`` makes the provider's ids differ."""
+    ask = events.AssistantMessage(
+        content=[events.ToolCallPart(id=f"call_{tag}", name="get_order", arguments={"id": order})]
+    )
+    result = events.ToolResultMessage(
+        tool_call_id=f"call_{tag}", name="get_order", content=[events.TextPart(text="shipped")]
+    )
+    with session.begin_run() as run:
+        m1 = events.Execution(id=f"m1-{tag}", kind="model")
+        history = [events.UserMessage(content="Where is my order?"), ask, result]
+        run.record(events.ModelRequest(execution=m1, messages=history))
+        run.record(
+            events.ModelExecEnd(
+                execution=m1,
+                message=events.AssistantMessage(content=[events.TextPart(text="It shipped.")]),
+            )
+        )
+        t1 = events.Execution(id=f"t-{tag}", kind="tool")
+        run.record(
+            events.ToolExecStart(
+                execution=t1, tool_call_id=f"c-{tag}", name="get_order", arguments={"id": order}
+            )
+        )
+        run.record(
+            events.ToolExecEnd(
+                execution=t1,
+                tool_call_id=f"c-{tag}",
+                name="get_order",
+                content=[events.TextPart(text="shipped")],
+            )
+        )
+
+
+def test_an_argument_named_id_is_compared(module_daemon: DaemonProcess) -> None:
+    """Only the ids the protocol's objects carry (a tool call's, a result's) are left
+    out: a tool's own argument named ``id`` is what it was given."""
+    with connect(module_daemon.socket) as client:
+        session = client.create("orders.jsonl")
+        _order_run(session, "a", 17)
+        _order_run(session, "b", 17)
+        _order_run(session, "c", 18)
+        session.close()
+    path = module_daemon.root / "orders.jsonl"
+    status, out, _ = diff(path, "1", "2")
+    assert status == 0, out
+    status, out, _ = diff(path, "1", "3", "--json")
+    assert status == 6, out
+    divergence = json.loads(out)["divergence"]
+    assert divergence["call"] == 1 and divergence["a"]["kind"] == "model"
+    tool_call = divergence["b"]["input"]["messages"][1]["content"][0]
+    assert tool_call == {"$type": "tool_call", "name": "get_order", "arguments": {"id": 18}}
+    followed = json.loads(out)["followed"]
+    assert followed[0]["a"]["input"] == {"id": 17} and followed[0]["b"]["input"] == {"id": 18}
+
+
+def _write_run(session: Any, tag: str, body: str, thought: str) -> None:
+    """A model call that thinks, then asks for write_file with a long ``content``."""
+    with session.begin_run() as run:
+        m1 = events.Execution(id=f"m1-{tag}", kind="model")
+        run.record(
+            events.ModelRequest(execution=m1, messages=[events.UserMessage(content="Save it.")])
+        )
+        ask = events.ToolCallPart(
+            id=f"call_{tag}", name="write_file", arguments={"path": "/tmp/out", "content": body}
+        )
+        message = events.AssistantMessage(
+            content=[events.ThinkingPart(thinking=thought, signature=f"sig-{tag}"), ask]
+        )
+        run.record(events.ModelExecEnd(execution=m1, message=message))
+
+
+def test_what_a_model_gave_back_is_compared_whole(module_daemon: DaemonProcess) -> None:
+    """The short form of a response (a tool call's arguments cut at 40 characters, a
+    thinking part as [thinking]) is how it is shown, not what is compared."""
+    body = "line one of a long file, " * 4
+    with connect(module_daemon.socket) as client:
+        session = client.create("writes.jsonl")
+        _write_run(session, "a", body + "the end", "Save to /tmp.")
+        _write_run(session, "b", body + "the end", "Save to /tmp.")
+        _write_run(session, "c", body + "THE END", "Save to /tmp.")
+        _write_run(session, "d", body + "the end", "Save to /var.")
+        session.close()
+    path = module_daemon.root / "writes.jsonl"
+    assert diff(path, "1", "2")[0] == 0
+    status, out, _ = diff(path, "1", "3", "--color", "never")
+    assert status == 6 and "! first divergence at call 1: model" in out, out
+    assert "the endline" not in out and "the end" in out and "THE END" in out
+    status, out, _ = diff(path, "1", "4", "--json")
+    assert status == 6, out
+    divergence = json.loads(out)["divergence"]
+    assert divergence["a"]["output"] == divergence["b"]["output"]
+    assert divergence["b"]["returned"]["content"][0] == {
+        "$type": "thinking",
+        "thinking": "Save to /var.",
+        "redacted": False,
+    }

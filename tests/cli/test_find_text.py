@@ -111,6 +111,27 @@ def test_the_literal_is_spelled_as_the_writer_spells_it() -> None:
     assert byte_test(re.compile("Été", re.IGNORECASE)) is None
 
 
+def test_without_case_the_byte_test_lets_through_what_the_pattern_matches() -> None:
+    """Only i, k and s of ASCII match other code points without case (U+0130,
+    U+0131, U+212A, U+017F):
+    the byte test lets each through, as the pattern itself does."""
+    folding = {
+        char: "".join(
+            chr(c) for c in range(128, sys.maxunicode + 1) if re.fullmatch(char, chr(c), re.I)
+        )
+        for char in "abcdefghijklmnopqrstuvwxyz"
+    }
+    assert {char: more for char, more in folding.items() if more} == {
+        "i": "\u0130\u0131",
+        "k": "\u212a",
+        "s": "\u017f",
+    }
+    case = byte_test(re.compile("Kiss", re.IGNORECASE))
+    assert isinstance(case, re.Pattern)
+    for text in ("kiss", "KISS", "\u212a\u0131\u017f\u017f", "k\u0130Ss"):
+        assert case.search(text.encode()), text
+
+
 def test_snippet_is_one_line() -> None:
     text = "x" * 100 + "the needle\nhere" + "y" * 100
     match = re.search("needle", text)
@@ -140,6 +161,11 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("model_request", {"system": "You are terse.", "messages": [], "tools": []}),
         ("tool_queued", {"arguments": {"path": "/etc/hosts"}, "name": "read_file"}),
         ("model_exec_end", {"message": None, "error": "429 Too Many Requests"}),
+        # Without case, a Unicode pattern's i, k and s match these too.
+        (
+            "tool_exec_end",
+            {"content": [{"$type": "text", "text": "\u212aelvin in \u0130stanbul, \u017funny"}]},
+        ),
     ]
     # The writer's spelling; ASCII with \u escapes; escaped slashes; whitespace.
     write_session(base / "plain.jsonl", datas, ensure_ascii=False, separators=(",", ":"))
@@ -161,6 +187,8 @@ PATTERNS = [
     r"\d{3} Too Many",
     r"(?i)CAFÉ",
     r"(?i)THE GARE",
+    r"(?i)kelvin in istanbul",
+    r"(?i)Sunny",
     r"\d+|nothing",
     "look into it",
     r"result\s+result",

@@ -76,6 +76,16 @@ FACTS: list[tuple[str, str, object]] = [
     ),
     ("model_exec_end", TIME, {"execution": "not an object", "usage": "lots"}),
     ("model_exec_end", TIME, {"execution": _execution(5, ["x"], "one"), "usage": [1, 2]}),
+    ("model_request", TIME, {"execution": _execution("m2", "model", "two"), "messages": 3}),
+    (
+        "model_exec_end",
+        TIME,
+        {
+            "execution": _execution("m2", "model", "two"),
+            "usage": {"input_tokens": "lots", "output_tokens": {"a": 1}, "cache_read_tokens": -5},
+            "message": {"$type": "assistant", "content": [{"$type": "tool_call", "id": 7}]},
+        },
+    ),
     ("message_end", TIME, {"text": int("9" * 4000), "big": 1e308, "deep": _deep(256)}),
     ("error", TIME, {"message": f"boom{EVIL}", "fatal": "yes", "where": {"a": None}}),
     ("retry", TIME, {"attempt": -1, "reason": f"again{EVIL}", "execution": None}),
@@ -207,6 +217,42 @@ def test_every_reader_survives_hostile_lines(
     assert result.returncode in {0, 3}, (result.returncode, result.stdout, result.stderr)
     if name != "check":
         assert "\\n" + FORGED in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sessions"],
+        ["sessions", "--json"],
+        ["resume"],
+        ["resume", "--json"],
+        ["diff"],
+        ["diff", "--json"],
+        ["find", "--text", "FORGED|ok"],
+        ["show", "--html"],
+    ],
+    ids=["sessions", "sessions-json", "resume", "resume-json", "diff", "diff-json", "text", "html"],
+)
+def test_the_investigating_commands_survive_hostile_lines(
+    daemon: DaemonProcess, hostile: Path, command: list[str]
+) -> None:
+    """sessions, resume, diff, find --text and show --html (issue 30) on the same file:
+    an attempt that is not a number, token counts that are not numbers."""
+    name = command[0]
+    where = [f"{hostile}@1"] * 2 if name == "diff" else [str(hostile)]
+    result = _flightlog(daemon, *command, *where)
+    if command[-1] == "--html":
+        assert "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == 0 and result.stdout.endswith("</html>\n"), result.stderr
+        return
+    assert "Traceback" not in result.stderr, result.stderr
+    # resume: 3 when a tool call is left unpaired.
+    assert result.returncode in {0, 3}, (result.returncode, result.stdout, result.stderr)
+    if "--json" in command:  # exact, as tail --json: JSON escapes, one object a line
+        for line in result.stdout.split("\n")[:-1]:
+            json.loads(line)
+    else:
+        _no_forged_line(result)
 
 
 @pytest.mark.parametrize("command", ["tail", "find"])

@@ -301,3 +301,50 @@ def test_retries_reissues_failures_and_sub_agents(pages: dict[str, Path], browse
     )
     assert [label.split()[1] for label in inside] == ["sub-m1", "sub-t1"]
     assert "[researcher]" in inside[0]
+
+
+def test_a_call_opens_to_its_whole_prompt(daemon: DaemonProcess) -> None:
+    """Every message of a request, with its role, a tool call's arguments and a thinking
+    part's text in full (not in the short form of a timeline line); a continued
+    request links to the call it continues."""
+    long_query = "SELECT name FROM cities WHERE rain_mm > 10 AND country = 'France' ORDER BY 1"
+    ask = events.AssistantMessage(
+        content=[
+            events.ThinkingPart(thinking="The user wants rainy French cities."),
+            events.ToolCallPart(id="c1", name="sql", arguments={"query": long_query}),
+        ]
+    )
+    result = events.ToolResultMessage(
+        tool_call_id="c1", name="sql", content=[events.TextPart(text="Brest")]
+    )
+    with connect(daemon.socket) as client:
+        session = client.create("whole.jsonl")
+        with session.begin_run() as run:
+            m1 = events.Execution(id="m1", kind="model")
+            question = events.UserMessage(content="Where does it rain?")
+            run.record(events.ModelRequest(execution=m1, messages=[question]))
+            run.record(events.ModelExecEnd(execution=m1, message=ask))
+            m2 = events.Execution(id="m2", kind="model")
+            run.record(
+                events.ModelRequest(
+                    execution=m2, messages=[result], continues="m1", with_response=True
+                )
+            )
+            run.record(
+                events.ModelExecEnd(
+                    execution=m2,
+                    message=events.AssistantMessage(content=[events.TextPart(text="In Brest.")]),
+                )
+            )
+        session.close()
+    status, out = show_html(daemon.root / "whole.jsonl")
+    assert status == 0
+    page = out.decode()
+    assert '<span class="role">user</span><pre>Where does it rain?</pre>' in page
+    assert '<span class="role">tool_result</span><pre>Brest</pre>' in page
+    # The response of m1, as its request shows it and as its answer: whole.
+    assert page.count("[thinking] The user wants rainy French cities.") == 1
+    whole_call = "→sql({&quot;query&quot;: &quot;" + long_query.replace("'", "&#x27;")
+    assert '<span class="role">assistant</span><pre>[thinking]' in page
+    assert whole_call.replace(">", "&gt;") + "&quot;})</pre>" in page
+    assert '<a href="#' in page and "continues model m1</a>: its messages come first" in page

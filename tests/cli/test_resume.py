@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flightlog.protocol import events
-from flightlog.sdk import Client, Transcript, connect, read, sql
-from support import DaemonProcess, read_lines
+from flightlog.sdk import Client, Transcript, check, connect, read, sql
+from support import DaemonProcess, read_lines, reaped
 
 QUESTION = "What is in /etc/hostname?"
 
@@ -347,3 +349,184 @@ def test_repair_and_fork_through_the_daemon(daemon: DaemonProcess) -> None:
         daemon, "resume", "cut/a.jsonl", "--fork", daemon.root / "c.jsonl", env=ELSEWHERE
     )
     assert code == 2 and "read through the daemon" in err, err
+
+
+# ------------------------------------------------------------ a live agent's session
+
+#: An agent process: a tool-calling loop through the SDK (a model call asks for one
+#: tool, it runs, the next model call continues with its result, a checkpoint after
+#: each turn).  ``hold``: in turn 2's tool it syncs, says "in tool" and waits on stdin;
+#: ``share`` the same, having forked a child that keeps its connection open and does
+#: nothing (it says "in tool CHILD_PID"); ``stream``: it never stops, and says "turn N"
+#: every 20 turns.
+LIVE_AGENT = textwrap.dedent(
+    """
+    import os, sys, time
+    from flightlog.protocol import events as e
+    from flightlog.sdk import connect
+
+    socket, path, mode = sys.argv[1:4]
+    with connect(socket, client_name="live-agent") as client:
+        session = client.create(path, meta={"name": "live"})
+        run = session.begin_run()
+        previous, results = None, [e.UserMessage(content="Plan a trip.")]
+        for turn in range(10**6):
+            m = e.Execution(id=f"m{turn}", kind="model", turn_index=turn)
+            run.record(e.ModelRequest(
+                execution=m, messages=results, continues=previous,
+                with_response=previous is not None,
+            ))
+            call = e.ToolCallPart(id=f"c{turn}", name="tool", arguments={"turn": turn})
+            run.record(e.ModelExecEnd(
+                execution=m, message=e.AssistantMessage(content=[e.TextPart(text="ok"), call])
+            ))
+            t = e.Execution(id=f"t{turn}", kind="tool", parent_id=m.id, turn_index=turn)
+            run.record(e.ToolExecStart(execution=t, tool_call_id=call.id, name="tool"))
+            if mode in ("hold", "share") and turn == 2:
+                session.sync()
+                child = os.fork() if mode == "share" else 0
+                if mode == "share" and child == 0:
+                    os.closerange(0, 3)  # the connection's socket stays open
+                    time.sleep(600)
+                    os._exit(0)
+                print("in tool", child or "", flush=True)
+                sys.stdin.read()
+            content = [e.TextPart(text=f"done {call.id}")]
+            run.record(e.ToolExecEnd(
+                execution=t, tool_call_id=call.id, name="tool", content=content
+            ))
+            results = [e.ToolResultMessage(tool_call_id=call.id, name="tool", content=content)]
+            run.save_checkpoint({"turn": turn})
+            previous = m.id
+            if mode == "stream" and turn % 20 == 0:
+                print(f"turn {turn}", flush=True)
+    """
+)
+
+
+def _live_agent(
+    daemon: DaemonProcess, path: str, mode: str
+) -> tuple[subprocess.Popen[bytes], bytes]:
+    agent = subprocess.Popen(
+        [sys.executable, "-c", LIVE_AGENT, daemon.socket, path, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert agent.stdout is not None
+    line = agent.stdout.readline()
+    said = b"turn" if mode == "stream" else b"in tool"
+    assert line.startswith(said), agent.stderr.read() if agent.stderr else line
+    return agent, line
+
+
+def test_resume_repair_and_fork_of_a_session_a_live_agent_writes(daemon: DaemonProcess) -> None:
+    """The agent's run is open, not cut, and its tool call in flight; --repair is
+    refused naming the agent, and writes nothing; --fork may start from it.  SIGKILLed,
+    it leaves a cut run: --repair, at once, mends it."""
+    path = daemon.root / "live.jsonl"
+    agent, _ = _live_agent(daemon, "live.jsonl", "hold")
+    with reaped(agent):
+        code, found = resume_json(daemon, path)
+        assert code == 0, found  # nothing is left unpaired: the writer may answer it
+        (run_id,) = {line["run_id"] for line in read_lines(path)[1:]}
+        assert found["writer"] == {"pid": agent.pid, "run_id": run_id, "last_seq": 15}
+        assert found["last_seq"] == 15 and found["cut_runs"] == []
+        assert [(c["id"], c["tool_call_id"]) for c in found["open_calls"]] == [("t2", "c2")]
+        assert found["unpaired"] == [{"tool_call_id": "c2", "name": "tool"}]
+        code, text, _ = cli(daemon, "resume", path)
+        assert code == 0
+        assert f"pid {agent.pid} holds this session (run {run_id[:8]} open)" in text, text
+        assert "cut runs  none" in text and "a provider refuses" not in text
+        before = path.read_bytes()
+        code, out, err = cli(daemon, "resume", path, "--repair")
+        assert code == 5 and not out, out
+        assert "session_busy" in err and f"pid {agent.pid} (live-agent)" in err, err
+        assert path.read_bytes() == before
+        # Through the daemon (not readable here), the same moment.
+        code, there = resume_json(daemon, "live.jsonl", env=ELSEWHERE)
+        assert code == 0 and there.pop("path") == "live.jsonl"
+        assert there == {k: v for k, v in found.items() if k != "path"}
+        forked = _fork(daemon, path, "from-live.jsonl")
+        assert forked["origin"]["seq"] == 15 and forked["origin"]["run_id"] == run_id
+        assert forked["writer"] is None
+        assert forked["conversation"]["messages"] == found["conversation"]["messages"]
+        agent.kill()  # SIGKILL: whether the daemon has let go yet or not
+        agent.communicate()
+    code, found = resume_json(daemon, path)
+    assert found["cut_runs"] == ([] if found["writer"] else [run_id]), found
+    code, repaired = resume_json(daemon, path, "--repair")
+    assert code == 0, repaired
+    assert repaired["writer"] is None and repaired["cut_runs"] == []
+    assert repaired["repaired"] == [{"tool_call_id": "c2", "name": "tool"}]
+    assert repaired["unpaired"] == [] and check(path).sound
+    assert Transcript.read(path).conversation().unpaired == []
+
+
+def test_resume_of_a_session_being_written_reads_one_moment(daemon: DaemonProcess) -> None:
+    """While the agent writes on, each resume reads the file up to the line the daemon
+    had written when it was asked: the open calls and the conversation of that line."""
+    path = daemon.root / "stream.jsonl"
+    agent, _ = _live_agent(daemon, "stream.jsonl", "stream")
+    with reaped(agent):
+        for _ in range(6):
+            code, found = resume_json(daemon, path)
+            assert code == 0, found
+            last = found["last_seq"]
+            assert found["writer"]["last_seq"] == last and found["cut_runs"] == []
+            lines = read_lines(path)[:last]
+            asked = {
+                line["data"]["execution"]["id"]: line["seq"]
+                for line in lines
+                if line["type"] == "model_request"
+            }
+            # The conversation is that of the last model call up to that line.
+            assert found["conversation"]["call"] == max(asked, key=asked.__getitem__)
+            begun = ("model_request", "tool_exec_start")
+            started = {line["data"]["execution"]["id"] for line in lines if line["type"] in begun}
+            ended = {line["data"]["execution"]["id"] for line in lines if "_end" in line["type"]}
+            assert {c["id"] for c in found["open_calls"]} == started - ended
+
+
+def test_repair_says_it_removed_an_unfinished_last_line(daemon: DaemonProcess) -> None:
+    """The daemon's open removes a last line a crash cut short: --repair says so."""
+    with connect(daemon.socket) as client:
+        record_cut_session(client, "torn.jsonl")
+    path = daemon.root / "torn.jsonl"
+    torn = b'{"session_id":"x","seq":99,"type":"tool_exec_en'
+    with path.open("ab") as file:
+        file.write(torn)
+    code, found = resume_json(daemon, path, "--repair")
+    assert code == 0, found
+    assert found["truncated_bytes"] == len(torn)
+    assert found["repaired"] == [{"tool_call_id": "c2", "name": "cat"}]
+    assert path.read_bytes().endswith(b"\n") and check(path).sound
+    code, text, _ = cli(daemon, "resume", path, "--repair")
+    assert code == 0 and "removed an unfinished" not in text
+
+
+def test_repair_after_a_sigkill_whose_connection_outlives_the_agent(
+    daemon: DaemonProcess,
+) -> None:
+    """SIGKILLed, the agent is gone, but a child it forked holds its connection: the
+    daemon still has a writer, and --repair, having tried a while, says so; once the
+    child is gone too, --repair mends the run."""
+    path = daemon.root / "shared.jsonl"
+    agent, line = _live_agent(daemon, "shared.jsonl", "share")
+    child = int(line.split()[-1])
+    assert child > 0, line
+    try:
+        with reaped(agent):
+            agent.kill()
+            agent.communicate()
+        before = path.read_bytes()
+        code, out, err = cli(daemon, "resume", path, "--repair")
+        assert code == 5 and not out, out
+        assert f"pid {agent.pid} has exited, but its connection is still open" in err, err
+        assert path.read_bytes() == before
+    finally:
+        os.kill(child, signal.SIGKILL)
+    code, repaired = resume_json(daemon, path, "--repair")
+    assert code == 0, repaired
+    assert repaired["repaired"] == [{"tool_call_id": "c2", "name": "tool"}]
+    assert repaired["unpaired"] == [] and check(path).sound

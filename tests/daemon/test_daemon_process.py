@@ -316,6 +316,33 @@ def test_a_duration_option_that_is_no_number_of_seconds_is_a_usage_error(
     assert not (short_tmp / "s").exists()
 
 
+@pytest.mark.parametrize("value", ["0", "0.05", "nan", "soon"])
+def test_a_refusal_window_under_a_tenth_of_a_second_is_a_usage_error(
+    value: str, short_tmp: Path
+) -> None:
+    """Each window wakes the daemon once: 0 would wake it without end."""
+    socket_path = str(short_tmp / "s")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flightlog.daemon",
+            "--socket",
+            socket_path,
+            "--refusal-window",
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"argument --refusal-window: {value!r} is not a number of seconds >= 0.1" in (
+        done.stderr
+    )
+    assert not (short_tmp / "s").exists()
+
+
 def test_sigterm_as_soon_as_the_socket_is_there_drains(short_tmp: Path) -> None:
     """Regression: the signal handlers were installed after the socket was bound, so a
     SIGTERM sent the moment the daemon was reachable killed it (status -15)."""

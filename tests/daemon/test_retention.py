@@ -574,3 +574,41 @@ def test_status_shows_each_uid_its_blobs_beside_its_files(base: Path) -> None:
         assert ", 2 blobs (" in shown and ", 1 blob (" in shown
     finally:
         proc.stop()
+
+
+def test_a_symlink_loop_named_like_a_session_stops_neither_the_sweep_nor_a_reader(
+    base: Path,
+) -> None:
+    # A link to itself named x.jsonl (anyone who may write the root can make one):
+    # its is_file() raised ELOOP in the walk, so flightlogd --max-age failed to start
+    # (exit 1), and find, sessions, vacuum and sql died with a traceback.
+    root = base / "root"
+    root.mkdir(parents=True)
+    aged(root / "old.jsonl", 40)
+    (root / "loop.jsonl").symlink_to("loop.jsonl")
+    proc = daemon(base, "--max-age", "30d").start()
+    try:
+        wait_for(lambda: not (root / "old.jsonl").exists(), timeout=30)
+        swept(proc)
+        assert proc.alive(), proc.log
+    finally:
+        proc.stop()
+    aged(root / "old.jsonl", 1)
+    for argv in (
+        ["sessions", "--json"],
+        ["find", "--json"],
+        ["vacuum", "--max-age", "9d", "--dry-run"],
+        ["sql", "select count(*) as n from sessions"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "flightlog.cli", *argv, str(root)],
+            env={**os.environ, "FLIGHTLOG_SOCKET": str(base / "no-daemon.sock")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "Traceback" not in result.stderr, (argv, result.stderr[-2000:])
+        assert result.returncode in (0, 1, 2), (argv, result.stderr[-2000:])
+        if argv[0] in ("sessions", "find"):
+            assert str(root / "old.jsonl") in result.stdout, (argv, result.stdout)
+            assert "symbolic links" in result.stdout + result.stderr, (argv, result)

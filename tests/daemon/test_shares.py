@@ -15,7 +15,6 @@ import mmap
 import os
 import platform
 import select
-import socket
 import struct
 import sys
 import time
@@ -277,23 +276,11 @@ def _partial_frames(path: str, count: int, frame: int, ready: Signal, done: Sign
     frame, as far as the daemon reads; the bytes each got sent, once ``done``."""
     clients = [RawClient(path) for _ in range(count)]
     partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
-    sent = [_send_until_stuck(client.sock, partial) for client in clients]
+    sent = send_until_stuck([client.sock for client in clients], partial)
     ready.set()
     done.wait()
     for client in clients:
         client.close()
-    return sent
-
-
-def _send_until_stuck(sock: socket.socket, data: bytes, patience: float = 1.0) -> int:
-    sock.setblocking(False)
-    sent = 0
-    while sent < len(data):
-        try:
-            sent += sock.send(data[sent : sent + 65536])
-        except BlockingIOError:
-            if not select.select([], [sock], [], patience)[1]:
-                break
     return sent
 
 

@@ -7,7 +7,6 @@ while a client of small requests goes on.
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 import struct
 import time
@@ -47,20 +46,6 @@ from .harness import InProcessDaemon
 READ_SIZE = 256 * 1024
 
 
-def _send_until_stuck(sock: socket.socket, data: bytes, patience: float = 1.0) -> int:
-    """Send ``data`` without blocking until it is all sent or the daemon has read
-    nothing for ``patience`` seconds; the bytes sent."""
-    sock.setblocking(False)
-    sent = 0
-    while sent < len(data):
-        try:
-            sent += sock.send(data[sent : sent + 65536])
-        except BlockingIOError:
-            if not select.select([], [sock], [], patience)[1]:
-                break
-    return sent
-
-
 def test_a_connection_without_a_hello_is_closed_and_its_first_frame_is_small(
     short_tmp: Path,
 ) -> None:
@@ -96,7 +81,7 @@ def test_partial_frames_on_many_connections_stop_at_the_global_budget(short_tmp:
             try:
                 # Each sends all of a maximum frame but its last byte.
                 partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
-                sent = [_send_until_stuck(client.sock, partial) for client in clients]
+                sent = send_until_stuck([client.sock for client in clients], partial)
                 assert min(sent) < len(partial), sent  # someone was held back
                 # The bystander's small requests go on meanwhile.
                 for n in range(20):
@@ -301,7 +286,7 @@ def test_replies_sent_from_a_disk_thread_to_a_client_that_never_reads_are_bounde
                 + encode_frame(Sync(id=client.next_id(), session_id=opened.session_id))
                 for n in range(rounds)
             )
-            _send_until_stuck(client.sock, frames, patience=5.0)
+            send_until_stuck([client.sock], frames, patience=5.0)
             # It reads nothing: cut off once a reply waited --send-timeout for room.
             wait_for_log(daemon, event="client_not_reading")
             # Before, the disk thread queued every reply whatever the queue held (61 MiB

@@ -386,10 +386,22 @@ def expected_after_writing(event: Event) -> Event:
 
 
 @pytest.mark.parametrize("tag", sorted(AGENT_FACT_TYPES))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_every_recorded_event_round_trips(tag: str, data: st.DataObject) -> None:
+def test_every_recorded_event_round_trips_and_takes_the_fast_path_to_the_same_bytes(
+    tag: str, data: st.DataObject
+) -> None:
+    """Both checks on each event drawn (drawing is most of their time): the codec's fast
+    path writes what the careful walk writes, and the event reads back as written."""
+    from flightlog.protocol._lowering import Lowering
+    from flightlog.protocol._shapes import _BUILTIN_SHAPES, _EVENT_SHAPES
+    from flightlog.protocol._values import _Walk
+
     event = data.draw(events_of(EVENT_CLASSES[tag]))
+    shape = _EVENT_SHAPES[type(event)]
+    fast = default_codec._encode_fast(event, shape)
+    if fast is not None:
+        assert fast == Lowering(_BUILTIN_SHAPES).encode_careful(event, shape, _Walk())
     decoded = round_trip(event)
     if isinstance(event, ModelResponse) and event.length_recovery is None:
         assert decoded is None
@@ -468,23 +480,7 @@ def test_a_realistic_loop_round_trips_in_one_file() -> None:
 
 
 # --- the codec's fast path writes what the careful walk writes ------------------------------
-
-
-@pytest.mark.parametrize("tag", sorted(AGENT_FACT_TYPES))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_the_fast_path_writes_the_same_bytes_as_the_careful_walk(
-    tag: str, data: st.DataObject
-) -> None:
-    from flightlog.protocol._lowering import Lowering
-    from flightlog.protocol._shapes import _BUILTIN_SHAPES, _EVENT_SHAPES
-    from flightlog.protocol._values import _Walk
-
-    event = data.draw(events_of(EVENT_CLASSES[tag]))
-    shape = _EVENT_SHAPES[type(event)]
-    fast = default_codec._encode_fast(event, shape)
-    if fast is not None:
-        assert fast == Lowering(_BUILTIN_SHAPES).encode_careful(event, shape, _Walk())
+# (on random events of every type: test_every_recorded_event_round_trips_and_...)
 
 
 def test_plain_events_take_the_fast_path_and_typed_values_do_not() -> None:

@@ -29,6 +29,7 @@ from flightlog.sdk.storage import Limits, parse_age, parse_size
 from ._config import Config
 from ._fairness import PerUidLimits
 from ._logging import configure_logging
+from ._refusals import BURST
 from ._retention import RetentionSettings, archive_problem
 from ._server import SHUTDOWN_BOUND, Daemon, serve
 from ._systemd import Notifier, SystemdError, listen_fds
@@ -114,6 +115,18 @@ def _seconds(text: str) -> float:
         value = -1.0
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _window(text: str) -> float:
+    """The refusals' window: a number of seconds, 0.1 or more (each window wakes the
+    daemon once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0.1")
     return value
 
 
@@ -323,6 +336,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--refusal-window",
+        type=_window,
+        default=defaults.refusal_window,
+        metavar="SECONDS",
+        help=f"log at most {BURST} refusals of a client (a connection, or a uid), and "
+        f"{BURST} connections opened by a uid, in a window this long, and count the rest "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--max-buffered",
         type=_count(4 * low_frame, 1 << 40),
         default=None,
@@ -508,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         shutdown_grace=args.shutdown_grace,
         send_timeout=args.send_timeout,
         hello_timeout=args.hello_timeout,
+        refusal_window=args.refusal_window,
         max_buffered=args.max_buffered,
         retention=args.retention,
     )

@@ -17,6 +17,7 @@ from flightlog.protocol.wire import (
 )
 
 from ._fairness import PerUidLimits
+from ._refusals import WINDOW
 from ._retention import RetentionSettings
 
 __all__ = ["LINE_ENVELOPE", "Config"]
@@ -67,6 +68,9 @@ class Config:
     send_timeout: float = 10.0
     #: Seconds a new connection has to send its hello before it is closed.
     hello_timeout: float = 10.0
+    #: Seconds of the window in which a client (a connection, or a uid) may have
+    #: ``_refusals.BURST`` refusals logged; the rest are counted.
+    refusal_window: float = WINDOW
     #: Bytes that every connection together may make the daemon hold (frames being
     #: read, requests waiting for their session); past it only connections holding
     #: less than 1 MiB each are read.  At least four maximum frames.

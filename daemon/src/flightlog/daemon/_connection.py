@@ -84,7 +84,14 @@ from ._config import Config
 from ._fairness import UidShare
 from ._peers import LARGE_PAYLOAD, Records, Release, payload_size
 from ._primitives import Poller, timed
-from ._refusals import log_dropped, log_refusal, uid_refusals
+from ._refusals import (
+    count_dropped,
+    log_dropped,
+    log_refusal,
+    log_within,
+    uid_connections,
+    uid_refusals,
+)
 from ._sessions import Sessions
 from ._tail import Tails
 
@@ -291,8 +298,12 @@ class Connection:
     # ---------------------------------------------------------------- serving
 
     async def serve(self) -> None:
-        """Serve until the client hangs up, breaks the protocol, or the daemon stops."""
-        self.log.info("connection_opened")
+        """Serve until the client hangs up, breaks the protocol, or the daemon stops.
+
+        Its ``connection_opened`` line is one of its uid's few per window
+        (``_refusals``), and its ``connection_closed`` is logged if that one was,
+        counted if not: a uid opening connections in a loop does not flood the log."""
+        opened = log_within(uid_connections(self.uid), self.log, "connection_opened", "info")
         late = asyncio.get_running_loop().call_later(self._config.hello_timeout, self._hello_late)
         try:
             async with anyio.create_task_group() as self._waits:
@@ -320,7 +331,10 @@ class Connection:
                     self._daemon_memory.give_ring(self._ring_size, self._share.memory)
                     self._ring_size = 0
                 log_dropped(self, self.log)
-                self.log.info("connection_closed")
+                if opened:
+                    self.log.info("connection_closed")
+                else:
+                    count_dropped(uid_connections(self.uid), "connection_closed")
 
     def stop(self) -> None:
         """Stop reading (daemon shutdown).  Frames the client sent before this moment

@@ -46,7 +46,7 @@ from ._connection import Connection, peer_credentials
 from ._fairness import Fairness
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
-from ._refusals import WINDOW, log_dropped_by_uid, log_refusal, uid_refusals
+from ._refusals import log_dropped_by_uid, log_refusal, set_window, uid_refusals
 from ._retention import Retention
 from ._sessions import Sessions
 from ._systemd import Notifier, watchdog_loop
@@ -248,12 +248,13 @@ class Daemon:
                     continue
                 task_group.start_soon(self._handle, stream)
 
-    async def _report_refusals(self) -> None:
+    async def _report_dropped(self) -> None:
         """Each window, say how many refusals of each uid (its refused connections,
-        and on a shared daemon every refusal of its own) were not logged: a uid refused
-        thousands a second must not flood the journal."""
+        and on a shared daemon every refusal of its own) and how many of its
+        connections' lines were not logged: a uid refused thousands a second, or
+        connecting thousands of times, must not flood the journal."""
         while True:
-            await anyio.sleep(WINDOW)
+            await anyio.sleep(self.config.refusal_window)
             log_dropped_by_uid(log)
 
     async def _report_status(self, notifier: Notifier) -> None:
@@ -301,6 +302,7 @@ async def serve(
     """
     roots = Roots(config.root, config.allow)
     config = _fit_descriptors(config, len(roots.allowed))
+    set_window(config.refusal_window)
     os.makedirs(roots.root, mode=0o700, exist_ok=True)
     with _root_lock(roots.root):
         socket_paths: list[str] = []
@@ -336,7 +338,7 @@ async def serve(
                 async with anyio.create_task_group() as conns_tg:
                     for listener in anyio_listeners:
                         conns_tg.start_soon(functools.partial(daemon._accept, listener, conns_tg))
-                    actors_tg.start_soon(daemon._report_refusals)
+                    actors_tg.start_soon(daemon._report_dropped)
                     actors_tg.start_soon(retention.run)
                     actors_tg.start_soon(sessions.compressor.run)
                     if notifier is not None:

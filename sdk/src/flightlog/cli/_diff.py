@@ -84,9 +84,16 @@ def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _normal(value: Any) -> Any:
-    """``value`` without the members that differ between any two runs."""
+    """``value`` without the members that differ between any two runs: the ids of the
+    protocol's typed objects (a ``$type`` member), never what a tool was given (a
+    tool call's ``arguments``, which may well hold an ``id``)."""
     if isinstance(value, Mapping):
-        return {k: _normal(v) for k, v in value.items() if k not in _IDS}
+        typed = "$type" in value
+        return {
+            k: v if k == "arguments" else _normal(v)
+            for k, v in value.items()
+            if not (typed and k in _IDS)
+        }
     if isinstance(value, list):
         return [_normal(item) for item in value]
     return value
@@ -99,18 +106,21 @@ class Step:
     kind: str
     name: str
     input: Any
-    output: Any
+    output: Any  # what it gave back, as a person reads it (tool calls in short)
     error: str | None
     status: str
     call: CallSummary
+    #: What it gave back, whole (ids left out): a model's response, a tool's content.
+    returned: Any = None
 
     @property
     def key(self) -> tuple[str, str]:
         return self.kind, self.name
 
     def same(self, other: Step) -> bool:
-        return (self.input, self.output, self.error, self.status) == (
+        return (self.input, self.returned, self.output, self.error, self.status) == (
             other.input,
+            other.returned,
             other.output,
             other.error,
             other.status,
@@ -120,7 +130,9 @@ class Step:
         usage = self.call.usage
         if not isinstance(usage, Mapping):
             return None
-        return int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+        counts = (usage.get("input_tokens"), usage.get("output_tokens"))
+        # Counted as sessions counts them: a value that is not a number is left out.
+        return sum(n for n in counts if isinstance(n, int) and not isinstance(n, bool))
 
     def seconds(self) -> float | None:
         return duration(self.call.start_time or self.call.first_time, self.call.end_time)
@@ -140,6 +152,7 @@ class Step:
             "error": self.error,
             "input": self.input,
             "output": self.output,
+            "returned": self.returned,
             "tokens": self.tokens(),
             "seconds": self.seconds(),
         }
@@ -166,18 +179,25 @@ class Side:
 
 
 class _Inputs:
-    """The new input messages of each model call (``model_request``), by its key."""
+    """The new input messages of each model call (``model_request``), and what each
+    call gave back whole (a model's message, a tool's content), by its key."""
 
     def __init__(self) -> None:
         self.messages: dict[tuple[str, str, int], Any] = {}
+        self.returned: dict[tuple[str, str, int], Any] = {}
 
-    def add(self, data: Mapping[str, Any]) -> None:
+    def add(self, type: str, data: Mapping[str, Any]) -> None:
         execution = data.get("execution")
         attempt = execution.get("attempt") if isinstance(execution, Mapping) else None
         if isinstance(execution, Mapping) and isinstance(attempt, int):
             key = (str(execution.get("kind")), str(execution.get("id")), attempt)
-            system = data.get("system")
-            self.messages[key] = _normal({"system": system, "messages": data.get("messages")})
+            if type == "model_request":
+                system = data.get("system")
+                self.messages[key] = _normal({"system": system, "messages": data.get("messages")})
+            elif type == "model_exec_end":
+                self.returned[key] = _normal(data.get("message"))
+            else:
+                self.returned[key] = _normal(data.get("content"))
 
 
 def _run_spec(spec: str) -> tuple[str, str | None]:
@@ -218,8 +238,8 @@ def _side(spec: str, args: argparse.Namespace) -> Side:
     with open_source(path, args) as source:
         for record in source.records:
             summary.add(record)
-            if record.type == "model_request":
-                inputs.add(record_data(record))
+            if record.type in ("model_request", "model_exec_end", "tool_exec_end"):
+                inputs.add(record.type, record_data(record))
         label = source.label
     run = _pick(summary, wanted, spec)
     steps = []
@@ -229,8 +249,11 @@ def _side(spec: str, args: argparse.Namespace) -> Side:
             given = inputs.messages.get((call.kind, call.id, call.attempt))
         else:
             name = call.name or call.kind
-            given = _normal(call.arguments)
-        steps.append(Step(call.kind, name, given, call.result, call.error, call.status, call))
+            given = call.arguments
+        returned = inputs.returned.get((call.kind, call.id, call.attempt))
+        steps.append(
+            Step(call.kind, name, given, call.result, call.error, call.status, call, returned)
+        )
     return Side(label, run, steps)
 
 
@@ -281,7 +304,7 @@ def _lines(value: Any) -> list[str]:
     if isinstance(value, str):
         return [one_line(line) for line in value.split("\n")]
     text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
-    return text.splitlines()
+    return [one_line(line) for line in text.split("\n")]
 
 
 def _delta(name: str, x: Any, y: Any, style: Style) -> Iterator[str]:
@@ -321,7 +344,8 @@ def _print(comparison: Comparison, after: int, style: Style) -> None:
         figures.append(format_duration(totals["seconds"]))
         out.write(
             style.bold(one_line(f"{sign} {side.label}@{(side.run.run_id or '')[:8]}"))
-            + f" ({side.run.status}, {', '.join(figures)})\n"
+            + one_line(f" ({side.run.status}, {', '.join(figures)})")
+            + "\n"
         )
     for step, _ in comparison.alike:
         out.write(style.dim(f"  = {step.headline()} {step.status}") + "\n")
@@ -340,8 +364,12 @@ def _print(comparison: Comparison, after: int, style: Style) -> None:
         out.write(style.red(f"! first divergence at call {where}: {title}") + "\n")
         for line in _delta("input", x.input, y.input, style):
             out.write(line + "\n")
-        for line in _delta("output", x.output, y.output, style):
-            out.write(line + "\n")
+        if x.output != y.output or x.returned == y.returned:
+            for line in _delta("output", x.output, y.output, style):
+                out.write(line + "\n")
+        else:  # alike in short (a long argument, a thinking part): shown whole
+            for line in _delta("output", x.returned, y.returned, style):
+                out.write(line + "\n")
         if (x.error, x.status) != (y.error, y.status):
             for line in _delta("error", x.error or x.status, y.error or y.status, style):
                 out.write(line + "\n")

@@ -47,7 +47,8 @@ EXIT_CODES: Final = {
     EXIT_UNSOUND: "a session file breaks the reading rules (corrupt line, gap in seq, ...)",
     EXIT_USAGE: "bad arguments, a file that cannot be read, or nothing matches --run/--call",
     EXIT_GAPS: "inspect found gaps: no run_close, no agent_end, a call without its end, "
-    "an execution id used by two calls; resume: tool calls are left unpaired",
+    "an execution id used by two calls; resume: tool calls are left unpaired, no writer "
+    "holding the session",
     EXIT_NO_DAEMON: "no daemon listens on the socket, the connection broke, or it shut down",
     EXIT_REFUSED: "the daemon refused the request or ended the tail with an error; "
     "vacuum: a file could not be removed",

@@ -324,7 +324,9 @@ class _Waterfall:
             parts.append(f"<h4>arguments</h4><pre>{_e(_json(arguments))}</pre>")
             if detail.end is not None:
                 result = {k: v for k, v in detail.end.items() if k != "execution"}
-                parts.append(f"<h4>result</h4><pre>{_e(message_text(detail.end))}</pre>")
+                parts.append(
+                    f"<h4>result</h4><pre>{_e(message_text(detail.end, whole=True))}</pre>"
+                )
                 parts.append(_folded("record", result))
         for type, data in detail.notes:
             rest = {k: v for k, v in data.items() if k != "execution"}
@@ -341,15 +343,21 @@ class _Waterfall:
             parts.append('<p class="note">no model_request recorded</p>')
         else:
             if request.get("continues"):
+                continued = str(request["continues"])
+                calls = self.run.calls.values()
+                earlier = [c for c in calls if c.kind == "model" and c.id == continued]
+                link = self._link(earlier[-1], "continues") if earlier else ""
                 parts.append(
-                    f'<p class="note">continues {_e(request["continues"])}: '
+                    f'<p class="note">{link or "continues " + _e(continued)}: '
                     "its messages come first</p>"
                 )
             if request.get("system"):
                 parts.append(_message("system", request["system"]))
             messages = request.get("messages")
             for message in messages if isinstance(messages, list) else []:
-                role = message.get("role") if isinstance(message, Mapping) else None
+                role = None
+                if isinstance(message, Mapping):
+                    role = message.get("$type") or message.get("role")
                 parts.append(_message(str(role or "message"), message))
             rest = {k: v for k, v in request.items() if k not in ("execution", "messages")}
             parts.append(_folded("tools and config", rest))
@@ -364,7 +372,7 @@ class _Waterfall:
 
 
 def _message(role: str, message: Any) -> str:
-    text = _e(message_text(message))
+    text = _e(message_text(message, whole=True))
     return f'<div class="msg"><span class="role">{_e(role)}</span><pre>{text}</pre></div>'
 
 

@@ -168,7 +168,10 @@ class _Calls:
         execution = data.get("execution")
         if not isinstance(execution, Mapping):
             return
-        key = (run_id, str(execution.get("id")), int(execution.get("attempt") or 1))
+        attempt = execution.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            attempt = 1  # as execution_of reads it
+        key = (run_id, str(execution.get("id")), attempt)
         model, provider = self.named.get(key, (None, None))
         if type == "model_request" and isinstance(config := data.get("config"), Mapping):
             model, provider = config.get("model") or model, config.get("provider") or provider

@@ -269,7 +269,7 @@ def call_label(kind: str, exec_id: str, attempt: int) -> str:
     return f"{kind} {exec_id}" + (f"#{attempt}" if attempt != 1 else "")
 
 
-def _parts_text(parts: Any) -> str:
+def _parts_text(parts: Any, whole: bool = False) -> str:
     if isinstance(parts, str):
         return parts
     if not isinstance(parts, list):
@@ -283,9 +283,12 @@ def _parts_text(parts: Any) -> str:
         if kind == "text":
             pieces.append(str(part.get("text", "")))
         elif kind == "tool_call":
-            pieces.append(f"→{part.get('name')}({format_args(part.get('arguments'), 40)})")
+            arguments = part.get("arguments")
+            shown = _json(arguments) if whole else format_args(arguments, 40)
+            pieces.append(f"→{part.get('name')}({shown})")
         elif kind == "thinking":
-            pieces.append("[thinking]")
+            thought = part.get("thinking")
+            pieces.append(f"[thinking] {thought}" if whole and thought else "[thinking]")
         elif kind in ("image", "file"):
             pieces.append(f"[{kind} {part.get('name') or part.get('media_type', '')}]")
         else:
@@ -293,14 +296,15 @@ def _parts_text(parts: Any) -> str:
     return " ".join(piece for piece in pieces if piece)
 
 
-def message_text(message: Any) -> str:
-    """The readable content of a message (text parts, tool calls in short)."""
+def message_text(message: Any, *, whole: bool = False) -> str:
+    """The readable content of a message (text parts, tool calls in short); ``whole``:
+    every tool call's arguments and every thinking part's text in full."""
     if isinstance(message, str):
         return message
     if not isinstance(message, Mapping):
         return "" if message is None else _json(message)
     if "content" in message:
-        return _parts_text(message["content"])
+        return _parts_text(message["content"], whole)
     return _json(message)
 
 

@@ -12,6 +12,12 @@ way), its conversation: the prompt of its last top-level model call, the respons
 results recorded for it.  A tool call of that conversation with no result is
 *unpaired*: a provider refuses such a history ("tool_use ids without tool_result").
 
+A session a writer holds (the daemon says so, asked once before the file is read) is
+read as it stood then: up to the daemon's last line, so that its open run, the calls
+left open and the conversation all describe one moment; its open run is not *cut*, and
+its unpaired tool calls may still get their results.  Without a writer, the
+conversation is still read up to the line the rest was read to.
+
 ``--repair`` writes through the daemon.  ``Session.resume(repair=True)`` mends every cut
 run: the calls each left open are answered in their own run; a tool call the
 conversation still holds without a result (the model asked for it, and the agent died
@@ -31,16 +37,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
 
-from flightlog.protocol import CHECKPOINT, Execution, FileFormatError, Origin, Record
+from flightlog.protocol import CHECKPOINT, ErrorCode, Execution, FileFormatError, Origin, Record
 from flightlog.protocol.events import TextPart, ToolExecEnd
+from flightlog.protocol.wire import SessionStatus
 from flightlog.sdk import (
     CallNotFound,
+    Client,
     Conversation,
     DaemonError,
     OriginNotFound,
@@ -56,10 +65,12 @@ from ._commands import (
     EXIT_UNSOUND,
     EXIT_USAGE,
     CommandError,
+    _socket,
     daemon_path,
     open_source,
 )
 from ._inspect import CallSummary, SessionSummary
+from ._listing import _held
 from ._render import Style, message_text, one_line, short
 from ._views import message_role
 
@@ -71,6 +82,9 @@ REPAIR_TEXT: Final = (
     "The tool call was interrupted (the agent stopped before it ran or returned); "
     "no result was recorded. This result was written by flightlog resume --repair."
 )
+#: Seconds --repair tries again while the daemon names as the session's writer a
+#: process that has exited (killed a moment ago: its hang-up not read yet).
+GONE_WRITER_WAIT: Final = 5.0
 
 
 def resume_epilog(exit_help: str) -> str:
@@ -87,12 +101,14 @@ Reads the file directly when it can, else through the daemon (as show does).  An
 unpaired tool call (the model asked for it, no result was recorded) makes a history a
 provider refuses: --repair writes, through the daemon, an error result marked
 "repaired" for each (never the tool's own result), so the conversation pairs every
-tool call again; the session's writer must be gone.
+tool call again; refused (session_busy, exit 5) while a writer holds the session.
+A session a writer holds is read as the daemon had written it when asked: its open
+run is not cut, and its unpaired tool calls may still get results (exit 0).
 --fork NEW starts a session that names this one as its origin, at the end of a run
 (--at-run), after a line (--at-seq), at a checkpoint (--at-checkpoint: the latest, or
 the one at SEQ), else at the end of the file; the conversation is rebuilt from the
 origin up to that point, and the checkpoint in force there is saved in NEW.
-Exit status 3: tool calls are left unpaired (without --repair).
+Exit status 3: tool calls are left unpaired (without --repair), no writer holding it.
 
 {exit_help}
 """
@@ -133,6 +149,17 @@ class _State:
     conversation: Conversation | None
     broken: str | None  # why the conversation cannot be rebuilt
     failure: FileFormatError | None
+    writer: SessionStatus | None = None  # the daemon's word on the writer holding it
+
+    @property
+    def cut_runs(self) -> list[str]:
+        """The runs without ``run_close`` that no writer holds open."""
+        held = self.writer.run_id if self.writer is not None else None
+        return [
+            run.run_id
+            for run in self.summary.run_list()
+            if run.run_id and not run.closed and run.run_id != held
+        ]
 
     @property
     def open_calls(self) -> list[CallSummary]:
@@ -148,14 +175,23 @@ class _State:
         return self.conversation.unpaired if self.conversation is not None else []
 
 
-def _records(path: str, args: argparse.Namespace) -> Iterator[Record]:
+def _records(path: str, args: argparse.Namespace, upto: int | None = None) -> Iterator[Record]:
     """The records of the session at ``path``, as ``show`` reads them (the file, else
-    through the daemon); raises :class:`OSError` when neither can (a fork's origin)."""
+    through the daemon), up to line ``upto`` when given; raises :class:`OSError` when
+    neither can (a fork's origin)."""
     try:
         with open_source(path, args) as source:
-            yield from source.records
+            for record in source.records:
+                if upto is not None and record.seq > upto:
+                    return
+                yield record
     except (CommandError, DaemonError) as exc:
         raise OSError(exc.message) from None
+
+
+def _writers(args: argparse.Namespace) -> dict[str, SessionStatus]:
+    """The sessions a writer holds, by session id, as a daemon answering says."""
+    return {s.session_id: s for s in _held(_socket(args)) if s.writer_pid is not None}
 
 
 def _load(path: str, args: argparse.Namespace) -> _State:
@@ -163,13 +199,20 @@ def _load(path: str, args: argparse.Namespace) -> _State:
     origin: Origin | None = None
     checkpoint: Record | None = None
     failure: FileFormatError | None = None
+    # Asked before the file is read: a session a writer holds is read up to the line
+    # the daemon had written then, so that its open run is the one the daemon named.
+    writers = _writers(args)
+    writer: SessionStatus | None = None
     with open_source(path, args) as source:
         label, local = source.label, source.reader is not None
         try:
             for record in source.records:
+                if writer is not None and record.seq > writer.last_seq:
+                    break
                 summary.add(record)
                 if record.seq == 1:
                     origin = origin_of(record)
+                    writer = writers.get(record.session_id)
                 elif record.type == CHECKPOINT:
                     checkpoint = record
         except FileFormatError as exc:
@@ -180,8 +223,13 @@ def _load(path: str, args: argparse.Namespace) -> _State:
             raise CommandError(f"{path}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
     conversation: Conversation | None = None
     broken: str | None = None
+    # The conversation is read up to the line the rest was (a writer may have added
+    # lines since); a fork's origin, up to the line the fork names.
+    bounds = iter([summary.last_seq])
     try:
-        transcript = Transcript.read(label, opener=lambda where: _records(where, args))
+        transcript = Transcript.read(
+            label, opener=lambda where: _records(where, args, next(bounds, None))
+        )
         conversation = transcript.conversation()
     except (CallNotFound, OriginNotFound) as exc:
         broken = exc.message
@@ -189,7 +237,7 @@ def _load(path: str, args: argparse.Namespace) -> _State:
         broken = f"line {exc.line}: {exc.reason}"
     except OSError as exc:
         broken = f"cannot be read: {exc.strerror or exc}"
-    return _State(label, local, summary, origin, checkpoint, conversation, broken, failure)
+    return _State(label, local, summary, origin, checkpoint, conversation, broken, failure, writer)
 
 
 # ----------------------------------------------------------------------- output
@@ -218,7 +266,7 @@ def _origin_json(origin: Origin | None) -> dict[str, Any] | None:
     return msgspec.to_builtins(origin) if origin is not None else None
 
 
-def _as_json(state: _State, repaired: list[tuple[str, str]]) -> dict[str, Any]:
+def _as_json(state: _State, repaired: list[tuple[str, str]], truncated: int) -> dict[str, Any]:
     summary, conversation = state.summary, state.conversation
     prompt = conversation.prompt if conversation is not None else None
     checkpoint = state.checkpoint
@@ -235,7 +283,14 @@ def _as_json(state: _State, repaired: list[tuple[str, str]]) -> dict[str, Any]:
             "time": checkpoint.time,
             "snapshot": _snapshot(checkpoint),
         },
-        "cut_runs": [run.run_id for run in summary.run_list() if run.run_id and not run.closed],
+        "writer": None
+        if state.writer is None
+        else {
+            "pid": state.writer.writer_pid,
+            "run_id": state.writer.run_id,
+            "last_seq": state.writer.last_seq,
+        },
+        "cut_runs": state.cut_runs,
         "open_calls": [_call_json(call) for call in state.open_calls],
         "conversation": None
         if conversation is None or prompt is None
@@ -251,6 +306,7 @@ def _as_json(state: _State, repaired: list[tuple[str, str]]) -> dict[str, Any]:
         "conversation_error": state.broken,
         "unpaired": [{"tool_call_id": i, "name": n} for i, n in state.unpaired],
         "repaired": [{"tool_call_id": i, "name": n} for i, n in repaired],
+        "truncated_bytes": truncated,
         "error": None
         if state.failure is None
         else f"line {state.failure.line}: {state.failure.reason}",
@@ -261,7 +317,7 @@ def _out(text: str = "") -> None:
     sys.stdout.write(one_line(text) + "\n")
 
 
-def _print(state: _State, repaired: list[tuple[str, str]], style: Style) -> None:
+def _print(state: _State, repaired: list[tuple[str, str]], truncated: int, style: Style) -> None:
     summary = state.summary
     _out(f"{style.bold('session')} {summary.session_id or '?'}  {state.path}")
     if state.origin is not None:
@@ -279,10 +335,16 @@ def _print(state: _State, repaired: list[tuple[str, str]], style: Style) -> None
             f" · run {(checkpoint.run_id or '')[:8]} · {checkpoint.time}"
         )
         _out("  " + short(msgspec.json.encode(_snapshot(checkpoint)).decode(), 200))
-    cut = [run for run in summary.run_list() if run.run_id and not run.closed]
+    writer = state.writer
+    if writer is not None:
+        held = f"run {writer.run_id[:8]} open" if writer.run_id else "no run open"
+        _out(
+            f"{style.bold('writer')}  pid {writer.writer_pid} holds this session ({held}), "
+            f"read up to its line {writer.last_seq}: its calls may still end"
+        )
     _out(
         f"{style.bold('cut runs')}  "
-        + (", ".join(f"{(run.run_id or '')[:8]} (no run_close)" for run in cut) or "none")
+        + (", ".join(f"{run_id[:8]} (no run_close)" for run_id in state.cut_runs) or "none")
     )
     calls = state.open_calls
     _out(style.bold("open calls") + ("  none" if not calls else ""))
@@ -294,12 +356,20 @@ def _print(state: _State, repaired: list[tuple[str, str]], style: Style) -> None
             f"(line {call.first_seq}, run {(call.run_id or '')[:8]})"
         )
     _print_conversation(state, style)
+    if truncated:
+        _out(f"removed an unfinished last line of {truncated} bytes (a write cut short)")
     for call_id, name in repaired:
         _out(style.green(f"repaired  tool call {call_id} ({name}): an error result, marked"))
     if state.unpaired:
         listed = ", ".join(f"{call_id} ({name})" for call_id, name in state.unpaired)
         _out(style.red(f"unpaired tool calls  {listed}"))
-        _out(f"  a provider refuses this history: flightlog resume {state.path} --repair")
+        if writer is None:
+            _out(f"  a provider refuses this history: flightlog resume {state.path} --repair")
+        else:
+            _out(
+                f"  pid {writer.writer_pid} may still record their results "
+                "(--repair is refused while it holds the session)"
+            )
     if state.failure is not None:
         _out(style.red(f"NOT SOUND: line {state.failure.line}: {state.failure.reason}"))
 
@@ -348,17 +418,19 @@ def _repair_event(call_id: str, name: str, state: _State) -> ToolExecEnd:
     )
 
 
-def _repair(state: _State, args: argparse.Namespace) -> list[tuple[str, str]]:
-    """Write the repairs; returns the tool calls answered (``(tool_call_id, name)``)."""
-    if state.broken is not None:
-        raise CommandError(
-            f"{state.path}: cannot repair a conversation that cannot be rebuilt: {state.broken}",
-            EXIT_UNSOUND,
-        )
-    before = state.unpaired
+def _repair(state: _State, args: argparse.Namespace) -> tuple[list[tuple[str, str]], int]:
+    """Write the repairs; returns the tool calls answered (``(tool_call_id, name)``) and
+    the bytes of the unfinished last line the daemon removed when it opened the file."""
+    _repairable(state)
     with connect(args.socket, client_name=_CLIENT_NAME) as client:
-        session = client.open(daemon_path(state.path))
+        # Refused (session_busy, naming the holder) while a writer holds the session;
+        # waits for the daemon to finish writing what a writer that is gone sent.
+        session = _open_as_writer(client, state, args)
         try:
+            # Read again as its writer: what the one before sent is all written now.
+            state = _load(state.path, args)
+            _repairable(state)
+            before = state.unpaired
             resumed = session.resume(repair=True)
             done = {call.tool_call_id or "" for call in resumed.repaired}
             after = _load(state.path, args)
@@ -368,7 +440,55 @@ def _repair(state: _State, args: argparse.Namespace) -> list[tuple[str, str]]:
         finally:
             session.close()
     answered = done | {call_id for call_id, _ in left}
-    return [(call_id, name) for call_id, name in before if call_id in answered]
+    repaired = [(call_id, name) for call_id, name in before if call_id in answered]
+    return repaired, session.truncated_bytes
+
+
+def _open_as_writer(client: Client, state: _State, args: argparse.Namespace) -> Session:
+    """Open the session to write to it.  Refused (``session_busy``) while a writer holds
+    it, unless the daemon names a process that has exited: then its hang-up has not
+    been read yet, and the open is tried again for :data:`GONE_WRITER_WAIT` seconds."""
+    deadline = time.monotonic() + GONE_WRITER_WAIT
+    while True:
+        try:
+            return client.open(daemon_path(state.path))
+        except DaemonError as exc:
+            if exc.code != ErrorCode.SESSION_BUSY:
+                raise
+            held = _writers(args).get(state.summary.session_id or "")
+            pid = held.writer_pid if held is not None else None
+            if pid is None or _alive(pid):
+                raise
+            if time.monotonic() > deadline:
+                raise DaemonError(
+                    f"{exc.message}; pid {pid} has exited, but its connection is still "
+                    "open (a process it started may hold it)",
+                    code=exc.code,
+                ) from None
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not: it has exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _repairable(state: _State) -> None:
+    if state.broken is not None:
+        raise CommandError(
+            f"{state.path}: cannot repair a conversation that cannot be rebuilt: {state.broken}",
+            EXIT_UNSOUND,
+        )
 
 
 def _record_repairs(session: Session, state: _State, left: list[tuple[str, str]]) -> None:
@@ -477,15 +597,16 @@ def cmd_resume(args: argparse.Namespace, style: Style) -> int:
         )
     state = _load(args.path, args)
     repaired: list[tuple[str, str]] = []
+    truncated = 0
     if args.repair:
-        repaired = _repair(state, args)
+        repaired, truncated = _repair(state, args)
         state = _load(args.path, args)
     elif args.fork is not None:
         state = _load(_fork(state, args), args)
     if args.json:
-        sys.stdout.write(msgspec.json.encode(_as_json(state, repaired)).decode() + "\n")
+        sys.stdout.write(msgspec.json.encode(_as_json(state, repaired, truncated)).decode() + "\n")
     else:
-        _print(state, repaired, style)
+        _print(state, repaired, truncated, style)
     if state.failure is not None:
         return EXIT_UNSOUND
-    return EXIT_GAPS if state.unpaired else EXIT_OK
+    return EXIT_GAPS if state.unpaired and state.writer is None else EXIT_OK

@@ -339,7 +339,11 @@ def _directory_files(
             if not entry.is_symlink() and (descend is None or descend(entry.path)):
                 subdirs.append(entry.path)
         elif entry.name.endswith(_SUFFIX):
-            if not entry.is_file():
+            try:
+                regular = entry.is_file()
+            except OSError:  # a link that cannot be followed (a loop): opening it says so
+                regular = True
+            if not regular:
                 try:
                     mode = entry.stat().st_mode
                 except OSError:

@@ -25,7 +25,9 @@ control characters).  A line that holds no such bytes cannot match, unless:
 A pattern with no literal at its top level (``\\d+``, ``a|b``) has no byte test: every
 line is decoded, which is correct and slower.  With ``re.IGNORECASE`` the literal is
 tested without case when it is ASCII, and not at all otherwise (bytes patterns fold
-ASCII only).
+ASCII only); its ``i``, ``k`` and ``s`` also match, as a Unicode pattern's do, the
+UTF-8 of U+0130 and U+0131 (dotted and dotless i), U+212A (Kelvin) and U+017F (long
+s) (:data:`_UNICODE_FOLDS`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ CONTENT: Final = (
 #: The members that hold a part's text, by the part's ``$type``.
 _PART_TEXT: Final = {"text": "text", "thinking": "thinking"}
 _CONTEXT: Final = 40
+#: The characters outside ASCII that an ASCII letter matches without case in a Unicode
+#: pattern (none but these: tests/cli/test_find_text.py checks every code point).
+_UNICODE_FOLDS: Final = {"i": "\u0130\u0131", "k": "\u212a", "s": "\u017f"}
 
 
 def _literal(pattern: re.Pattern[str]) -> str:
@@ -84,7 +89,16 @@ def byte_test(pattern: re.Pattern[str]) -> bytes | re.Pattern[bytes] | None:
         return written
     if not literal.isascii():
         return None
-    return re.compile(re.escape(written), re.IGNORECASE)
+    if pattern.flags & re.ASCII:
+        return re.compile(re.escape(written), re.IGNORECASE)
+    pieces = []
+    for char in literal:
+        piece = re.escape(msgspec.json.encode(char)[1:-1])
+        folds = _UNICODE_FOLDS.get(char.lower(), "")
+        if folds:
+            piece = b"(?:" + b"|".join([piece, *(re.escape(f.encode()) for f in folds)]) + b")"
+        pieces.append(piece)
+    return re.compile(b"".join(pieces), re.IGNORECASE)
 
 
 def texts(data: Any) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -173,7 +172,7 @@ async def test_pydantic_ai(daemon: DaemonProcess, recorder: Recorder, how: str, 
 
 CTRL_C = textwrap.dedent(
     """
-    import os, sys, threading, time
+    import os, signal, sys, threading, time
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
     from flightlog.integrations.pydantic_ai import Flightlog
@@ -187,12 +186,15 @@ CTRL_C = textwrap.dedent(
 
     @agent.tool_plain
     def slow(x: int) -> int:
-        # The test's Ctrl-C comes once the event loop waits for this thread, as it does
-        # while a tool runs: a Ctrl-C inside the agent's task (still on its way here)
-        # ends the task with the KeyboardInterrupt and leaves the run to the exit,
-        # which waits for this thread, which would wait for the test.
+        # The Ctrl-C comes once the event loop waits for this thread, as it does while
+        # a tool runs, and at once: a Ctrl-C inside the agent's task (still on its way
+        # here, or woken meanwhile by the SDK's own callbacks) ends the task with the
+        # KeyboardInterrupt and leaves the run to the exit, which waits for this
+        # thread, which would wait for the test.  (Sent by the test after it read the
+        # line below, it landed outside the selector once on a loaded machine.)
         while not waiting_in_the_selector():
             time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
         print("in the tool", flush=True)
         # Until the test, after its Ctrl-C, says to stop (the interpreter waits for
         # this thread before it exits).
@@ -213,7 +215,6 @@ def test_pydantic_ai_run_sync_interrupted_by_ctrl_c(daemon: DaemonProcess) -> No
         assert agent.stdout is not None
         assert agent.stdout.readline() == b"in the tool\n"
         wait_for(lambda: any(r["type"] == "tool_exec_start" for r in read_lines(path)))
-        agent.send_signal(signal.SIGINT)
         # The interrupted run closes as the agent unwinds (slow on a loaded machine).
         wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)), timeout=60)
         stop.touch()

@@ -106,8 +106,12 @@ class UidShare:
     """One uid's share of the daemon: its connections and the bytes it may send.
     ``limits`` None: unlimited (the daemon's own uid)."""
 
-    def __init__(self, uid: int, limits: PerUidLimits | None) -> None:
+    def __init__(
+        self, uid: int, limits: PerUidLimits | None, loop_share: float = LOOP_SHARE
+    ) -> None:
         self.uid = uid
+        #: Seconds of the event loop per second its work may take.
+        self._loop_share = loop_share
         self.limits = limits
         self.connections: set[Writer] = set()
         #: Creates and opens under way: counted as sessions until they are answered.
@@ -206,11 +210,12 @@ class UidShare:
         if wait > 0:
             await anyio.sleep(wait)
 
-    def spent(self, seconds: float) -> None:
+    def spent(self, seconds: float) -> float:
         """Count ``seconds`` of the event loop spent for the uid outside its turns
         (accepting, setting up, refusing and closing its connections): its next
-        setup (:meth:`within`) and its connections' next :meth:`pace` wait for them."""
-        self._count(0, seconds)
+        setup (:meth:`within`) and its connections' next :meth:`pace` wait for them.
+        Returns the seconds before it is back within its share (0 or less: none)."""
+        return self._count(0, seconds)
 
     async def within(self) -> None:
         """Wait while the uid is over its rate of bytes or its shares."""
@@ -233,9 +238,10 @@ class UidShare:
         moment = time.monotonic()
         elapsed, self._stamp = moment - self._stamp, moment
         self._tokens = min(float(rate), self._tokens + elapsed * rate) - nbytes
-        self._loop = min(LOOP_BURST, self._loop + elapsed * LOOP_SHARE) - seconds
+        share = self._loop_share
+        self._loop = min(LOOP_BURST, self._loop + elapsed * share) - seconds
         self._disk = min(DISK_BURST, self._disk + elapsed * LOOP_SHARE) - disk
-        return max(-self._tokens / rate, -self._loop / LOOP_SHARE, -self._disk / LOOP_SHARE)
+        return max(-self._tokens / rate, -self._loop / share, -self._disk / LOOP_SHARE)
 
     def status(self) -> UidLimits:
         limits = self.limits

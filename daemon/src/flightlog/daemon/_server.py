@@ -9,6 +9,7 @@ period, cancel the rest, then have every session write, sync and close.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import errno
@@ -43,7 +44,7 @@ from ._access import Access, Who
 from ._budget import MemoryBudget, malloc_trim
 from ._config import Config
 from ._connection import Connection, peer_credentials
-from ._fairness import Fairness, UidShare
+from ._fairness import LOOP_SHARE, Fairness, PerUidLimits, UidShare
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
 from ._refusals import WINDOW, log_dropped_by_uid, log_refusal, uid_refusals
@@ -63,6 +64,12 @@ FINAL_SYNC_BOUND = 10.0
 #: Seconds past ``--shutdown-grace`` after which the process exits whatever is left:
 #: the sessions' bound, and the connections' hand-back and the last log lines.
 SHUTDOWN_BOUND = FINAL_SYNC_BOUND + 5.0
+
+#: Seconds of the event loop per second that refusing connections at accept may
+#: take, over every uid: past it, connects wait in the socket's backlog.  A quarter of
+#: a uid's share (``LOOP_SHARE``): a churning uid's refusals are charged to its
+#: share as well, so that its setups pay for them.
+_REFUSALS_SHARE = LOOP_SHARE / 4
 
 #: accept() errors that pass: out of descriptors or memory for now, or a peer that
 #: went away before it was accepted.
@@ -121,6 +128,9 @@ class Daemon:
         #: What every connection together makes the daemon hold.
         self.budget = MemoryBudget(config.max_buffered, trim=malloc_trim)
         self._numbers = 0
+        #: What refusing connections at accept (past a uid's or the daemon's most)
+        #: may take of the loop, whoever's.
+        self._refusing = UidShare(-1, PerUidLimits(), loop_share=_REFUSALS_SHARE)
         #: Connections accepted and not set up yet (``UidShare.arrivals``), and the
         #: shares setting theirs up.
         self._arrivals = 0
@@ -179,10 +189,11 @@ class Daemon:
 
     # ---------------------------------------------------------------- serving
 
-    def _arrived(self, sock: socket.socket, began: float, task_group: TaskGroup) -> None:
+    def _arrived(self, sock: socket.socket, began: float, task_group: TaskGroup) -> float:
         """A connection accepted (the accept begun at ``began``, thread time): refused
         at once when its uid, or the daemon, has as many as it may; else queued for
-        its uid's next turn (:meth:`_set_up`).  What it took of the loop is its uid's."""
+        its uid's next turn (:meth:`_set_up`).  What it took of the loop is its uid's.
+        Returns the seconds to wait before refusing another (0 or less: none)."""
         pid, uid, _ = peer_credentials(sock)
         share = self.fairness.share(uid)
         try:
@@ -199,6 +210,9 @@ class Daemon:
                 sock.setblocking(False)
                 sock.send(encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message)))
             sock.close()
+            seconds = time.thread_time() - began
+            share.spent(seconds)
+            return self._refusing.spent(seconds)
         else:
             share.arrivals.append(sock)
             self._arrivals += 1
@@ -206,6 +220,7 @@ class Daemon:
                 self._setting_up.add(share)
                 task_group.start_soon(self._set_up, share, task_group)
         share.spent(time.thread_time() - began)
+        return 0.0
 
     async def _set_up(self, share: UidShare, task_group: TaskGroup) -> None:
         """Set up a uid's accepted connections one by one, each in one of its turns
@@ -307,7 +322,13 @@ class Daemon:
                 poller.unwatch(fd)
                 poller.hold(0.1, rewatch)
                 return
-            self._arrived(sock, began, task_group)
+            wait = self._arrived(sock, began, task_group)
+            if wait > 0:
+                # Refusals took their share of the loop: the next connects wait in
+                # the socket's backlog (churning ones in their connect(), not on a
+                # CPU) until they are back within it.
+                poller.unwatch(fd)
+                asyncio.get_running_loop().call_later(wait, rewatch)
 
         def rewatch() -> None:
             if watching:

@@ -297,10 +297,11 @@ class Daemon:
     async def _accept_loop(self, listener: SocketListener, task_group: TaskGroup) -> None:
         """Accept one connection a round of the loop while any waits, in a callback of
         the poller (nothing registered, no task woken per accept): each is cheap (its
-        uid's queue, or a refusal), so that a uid connecting in a loop fills neither
-        the listening socket's backlog (others' connects would wait behind its) nor
-        the loop.  Returns only by cancellation (shutdown), or raises what accept()
-        failed with that does not pass."""
+        uid's queue, or a refusal), so that a uid connecting in a loop takes little of
+        the loop, and others' connects wait little behind its in the listening
+        socket's backlog.  Refusals past their share (:data:`_REFUSALS_SHARE`) stop
+        the accepting until they are back within.  Returns only by cancellation
+        (shutdown), or raises what accept() failed with that does not pass."""
         raw: socket.socket = listener.extra(SocketAttribute.raw_socket)
         fd, poller = raw.fileno(), self.poller
         failed: list[OSError] = []
@@ -320,7 +321,7 @@ class Daemon:
                     return
                 log.error("accept_failed", reason=str(error), connections=len(self.connections))
                 poller.unwatch(fd)
-                poller.hold(0.1, rewatch)
+                asyncio.get_running_loop().call_later(0.1, rewatch)
                 return
             wait = self._arrived(sock, began, task_group)
             if wait > 0:

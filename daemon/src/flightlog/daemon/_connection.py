@@ -225,6 +225,9 @@ class Connection:
         self._abandoned = False
         self._cut_off = False
         self.log = log.bind(conn=number, pid=self.pid, uid=self.uid)
+        #: Whether its connection_opened line was logged; its hello's clock (begin).
+        self._logged = False
+        self._late: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ Peer protocol
 
@@ -297,20 +300,36 @@ class Connection:
 
     # ---------------------------------------------------------------- serving
 
-    async def serve(self) -> None:
-        """Serve until the client hangs up, breaks the protocol, or the daemon stops.
+    def begin(self) -> None:
+        """Log the connection and start its hello's clock, as the daemon sets it up.
 
-        Its ``connection_opened`` line is one of its uid's few per window
-        (``_refusals``), and its ``connection_closed`` is logged if that one was,
-        counted if not: a uid opening connections in a loop does not flood the log."""
-        opened = log_within(uid_connections(self.uid), self.log, "connection_opened", "info")
-        late = asyncio.get_running_loop().call_later(self._config.hello_timeout, self._hello_late)
+        On a shared daemon its ``connection_opened`` line is one of its uid's few
+        per window (``_refusals``; the daemon's own uid logs every one), and its own
+        later lines (``connection_closed``, ``connection_error``, ``hello_timeout``)
+        are logged if that one was, counted if not: a uid opening connections in a
+        loop does not flood the log."""
+        if self._share.limits is None:  # the daemon's own uid: every line
+            self._logged = True
+            self.log.info("connection_opened")
+        else:
+            self._logged = log_within(
+                uid_connections(self.uid), self.log, "connection_opened", "info"
+            )
+        self._late = asyncio.get_running_loop().call_later(
+            self._config.hello_timeout, self._hello_late
+        )
+
+    async def serve(self) -> None:
+        """Serve until the client hangs up, breaks the protocol, or the daemon stops
+        (:meth:`begin` first).  What its close takes of the loop is its uid's."""
         try:
             async with anyio.create_task_group() as self._waits:
                 with self._read_scope:
                     await self._read_loop()
         finally:
-            late.cancel()
+            began = time.thread_time()
+            if self._late is not None:
+                self._late.cancel()
             self.closed = True
             try:
                 with anyio.CancelScope(shield=True) as release:
@@ -331,10 +350,16 @@ class Connection:
                     self._daemon_memory.give_ring(self._ring_size, self._share.memory)
                     self._ring_size = 0
                 log_dropped(self, self.log)
-                if opened:
-                    self.log.info("connection_closed")
-                else:
-                    count_dropped(uid_connections(self.uid), "connection_closed")
+                self._log_own("info", "connection_closed")
+                self._share.spent(time.thread_time() - began)
+
+    def _log_own(self, level: str, event: str, **fields: object) -> None:
+        """A line of the connection's own (its close, its hello late, its socket's
+        error): logged if its ``connection_opened`` was, else counted with its uid's."""
+        if self._logged:
+            getattr(self.log, level)(event, **fields)
+        else:
+            count_dropped(uid_connections(self.uid), event)
 
     def stop(self) -> None:
         """Stop reading (daemon shutdown).  Frames the client sent before this moment
@@ -351,7 +376,7 @@ class Connection:
 
     def _hello_late(self) -> None:
         if self._server.state is ConnectionState.AWAIT_HELLO:
-            self.log.warning("hello_timeout", seconds=self._config.hello_timeout)
+            self._log_own("warning", "hello_timeout", seconds=self._config.hello_timeout)
             self._read_scope.cancel()
 
     def abandon(self) -> None:
@@ -388,13 +413,16 @@ class Connection:
             began = time.thread_time()
             self._turn_requests = 0
             if not await self._handle_events():
+                # Its last turn is its uid's too (a connection that sends one bad
+                # frame, or a hello, and hangs up has no other).
+                self._share.spent(time.thread_time() - began)
                 error = channel.read_error
                 if isinstance(error, RemoteProtocolError):
                     # A broken ring: told like a frame that is no message.
                     self.log.warning("protocol_error", code=error.code, reason=error.message)
                     await self.send(ErrorReply(id=0, code=error.code, message=error.message))
                 elif error is not None:
-                    self.log.info("connection_error", reason=str(error))
+                    self._log_own("info", "connection_error", reason=str(error))
                 return
             # Counted before the wait: what is read meanwhile counts next time.
             paced, unpaced = channel.bytes_read, channel.bytes_read - paced

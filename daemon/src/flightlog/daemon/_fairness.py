@@ -14,7 +14,12 @@ has at most :data:`DISK_JOBS_PER_UID` jobs in the disk threads at once (creates,
 opens, writes, syncs, tails' reads), whose time counts against its share of the
 loop too (the threads and the loop share one interpreter lock): a uid opening
 sessions in a loop cannot take every thread of a root, nor the loop's time through
-them.
+them.  Its connections themselves are work of its own: each is set up in one of its
+turns once the uid is within its share (accepted at once, then queued in
+:attr:`UidShare.arrivals`, counted as a connection), and what accepting, refusing,
+setting up and closing it takes of the loop is charged to the uid
+(:meth:`UidShare.spent`): a uid opening connections in a loop gets them set up at
+the rate its share pays for.
 They keep one runaway uid (a loop that connects, creates or sends without end) from
 starving the agents of the others: past the first two it gets ``too_many``; past the
 last two its sockets are left unread until it is back under the limit, so the
@@ -32,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
 import time
 from collections.abc import Sized
 from dataclasses import dataclass
@@ -100,12 +106,19 @@ class UidShare:
     """One uid's share of the daemon: its connections and the bytes it may send.
     ``limits`` None: unlimited (the daemon's own uid)."""
 
-    def __init__(self, uid: int, limits: PerUidLimits | None) -> None:
+    def __init__(
+        self, uid: int, limits: PerUidLimits | None, loop_share: float = LOOP_SHARE
+    ) -> None:
         self.uid = uid
+        #: Seconds of the event loop per second its work may take.
+        self._loop_share = loop_share
         self.limits = limits
         self.connections: set[Writer] = set()
         #: Creates and opens under way: counted as sessions until they are answered.
         self.claims = 0
+        #: Its connections accepted and not yet set up (each set up in one of its
+        #: turns, within its share: ``_server``): counted as connections.
+        self.arrivals: collections.deque[socket.socket] = collections.deque()
         #: What its connections make the daemon hold (``_budget``).
         self.memory = UidMemory(limited=limits is not None)
         rate = limits.bytes_per_second if limits else 0
@@ -197,6 +210,19 @@ class UidShare:
         if wait > 0:
             await anyio.sleep(wait)
 
+    def spent(self, seconds: float) -> float:
+        """Count ``seconds`` of the event loop spent for the uid outside its turns
+        (accepting, setting up, refusing and closing its connections): its next
+        setup (:meth:`within`) and its connections' next :meth:`pace` wait for them.
+        Returns the seconds before it is back within its share (0 or less: none)."""
+        return self._count(0, seconds)
+
+    async def within(self) -> None:
+        """Wait while the uid is over its rate of bytes or its shares."""
+        wait = self._count(0, 0.0)
+        if wait > 0:
+            await anyio.sleep(wait)
+
     def charge(self, seconds: float) -> None:
         """Count ``seconds`` of a disk thread's time spent for the uid (its Python
         work holds the interpreter lock the loop needs too): past
@@ -206,15 +232,16 @@ class UidShare:
     def _count(self, nbytes: int, seconds: float, disk: float = 0.0) -> float:
         """Count bytes and seconds; the seconds to wait before the uid is back within
         its rate and its shares (0 or less: none)."""
-        if self.limits is None or not (nbytes or seconds or disk):
+        if self.limits is None:
             return 0.0
         rate = self.limits.bytes_per_second
         moment = time.monotonic()
         elapsed, self._stamp = moment - self._stamp, moment
         self._tokens = min(float(rate), self._tokens + elapsed * rate) - nbytes
-        self._loop = min(LOOP_BURST, self._loop + elapsed * LOOP_SHARE) - seconds
+        share = self._loop_share
+        self._loop = min(LOOP_BURST, self._loop + elapsed * share) - seconds
         self._disk = min(DISK_BURST, self._disk + elapsed * LOOP_SHARE) - disk
-        return max(-self._tokens / rate, -self._loop / LOOP_SHARE, -self._disk / LOOP_SHARE)
+        return max(-self._tokens / rate, -self._loop / share, -self._disk / LOOP_SHARE)
 
     def status(self) -> UidLimits:
         limits = self.limits
@@ -250,7 +277,10 @@ class Fairness:
         connections as it may."""
         share = self.share(uid)
         limits = share.limits
-        if limits is not None and len(share.connections) >= limits.connections:
+        if (
+            limits is not None
+            and len(share.connections) + len(share.arrivals) >= limits.connections
+        ):
             raise LocalProtocolError(
                 f"uid {uid} has {limits.connections} connections, the most one uid may "
                 "(flightlogd --max-connections-per-uid); try again later",

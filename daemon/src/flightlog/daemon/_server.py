@@ -9,6 +9,7 @@ period, cancel the rest, then have every session write, sync and close.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import errno
@@ -26,7 +27,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import anyio
 import structlog
-from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import SocketAttribute, SocketListener, TaskGroup, TaskStatus
 
 from flightlog.protocol import (
     ErrorCode,
@@ -43,7 +44,7 @@ from ._access import Access, Who
 from ._budget import MemoryBudget, malloc_trim
 from ._config import Config
 from ._connection import Connection, peer_credentials
-from ._fairness import Fairness
+from ._fairness import LOOP_SHARE, Fairness, PerUidLimits, UidShare
 from ._paths import Roots
 from ._primitives import DISK_THREADS, READER_THREADS, Disks, Poller
 from ._refusals import log_dropped_by_uid, log_refusal, set_window, uid_refusals
@@ -63,6 +64,12 @@ FINAL_SYNC_BOUND = 10.0
 #: Seconds past ``--shutdown-grace`` after which the process exits whatever is left:
 #: the sessions' bound, and the connections' hand-back and the last log lines.
 SHUTDOWN_BOUND = FINAL_SYNC_BOUND + 5.0
+
+#: Seconds of the event loop per second that refusing connections at accept may
+#: take, over every uid: past it, connects wait in the socket's backlog.  A quarter of
+#: a uid's share (``LOOP_SHARE``): a churning uid's refusals are charged to its
+#: share as well, so that its setups pay for them.
+_REFUSALS_SHARE = LOOP_SHARE / 4
 
 #: accept() errors that pass: out of descriptors or memory for now, or a peer that
 #: went away before it was accepted.
@@ -121,6 +128,13 @@ class Daemon:
         #: What every connection together makes the daemon hold.
         self.budget = MemoryBudget(config.max_buffered, trim=malloc_trim)
         self._numbers = 0
+        #: What refusing connections at accept (past a uid's or the daemon's most)
+        #: may take of the loop, whoever's.
+        self._refusing = UidShare(-1, PerUidLimits(), loop_share=_REFUSALS_SHARE)
+        #: Connections accepted and not set up yet (``UidShare.arrivals``), and the
+        #: shares setting theirs up.
+        self._arrivals = 0
+        self._setting_up: set[UidShare] = set()
         self._idle = anyio.Event()
         self._idle.set()
         self._accepting: list[anyio.CancelScope] = []
@@ -175,26 +189,69 @@ class Daemon:
 
     # ---------------------------------------------------------------- serving
 
-    async def _handle(self, stream: SocketStream) -> None:
-        self._numbers += 1
-        sock: socket.socket = stream.extra(SocketAttribute.raw_socket)
+    def _arrived(self, sock: socket.socket, began: float, task_group: TaskGroup) -> float:
+        """A connection accepted (the accept begun at ``began``, thread time): refused
+        at once when its uid, or the daemon, has as many as it may; else queued for
+        its uid's next turn (:meth:`_set_up`).  What it took of the loop is its uid's.
+        Returns the seconds to wait before refusing another (0 or less: none)."""
         pid, uid, _ = peer_credentials(sock)
+        share = self.fairness.share(uid)
         try:
-            if len(self.connections) >= self.config.max_connections:
+            if len(self.connections) + self._arrivals >= self.config.max_connections:
                 raise FlightlogError(
                     f"the daemon serves {len(self.connections)} connections, its maximum; "
                     "try again later",
                     code=ErrorCode.TOO_MANY,
                 )
-            share = self.fairness.admit(uid)
+            self.fairness.admit(uid)
         except FlightlogError as exc:
             log_refusal(uid_refusals(uid), log, code=exc.code, reason=exc.message, pid=pid, uid=uid)
-            with contextlib.suppress(OSError, anyio.BrokenResourceError):
-                await stream.send(
-                    encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message))
-                )
-            await stream.aclose()
-            return
+            with contextlib.suppress(OSError):
+                sock.setblocking(False)
+                sock.send(encode_frame(ErrorReply(id=0, code=exc.code, message=exc.message)))
+            sock.close()
+            seconds = time.thread_time() - began
+            share.spent(seconds)
+            return self._refusing.spent(seconds)
+        else:
+            share.arrivals.append(sock)
+            self._arrivals += 1
+            if share not in self._setting_up:
+                self._setting_up.add(share)
+                task_group.start_soon(self._set_up, share, task_group)
+        share.spent(time.thread_time() - began)
+        return 0.0
+
+    async def _set_up(self, share: UidShare, task_group: TaskGroup) -> None:
+        """Set up a uid's accepted connections one by one, each in one of its turns
+        and once it is within its share: a uid opening connections in a loop waits
+        for what the last ones cost (their setup, hello, refusals, close), as its
+        other work does, and the accept loop never waits for it."""
+        arrivals = share.arrivals
+        try:
+            while arrivals:
+                await share.take_turn()
+                await share.within()
+                if not arrivals:  # closed by the drain meanwhile
+                    break
+                began = time.thread_time()
+                sock = arrivals.popleft()
+                self._arrivals -= 1
+                self._start(sock, share, task_group)
+                share.spent(time.thread_time() - began)
+        finally:
+            self._setting_up.discard(share)
+            self._close_arrivals(share)
+
+    def _close_arrivals(self, share: UidShare) -> None:
+        """Close the uid's connections not set up yet (shutdown): none was answered."""
+        while share.arrivals:
+            sock = share.arrivals.popleft()
+            self._arrivals -= 1
+            sock.close()
+
+    def _start(self, sock: socket.socket, share: UidShare, task_group: TaskGroup) -> None:
+        self._numbers += 1
         # From here the connection drives the socket itself (see _channel).
         conn = Connection(
             sock,
@@ -213,8 +270,12 @@ class Daemon:
         if self._idle.is_set():
             # Only a set event is replaced: shutdown may be waiting on the unset one.
             self._idle = anyio.Event()
+        conn.begin()
         if self.draining:  # accepted just before the listeners closed
             conn.stop()
+        task_group.start_soon(self._serve, conn, share)
+
+    async def _serve(self, conn: Connection, share: UidShare) -> None:
         try:
             await conn.serve()
         except Exception:
@@ -234,19 +295,54 @@ class Daemon:
             await self._accept_loop(listener, task_group)
 
     async def _accept_loop(self, listener: SocketListener, task_group: TaskGroup) -> None:
+        """Accept one connection a round of the loop while any waits, in a callback of
+        the poller (nothing registered, no task woken per accept): each is cheap (its
+        uid's queue, or a refusal), so that a uid connecting in a loop takes little of
+        the loop, and others' connects wait little behind its in the listening
+        socket's backlog.  Refusals past their share (:data:`_REFUSALS_SHARE`) stop
+        the accepting until they are back within.  Returns only by cancellation
+        (shutdown), or raises what accept() failed with that does not pass."""
+        raw: socket.socket = listener.extra(SocketAttribute.raw_socket)
+        fd, poller = raw.fileno(), self.poller
+        failed: list[OSError] = []
+        failure = anyio.Event()
+        watching = True
+
+        def acceptable() -> None:
+            began = time.thread_time()
+            try:
+                sock, _ = raw.accept()
+            except BlockingIOError:
+                return
+            except OSError as error:
+                if error.errno not in _ACCEPT_TRANSIENT:
+                    failed.append(error)
+                    failure.set()
+                    return
+                log.error("accept_failed", reason=str(error), connections=len(self.connections))
+                poller.unwatch(fd)
+                asyncio.get_running_loop().call_later(0.1, rewatch)
+                return
+            wait = self._arrived(sock, began, task_group)
+            if wait > 0:
+                # Refusals took their share of the loop: the next connects wait in
+                # the socket's backlog (churning ones in their connect(), not on a
+                # CPU) until they are back within it.
+                poller.unwatch(fd)
+                asyncio.get_running_loop().call_later(wait, rewatch)
+
+        def rewatch() -> None:
+            if watching:
+                poller.watch(fd, acceptable)
+
         async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except (OSError, anyio.BrokenResourceError) as exc:
-                    # anyio wraps the accept() error; the listener stays usable.
-                    error = exc if isinstance(exc, OSError) else exc.__cause__
-                    if not isinstance(error, OSError) or error.errno not in _ACCEPT_TRANSIENT:
-                        raise
-                    log.error("accept_failed", reason=str(error), connections=len(self.connections))
-                    await anyio.sleep(0.1)
-                    continue
-                task_group.start_soon(self._handle, stream)
+            poller.watch(fd, acceptable)
+            try:
+                await failure.wait()
+            finally:
+                watching = False
+                poller.unwatch(fd)
+            raise failed[0]
 
     async def _report_dropped(self) -> None:
         """Each window, say how many refusals of each uid (its refused connections,
@@ -267,6 +363,8 @@ class Daemon:
         self.draining = True
         for scope in self._accepting:
             scope.cancel()  # closes the listening sockets
+        for share in self._setting_up:
+            self._close_arrivals(share)
         for path in self.socket_paths:
             with contextlib.suppress(OSError):
                 os.unlink(path)

@@ -152,6 +152,9 @@ def test_a_call_only_one_run_made(recorded: tuple[DaemonProcess, Path]) -> None:
     status, out, _ = diff(path, "1", "4")
     assert status == 6
     assert "! first divergence at call 3: only b made tool get_pollen" in out
+    # What the call only b made was given and gave back, as added lines.
+    assert '      +  "city": "Paris"' in out, out
+    assert '      +    "text": "low"' in out, out
 
 
 def test_another_question(recorded: tuple[DaemonProcess, Path]) -> None:

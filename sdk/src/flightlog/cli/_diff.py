@@ -359,6 +359,11 @@ def _print(comparison: Comparison, after: int, style: Style) -> None:
         assert only is not None
         out.write(style.red(f"! first divergence at call {where}: only {made} made ") + "")
         out.write(style.red(only.headline()) + "\n")
+        # What it was given and gave back, as lines only one side has (- a, + b).
+        for name, value in (("input", only.input), ("output", only.returned or only.output)):
+            a_side, b_side = (None, value) if x is None else (value, None)
+            for line in _delta(name, a_side, b_side, style):
+                out.write(line + "\n")
     else:
         title = x.headline() if x.key == y.key else f"{x.headline()} | {y.headline()}"
         out.write(style.red(f"! first divergence at call {where}: {title}") + "\n")

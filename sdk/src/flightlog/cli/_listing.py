@@ -190,7 +190,8 @@ class _Calls:
             return
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
             count = usage.get(name)
-            if isinstance(count, int) and not isinstance(count, bool):
+            # A count that is not a number, or is below 0, is none (as for the price).
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
                 self.row.tokens[name] = self.row.tokens.get(name, 0) + count
         if isinstance(model, str) and model not in self.row.models:
             self.row.models.append(model)

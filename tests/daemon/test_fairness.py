@@ -34,6 +34,7 @@ from flightlog.protocol.wire import (
 )
 from support import DaemonProcess, RawClient, read_lines, wait_for
 from support.daemon import (
+    FAVOURED,
     AsUid,
     Signal,
     as_uid,
@@ -41,6 +42,7 @@ from support.daemon import (
     checkpoint,
     create,
     fact,
+    favour,
     needs_root,
     shared_daemon,
 )
@@ -55,13 +57,6 @@ SESSIONS = 4
 _LIMIT = 32 * 1024 * 1024
 
 
-#: The CPU priority of the daemon and the victim's agent: above the flooders'
-#: processes, so that what a ratio shows is how the daemon shares its time, not how
-#: the kernel shares a loaded machine's cores between the flooders' processes and the
-#: others (at a load of 12, a status flood's two clients took the victim to 0.28x).
-_VICTIM_NICE = -5
-
-
 @pytest.fixture
 def shared() -> Iterator[DaemonProcess]:
     limits = (
@@ -71,7 +66,7 @@ def shared() -> Iterator[DaemonProcess]:
         str(SESSIONS),
     )
     with shared_daemon(*limits) as proc:
-        os.setpriority(os.PRIO_PROCESS, proc.pid, _VICTIM_NICE)
+        favour(proc.pid)
         yield proc
 
 
@@ -219,10 +214,8 @@ _ROUNDS = 3
 
 
 def _as_victim(action: Any) -> float:
-    """``action``'s rate, run as the victim's uid at :data:`_VICTIM_NICE`."""
-    victim = AsUid(VICTIM, action)
-    os.setpriority(os.PRIO_PROCESS, victim.pid, _VICTIM_NICE)
-    rate: float = victim.result()
+    """``action``'s rate, run as the victim's uid above the flooders' priority."""
+    rate: float = as_uid(VICTIM, action, nice=FAVOURED)
     return rate
 
 

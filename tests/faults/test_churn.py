@@ -29,7 +29,16 @@ from flightlog.protocol.wire import (
     encode_frame,
 )
 from support import DaemonProcess, RawClient, wait_for
-from support.daemon import AsUid, Signal, as_uid, log_events, needs_root, shared_daemon
+from support.daemon import (
+    FAVOURED,
+    AsUid,
+    Signal,
+    as_uid,
+    favour,
+    log_events,
+    needs_root,
+    shared_daemon,
+)
 
 pytestmark = needs_root
 
@@ -101,7 +110,9 @@ def test_a_uid_churning_connections_leaves_another_uid_a_third_of_its_rate() -> 
     alone and churned alternating (the churners stopped, then going on), each the
     best of its rounds."""
     with shared_daemon() as daemon:
+        favour(daemon.pid)
         idle = _descriptors(daemon.pid)
+        round_trips = functools.partial(_round_trips, daemon.socket)
         kinds = [*_FIRST.values(), _FIRST["bad first frame"]]
         starts = [Signal() for _ in kinds]
         churners = [
@@ -119,10 +130,10 @@ def test_a_uid_churning_connections_leaves_another_uid_a_third_of_its_rate() -> 
                 # it accepted and those in its socket's backlog), but the one each
                 # stopped churner may hold open.
                 wait_for(lambda: _descriptors(daemon.pid) <= idle + len(churners), timeout=60)
-                alone.append(as_uid(VICTIM, functools.partial(_round_trips, daemon.socket)))
+                alone.append(as_uid(VICTIM, round_trips, nice=FAVOURED))
                 for churner in churners:
                     os.kill(churner.pid, signal.SIGCONT)
-                flooded.append(as_uid(VICTIM, functools.partial(_round_trips, daemon.socket)))
+                flooded.append(as_uid(VICTIM, round_trips, nice=FAVOURED))
         finally:
             for churner in churners:
                 churner.kill()

@@ -37,7 +37,7 @@ from flightlog.protocol.wire import (
     SessionStatus,
     default_root,
 )
-from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read
+from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read, responded
 from flightlog.sdk import session_files as walk_sessions
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
@@ -182,11 +182,17 @@ class _Calls:
             if isinstance(message, Mapping):
                 model = model or message.get("model")
                 provider = provider or message.get("provider")
-            self._used(data.get("usage"), model, provider)
+            self._used(data, model, provider)
         self.named[key] = (model, provider)
 
-    def _used(self, usage: Any, model: Any, provider: Any) -> None:
-        if not isinstance(usage, Mapping):
+    def _used(self, end: Mapping[str, Any], model: Any, provider: Any) -> None:
+        usage = end.get("usage")
+        usage = usage if isinstance(usage, Mapping) else None
+        if self.pricing:
+            text_model = model if isinstance(model, str) else None
+            text_provider = provider if isinstance(provider, str) else None
+            self.row.cost.add(price(usage, text_model, text_provider, response=responded(end)))
+        if usage is None:
             return
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
             count = usage.get(name)
@@ -194,10 +200,6 @@ class _Calls:
                 self.row.tokens[name] = self.row.tokens.get(name, 0) + count
         if isinstance(model, str) and model not in self.row.models:
             self.row.models.append(model)
-        if self.pricing:
-            text_model = model if isinstance(model, str) else None
-            text_provider = provider if isinstance(provider, str) else None
-            self.row.cost.add(price(usage, text_model, text_provider))
 
 
 def _summarize(path: str, pricing: bool) -> SessionRow:
@@ -320,7 +322,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     out.write(style.bold(header) + "\n")
     for row in rows:
         tokens = row.tokens.get("input_tokens", 0) + row.tokens.get("output_tokens", 0)
-        cost = row.cost.text() if pricing else "-"
+        cost = row.cost.text() if pricing and row.cost.sources else "-"
         state = row.state
         paint = {"interrupted": style.yellow, "damaged": style.red, "open": style.cyan}.get(state)
         painted = paint(f"{state:<12}") if paint is not None else f"{state:<12}"

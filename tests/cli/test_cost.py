@@ -208,6 +208,11 @@ def unmetered() -> Iterator[tuple[DaemonProcess, Path]]:
             with session.begin_run() as run:
                 model_call(run, "m4", 0, "gpt-4o", "openai", {})
             session.close()
+            session = client.create("unmetered-first.jsonl")
+            with session.begin_run() as run:
+                model_call(run, "m1", 0, "gpt-4o", "openai", {})
+                model_call(run, "m2", 0, "gpt-4o", "openai", PLAIN)
+            session.close()
         yield daemon, daemon.root / "unmetered.jsonl"
     finally:
         daemon.stop()
@@ -297,3 +302,28 @@ def test_sessions_gives_no_figure_for_a_file_with_nothing_priced(
     finally:
         empty.unlink()
         damaged.unlink()
+
+
+WITHOUT_GENAI_PRICES = """
+import sys
+sys.modules["genai_prices"] = None
+from flightlog.cli._spans import SpanBuilder
+from flightlog.sdk import read
+builder = SpanBuilder()
+for record in read(sys.argv[1]):
+    for span in builder.add(record):
+        print(*sorted(key for key in span.attributes if key.startswith("flightlog.cost.")))
+"""
+
+
+def test_without_genai_prices_no_call_has_a_price(unmetered: tuple[DaemonProcess, Path]) -> None:
+    """Not even the unknown price of a call without usage, before or after one with it."""
+    daemon, _ = unmetered
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_GENAI_PRICES, str(daemon.root / "unmetered-first.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split() == []

@@ -42,7 +42,7 @@ from flightlog.sdk import session_files as walk_sessions
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
 from ._find import _moment, meta_matches, parse_meta
-from ._pricing import INSTALL_NOTE, sources_text
+from ._pricing import INSTALL_NOTE, can_price, sources_text
 from ._render import Style, format_tokens, one_line, record_data, short
 
 __all__ = [
@@ -279,14 +279,6 @@ def _matches(
     return meta_matches(row.meta, meta)
 
 
-def _pricing() -> bool:
-    try:
-        import genai_prices  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     from ._commands import _socket
 
@@ -302,7 +294,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     missing = [p for p in paths if not os.path.exists(p)]
     if args.paths and missing:
         raise CommandError(f"{missing[0]}: no such file or directory", EXIT_USAGE)
-    pricing = _pricing()
+    pricing = can_price()
     rows = [
         row
         for row in list_sessions(paths, open_runs=_open_runs(_socket(args)), pricing=pricing)

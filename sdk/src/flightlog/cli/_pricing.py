@@ -18,10 +18,20 @@ from flightlog.sdk import MissingExtra, Price, Total, price
 if TYPE_CHECKING:
     from ._inspect import CallSummary
 
-__all__ = ["INSTALL_NOTE", "Pricer", "price_text", "sources_text"]
+__all__ = ["INSTALL_NOTE", "Pricer", "can_price", "price_text", "sources_text"]
 
 #: What the views say when genai-prices is not installed.
 INSTALL_NOTE: Final = "cost: pip install 'flightlog-sdk[cost]' (genai-prices)"
+
+
+def can_price() -> bool:
+    """Whether genai-prices is installed: without it no call has a price, not even an
+    unknown one."""
+    try:
+        import genai_prices  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class Pricer:
@@ -30,6 +40,7 @@ class Pricer:
 
     def __init__(self) -> None:
         self.missing = False
+        self._checked = False
 
     def __call__(
         self, usage: Any, model: Any, provider: Any = None, *, response: bool = True
@@ -37,6 +48,8 @@ class Pricer:
         """The price of one model call's ``usage`` (``response``: whether it returned
         one, as :func:`flightlog.sdk.price` takes it); None when there is nothing to price
         or no table to price it with."""
+        if not self._checked:  # before the first call, which may need no table
+            self._checked, self.missing = True, not can_price()
         if self.missing:
             return None
         try:

@@ -145,15 +145,20 @@ def test_sessions_shows_where_its_prices_come_from(recorded: tuple[DaemonProcess
     assert f"≥ {figure(M1 + M2)}" in text and f"prices: {M1_SOURCE} (1 call)" in text
 
 
+def exported(path: Path) -> tuple[list[Span], dict[str, Span]]:
+    """The export's spans of ``path``, and its model calls' by execution id."""
+    builder = SpanBuilder()
+    spans: list[Span] = [span for record in read(path) for span in builder.add(record)]
+    return spans, {
+        span.attributes["flightlog.execution.id"]: span for span in spans if "chat" in span.name
+    }
+
+
 def test_the_export_carries_each_price_and_its_source(
     recorded: tuple[DaemonProcess, Path],
 ) -> None:
     _, path = recorded
-    builder = SpanBuilder()
-    spans: list[Span] = [span for record in read(path) for span in builder.add(record)]
-    calls = {
-        span.attributes["flightlog.execution.id"]: span for span in spans if "chat" in span.name
-    }
+    spans, calls = exported(path)
     assert calls["m1"].attributes["flightlog.cost.amount"] == float(M1)
     assert calls["m1"].attributes["flightlog.cost.source"] == M1_SOURCE
     assert calls["m1"].attributes["flightlog.cost.currency"] == "USD"
@@ -261,13 +266,8 @@ def test_a_response_without_usage_is_unknown_in_the_export(
     unmetered: tuple[DaemonProcess, Path],
 ) -> None:
     _, path = unmetered
-    builder = SpanBuilder()
-    spans: list[Span] = [span for record in read(path) for span in builder.add(record)]
-    calls = {
-        span.attributes["flightlog.execution.id"]: span.attributes
-        for span in spans
-        if "chat" in span.name
-    }
+    spans, chats = exported(path)
+    calls = {id: span.attributes for id, span in chats.items()}
     for id in ("m2", "m4"):
         assert calls[id]["flightlog.cost.unknown"] is True
         assert calls[id]["flightlog.cost.source"] == NO_USAGE

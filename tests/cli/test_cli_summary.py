@@ -560,5 +560,5 @@ def test_a_tool_call_from_a_model_message_in_show(tmp_path: Path) -> None:
     s.event(r, ModelExecEnd(execution=model(), message=AssistantMessage(content=[call])))
     s.event(r, ToolInvokeEnd(execution=tool("c1"), tool_call_id="c1", name="search"))
     text = "\n".join(show_lines(s.summary(), "x", Style(False)))
-    assert '  model m0  0ms  "→search(q="flights")"' in text
+    assert '  model m0  cost unknown  0ms  "→search(q="flights")"' in text  # no usage recorded
     assert "tool  c1  search()  NO END (no tool_exec_end): never read as a success" in text

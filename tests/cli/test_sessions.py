@@ -17,7 +17,7 @@ import genai_prices
 import pytest
 
 from flightlog.protocol import events
-from flightlog.sdk import MissingExtra, Total, connect, price
+from flightlog.sdk import MissingExtra, Price, Total, connect, price
 from support import DaemonProcess
 
 KILLED = """
@@ -183,7 +183,10 @@ def test_price_never_reads_an_unknown_model_as_free() -> None:
     known = price(USAGE, "claude-sonnet-4-5", "anthropic")
     assert known is not None and known.amount == expected("claude-sonnet-4-5", "anthropic", USAGE)
     assert known.source.endswith("anthropic/claude-sonnet-4-5")
-    assert price(None, "gpt-4o") is None
+    # No usage: unknown when the call responded, nothing to price when it did not.
+    assert price(None, "gpt-4o") == Price(None, "no usage recorded")
+    assert price({"input_tokens": 0}, "gpt-4o") == Price(None, "no usage recorded")
+    assert price(None, "gpt-4o", response=False) is None
     assert price({"input_tokens": 5}, None) == price({"input_tokens": 5}, "")
     assert Total.of([unknown]).text() == "unknown"
     assert Total.of([known, unknown]).text().startswith("≥ $")

@@ -127,7 +127,8 @@ def test_a_reused_execution_id_is_a_gap_not_a_negative_duration() -> None:
         "the two cannot be told apart"
     ]
     shown = "\n".join(show_lines(summary, "x.jsonl", Style(False)))
-    assert shown.split("model m1", 1)[1].split("\n", 1)[0] == "  m-1"
+    # No duration; a response with no usage recorded is priced unknown.
+    assert shown.split("model m1", 1)[1].split("\n", 1)[0] == "  m-1  cost unknown"
     assert "gap: model call m1" in shown
 
 

@@ -206,7 +206,7 @@ def _run_html(run: RunSummary, details: Mapping[_Key, _Detail], pricer: Pricer) 
         f'<p class="meta"><span{status_class}>{_e(run.status)}</span> · '
         f"{format_duration(_seconds_between(run))} · {len(calls)} calls · "
         f"{format_tokens(tokens_in)} in / {format_tokens(tokens_out)} out tokens"
-        + ("" if pricer.missing else f" · {_e(cost.text())}")
+        + ("" if pricer.missing or not cost.sources else f" · {_e(cost.text())}")
         + "</p>",
     ]
     for gap in run.gaps():

@@ -38,6 +38,7 @@ from flightlog.protocol import (
 from flightlog.protocol.format import (
     ReusedExecutions,
 )
+from flightlog.sdk import responded
 
 from ._render import duration, execution_of, format_args, message_text, record_data, short
 
@@ -78,6 +79,7 @@ class CallSummary:
     provider: str | None = None
     usage: dict[str, Any] | None = None
     stop_reason: str | None = None
+    responded: bool = False  # its end says a response came back (flightlog.sdk.responded)
     # tool calls
     name: str | None = None
     tool_call_id: str | None = None  # the provider's id of the call, when it gave one
@@ -170,6 +172,7 @@ class CallSummary:
             case "model_exec_end":
                 self._end(record)
                 message = data.get("message")
+                self.responded = responded(data)
                 if isinstance(data.get("usage"), Mapping):
                     self.usage = dict(data["usage"])
                 if isinstance(message, Mapping):

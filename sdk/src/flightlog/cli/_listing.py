@@ -37,12 +37,12 @@ from flightlog.protocol.wire import (
     SessionStatus,
     default_root,
 )
-from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read
+from flightlog.sdk import ConnectError, DaemonError, Total, connect, price, read, responded
 from flightlog.sdk import session_files as walk_sessions
 
 from ._commands import EXIT_OK, EXIT_USAGE, CommandError, local_path
 from ._find import _moment, meta_matches, parse_meta
-from ._pricing import INSTALL_NOTE, sources_text
+from ._pricing import INSTALL_NOTE, can_price, sources_text
 from ._render import Style, format_tokens, one_line, record_data, short
 
 __all__ = [
@@ -182,11 +182,17 @@ class _Calls:
             if isinstance(message, Mapping):
                 model = model or message.get("model")
                 provider = provider or message.get("provider")
-            self._used(data.get("usage"), model, provider)
+            self._used(data, model, provider)
         self.named[key] = (model, provider)
 
-    def _used(self, usage: Any, model: Any, provider: Any) -> None:
-        if not isinstance(usage, Mapping):
+    def _used(self, end: Mapping[str, Any], model: Any, provider: Any) -> None:
+        usage = end.get("usage")
+        usage = usage if isinstance(usage, Mapping) else None
+        if self.pricing:
+            text_model = model if isinstance(model, str) else None
+            text_provider = provider if isinstance(provider, str) else None
+            self.row.cost.add(price(usage, text_model, text_provider, response=responded(end)))
+        if usage is None:
             return
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
             count = usage.get(name)
@@ -195,10 +201,6 @@ class _Calls:
                 self.row.tokens[name] = self.row.tokens.get(name, 0) + count
         if isinstance(model, str) and model not in self.row.models:
             self.row.models.append(model)
-        if self.pricing:
-            text_model = model if isinstance(model, str) else None
-            text_provider = provider if isinstance(provider, str) else None
-            self.row.cost.add(price(usage, text_model, text_provider))
 
 
 def _summarize(path: str, pricing: bool) -> SessionRow:
@@ -278,14 +280,6 @@ def _matches(
     return meta_matches(row.meta, meta)
 
 
-def _pricing() -> bool:
-    try:
-        import genai_prices  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     from ._commands import _socket
 
@@ -301,7 +295,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     missing = [p for p in paths if not os.path.exists(p)]
     if args.paths and missing:
         raise CommandError(f"{missing[0]}: no such file or directory", EXIT_USAGE)
-    pricing = _pricing()
+    pricing = can_price()
     rows = [
         row
         for row in list_sessions(paths, open_runs=_open_runs(_socket(args)), pricing=pricing)
@@ -321,7 +315,7 @@ def cmd_sessions(args: argparse.Namespace, style: Style) -> int:
     out.write(style.bold(header) + "\n")
     for row in rows:
         tokens = row.tokens.get("input_tokens", 0) + row.tokens.get("output_tokens", 0)
-        cost = row.cost.text() if pricing else "-"
+        cost = row.cost.text() if pricing and row.cost.sources else "-"
         state = row.state
         paint = {"interrupted": style.yellow, "damaged": style.red, "open": style.cyan}.get(state)
         painted = paint(f"{state:<12}") if paint is not None else f"{state:<12}"

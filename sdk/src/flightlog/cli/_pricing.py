@@ -2,7 +2,8 @@
 
 Prices come from :func:`flightlog.sdk.price` (genai-prices, the ``cost`` extra).  Without
 the extra no figure is shown and the views say how to get one; a model genai-prices does
-not know is ``cost unknown``, never ``$0``, and a total that leaves one out is a lower
+not know, or a call that responded with no usage recorded, is ``cost unknown``, never
+``$0`` (the rule is :mod:`flightlog.sdk._cost`'s), and a total that leaves one out is a lower
 bound (``≥ $0.0042``).  Every figure comes with its source: the version of the table and
 the model it matched, or why there is none.
 """
@@ -17,10 +18,20 @@ from flightlog.sdk import MissingExtra, Price, Total, price
 if TYPE_CHECKING:
     from ._inspect import CallSummary
 
-__all__ = ["INSTALL_NOTE", "Pricer", "price_text", "sources_text"]
+__all__ = ["INSTALL_NOTE", "Pricer", "can_price", "price_text", "sources_text"]
 
 #: What the views say when genai-prices is not installed.
 INSTALL_NOTE: Final = "cost: pip install 'flightlog-sdk[cost]' (genai-prices)"
+
+
+def can_price() -> bool:
+    """Whether genai-prices is installed: without it no call has a price, not even an
+    unknown one."""
+    try:
+        import genai_prices  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class Pricer:
@@ -29,17 +40,24 @@ class Pricer:
 
     def __init__(self) -> None:
         self.missing = False
+        self._checked = False
 
-    def __call__(self, usage: Any, model: Any, provider: Any = None) -> Price | None:
-        """The price of one model call's ``usage``; None when there is nothing to price
+    def __call__(
+        self, usage: Any, model: Any, provider: Any = None, *, response: bool = True
+    ) -> Price | None:
+        """The price of one model call's ``usage`` (``response``: whether it returned
+        one, as :func:`flightlog.sdk.price` takes it); None when there is nothing to price
         or no table to price it with."""
-        if self.missing or not isinstance(usage, Mapping):
+        if not self._checked:  # before the first call, which may need no table
+            self._checked, self.missing = True, not can_price()
+        if self.missing:
             return None
         try:
             return price(
-                usage,
+                usage if isinstance(usage, Mapping) else None,
                 model if isinstance(model, str) else None,
                 provider if isinstance(provider, str) else None,
+                response=response,
             )
         except MissingExtra:
             self.missing = True
@@ -49,7 +67,7 @@ class Pricer:
         """A call's price: a model call's, None for other calls."""
         if call.kind != "model":
             return None
-        return self(call.usage, call.model, call.provider)
+        return self(call.usage, call.model, call.provider, response=call.responded)
 
     def total(self, calls: Iterable[CallSummary]) -> Total:
         return Total.of(self.call(call) for call in calls)

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from flightlog.protocol import Record
-from flightlog.sdk import CallNotFound, Total, Transcript
+from flightlog.sdk import CallNotFound, Total, Transcript, responded
 
 from ._genai_messages import genai_message, genai_parts, json_text
 from ._pricing import Pricer
@@ -442,7 +442,7 @@ class SpanBuilder:
             call = run.calls[key]
         if kind == "model":
             error = self._model_end(call, data)
-            self._price(run, call, data.get("usage"))
+            self._price(run, call, data)
         else:
             self._tool_start(call, data)
             error = self._tool_end(call, data)
@@ -474,11 +474,12 @@ class SpanBuilder:
             return error
         return None
 
-    def _price(self, run: _Run, call: _Call, usage: Any) -> None:
+    def _price(self, run: _Run, call: _Call, end: Mapping[str, Any]) -> None:
         """The call's price (``flightlog.cost.*``), added to its run's."""
         attributes = call.attributes
         model = attributes.get("gen_ai.request.model") or attributes.get("gen_ai.response.model")
-        found = self._pricer(usage, model, attributes.get("gen_ai.provider.name"))
+        provider = attributes.get("gen_ai.provider.name")
+        found = self._pricer(end.get("usage"), model, provider, response=responded(end))
         if found is None:
             return
         run.cost.add(found)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     )
 
     from ._compression import session_files
-    from ._cost import Price, Total, price
+    from ._cost import Price, Total, price, responded
     from ._exceptions import (
         ConnectError,
         ConnectionLost,
@@ -73,6 +73,7 @@ _WHERE: dict[str, str] = {
     "Price": "._cost",
     "Total": "._cost",
     "price": "._cost",
+    "responded": "._cost",
     "ConnectError": "._exceptions",
     "ConnectionLost": "._exceptions",
     "DaemonError": "._exceptions",
@@ -177,6 +178,7 @@ __all__ = [
     "price",
     "prompt",
     "read",
+    "responded",
     "session_files",
     "sql",
     "sql_connection",

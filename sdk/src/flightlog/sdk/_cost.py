@@ -10,6 +10,13 @@ Tokens are read as genai-prices reads them: ``input_tokens`` counts every input 
 the cached ones included; ``cache_read_tokens`` and ``cache_write_tokens`` are the parts
 of it that were read from or written to the provider's cache.  A cost the provider itself
 reported (``usage.cost``) is kept beside the computed price, not replaced by it.
+
+A call is priced by what its ``model_exec_end`` says (:func:`responded`).  A call that
+returned a response (its ``message``, a partial one on failure included, or no ``error``)
+but recorded no usage (none, or every count zero) was billed for tokens nobody counted:
+its price is unknown (``no usage recorded``), never $0.  A call that failed with no
+response and no usage is not priced: nothing the record holds says it was billed.  A
+call with usage is priced, whether it succeeded or not.
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ from typing import Any, Final
 
 from ._exceptions import MissingExtra
 
-__all__ = ["Price", "Total", "price"]
+__all__ = ["Price", "Total", "price", "responded"]
 
 _TOKENS: Final = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+#: The source of the price of a call that responded and recorded no usage.
+NO_USAGE: Final = "no usage recorded"
 
 
 @dataclass(frozen=True)
@@ -117,20 +127,32 @@ def _priced(model: str, provider: str | None, tokens: tuple[int, int, int, int])
     return Price(found.total_price, f"genai-prices {version}: {found.provider.id}/{found.model.id}")
 
 
+def responded(end: Mapping[str, Any]) -> bool:
+    """Whether a model call's ``model_exec_end`` data says a response came back: a
+    ``message`` (on failure the partial one), or no ``error`` (the call succeeded)."""
+    return end.get("message") is not None or end.get("error") is None
+
+
 def price(
-    usage: Mapping[str, Any] | None, model: str | None, provider: str | None = None
+    usage: Mapping[str, Any] | None,
+    model: str | None,
+    provider: str | None = None,
+    *,
+    response: bool = True,
 ) -> Price | None:
     """The price of a model call that used ``usage`` (a recorded ``Usage``) on ``model``.
 
-    None when there is nothing to price (no usage); a :class:`Price` with no amount when
-    the model is unknown.  Raises :class:`MissingExtra` when genai-prices is not
-    installed (``pip install 'flightlog-sdk[cost]'``).
+    ``response`` says whether the call returned one (:func:`responded` reads it from its
+    ``model_exec_end``).  Without usage (None, or no token counted) the price is unknown
+    (``no usage recorded``) when it did, and None (nothing to price) when it did not; a
+    :class:`Price` with no amount as well when the model is unknown.  Raises
+    :class:`MissingExtra` when genai-prices is not installed (``pip install
+    'flightlog-sdk[cost]'``).
     """
-    if not isinstance(usage, Mapping):
-        return None
-    tokens = tuple(_count(usage.get(name)) for name in _TOKENS)
+    counts = usage if isinstance(usage, Mapping) else {}
+    tokens = tuple(_count(counts.get(name)) for name in _TOKENS)
     if not any(tokens):
-        return None
+        return Price(None, NO_USAGE) if response else None
     if not model:
         return Price(None, "no model named")
     return _priced(model, provider or None, tokens)

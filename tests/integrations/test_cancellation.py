@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -172,13 +173,14 @@ async def test_pydantic_ai(daemon: DaemonProcess, recorder: Recorder, how: str, 
 
 CTRL_C = textwrap.dedent(
     """
-    import os, signal, sys, threading, time
+    import faulthandler, os, signal, sys, threading, time
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
     from flightlog.integrations.pydantic_ai import Flightlog
 
     agent = Agent(TestModel(), name="victim", capabilities=[Flightlog(path="ctrl-c.jsonl")])
     main = threading.main_thread().ident
+    faulthandler.enable(all_threads=True)  # a SIGABRT shows where it hangs, if it does
 
     def waiting_in_the_selector() -> bool:
         frame = sys._current_frames().get(main)
@@ -216,7 +218,13 @@ def test_pydantic_ai_run_sync_interrupted_by_ctrl_c(daemon: DaemonProcess) -> No
         assert agent.stdout.readline() == b"in the tool\n"
         wait_for(lambda: any(r["type"] == "tool_exec_start" for r in read_lines(path)))
         # The interrupted run closes as the agent unwinds (slow on a loaded machine).
-        wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)), timeout=60)
+        try:
+            wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)), timeout=60)
+        except TimeoutError:
+            agent.send_signal(signal.SIGABRT)
+            _, err = agent.communicate(timeout=60)
+            lines = [r["type"] for r in read_lines(path)]
+            pytest.fail(f"no run_close after the Ctrl-C: {lines}\n{err.decode()}")
         stop.touch()
         _, err = agent.communicate(timeout=60)
     finally:

@@ -218,7 +218,8 @@ def test_frames_still_in_the_socket_buffer_at_sigterm_land(daemon: DaemonProcess
         ends: list[int] = []  # where each record's frame ends in the stream
         stream = bytearray()
         accepted = 0
-        while True:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             if len(stream) - accepted < 64 * 1024:
                 for _ in range(64):
                     n = len(ends)
@@ -228,9 +229,11 @@ def test_frames_still_in_the_socket_buffer_at_sigterm_land(daemon: DaemonProcess
             try:
                 accepted += client.sock.send(stream[accepted:])
             except BlockingIOError:
-                # Full for now; once the daemon's mailbox is full it stays full.
+                # Full for now; once the daemon's mailbox is full it stays full.  (A
+                # daemon slowed by a loaded machine can also leave it so for a while,
+                # before its mailbox is full: then it reads on.)
                 _, writable, _ = select.select([], [client.sock], [], 0.5)
-                if not writable:
+                if not writable and sum(1 for end in ends if end <= accepted) > 1024 + 64:
                     break
         sent = sum(1 for end in ends if end <= accepted)  # a torn last frame never lands
         assert sent > 1024 + 64  # more than the mailbox holds

@@ -1,6 +1,7 @@
 """Every ```python example of README.md, docs/*.md and the packages' READMEs runs as
-written, twice, against a real daemon in a temporary directory; so do the cheap shell
-examples of the CLI.
+written, twice (each run a process of its own, forked once the example's imports are
+made: :data:`RUN_TWICE`), against a real daemon in a temporary directory; so do the
+cheap shell examples of the CLI.
 
 The examples are read from the Markdown here, never copied.  A block that cannot run
 alone is marked in the Markdown itself, with the info string ```python fragment, and
@@ -11,9 +12,11 @@ there, fails the test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -84,15 +87,66 @@ def _env(daemon: DaemonProcess) -> dict[str, str]:
     }
 
 
+#: ``python -c RUN_TWICE CODE ERR1 ERR2``: runs CODE as ``python -c CODE`` would, twice,
+#: each run in a process of its own forked once the code's leading imports are made
+#: (the frameworks' take 1-2 s of CPU, which two fresh Pythons spent each); each run's
+#: stderr goes to its file, its stdout nowhere, and its exit status is printed.
+RUN_TWICE = """
+import ast, os, sys, traceback, types
+code, errs = sys.argv[1], sys.argv[2:]
+imports = []
+for node in ast.parse(code).body:
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        break
+    imports.append(node)
+exec(compile(ast.Module(imports, []), "<imports>", "exec"), {"__name__": "__imports__"})
+sys.stdout.flush()
+sys.stderr.flush()
+for err in errs:
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        sys.argv = ["-c"]
+        main = sys.modules["__main__"] = types.ModuleType("__main__")  # as python -c's
+        try:
+            exec(compile(code, "<string>", "exec"), main.__dict__)
+        except SystemExit:
+            raise
+        except BaseException:
+            traceback.print_exc()
+            sys.exit(1)
+        sys.exit(0)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
 @pytest.mark.parametrize("block", PYTHON, ids=[block.id for block in PYTHON])
-def test_a_python_example_runs_twice(block: Block, daemon: DaemonProcess) -> None:
-    for attempt in (1, 2):
-        proc = run_python(block.code, env=_env(daemon))
-        _, err = communicate(proc, timeout=120)
-        assert proc.returncode == 0, f"run {attempt} of {block.id}:\n{err.decode()}"
-        assert b"Traceback" not in err
+def test_a_python_example_runs_twice(block: Block, daemon: DaemonProcess, tmp_path: Path) -> None:
+    errs = [tmp_path / f"run{attempt}.err" for attempt in (1, 2)]
+    # A session of its own: a timeout kills the runs with their parent.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_TWICE, block.code, *map(str, errs)],
+        env={**os.environ, **_env(daemon)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = communicate(proc, timeout=240)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the run, which outlives its parent
+        raise
+    assert proc.returncode == 0, f"the imports of {block.id}:\n{err.decode()}"
+    codes = out.decode().split()
+    assert len(codes) == 2, (out, err)
+    for attempt, (code, path) in enumerate(zip(codes, errs, strict=True), start=1):
+        run_err = path.read_bytes()
+        assert code == "0", f"run {attempt} of {block.id}:\n{run_err.decode()}"
+        assert b"Traceback" not in run_err
         # An integration reports a recording problem instead of raising it: none here.
-        assert b"flightlog could not record" not in err, err.decode()
+        assert b"flightlog could not record" not in run_err, run_err.decode()
     sessions = list(daemon.root.rglob("*.jsonl"))
     for path in sessions:
         report = check(path)

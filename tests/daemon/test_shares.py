@@ -56,10 +56,8 @@ from support.daemon import (
 
 pytestmark = needs_root
 
-_rings = pytest.mark.skipif(
-    not ring_supported(sys.platform, platform.machine(), sys.thread_info.lock),
-    reason="rings need x86-64 Linux",
-)
+_RINGS_HERE = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
+_rings = pytest.mark.skipif(not _RINGS_HERE, reason="rings need x86-64 Linux")
 
 GREEDY = 42001
 OTHER = 42002
@@ -350,6 +348,9 @@ def test_one_uids_many_connections_share_its_floors(uids: int, count: int) -> No
                 ready.wait()
             # Another uid's small requests go on meanwhile.
             assert isinstance(as_uid(OTHER, lambda: _served(daemon.socket)), SessionOpened)
+            if uids > 1 and _RINGS_HERE:
+                # Past the budget and the pool, its new connections get no ring.
+                assert as_uid(OTHER, lambda: _ring_size(daemon.socket)) == 0
             growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
         finally:
             for _, done in signals:
@@ -406,6 +407,14 @@ def test_one_uids_many_connections_loading_checkpoints_share_its_floors() -> Non
             loader.result(timeout=60)
     print(f"\n{count} connections of one uid loading: peak RSS growth {growth_kb >> 10} MiB")
     assert growth_kb < (cap // 2 + UID_FLOOR_ROOM + (32 << 20)) // 1024, growth_kb
+
+
+def _ring_size(path: str) -> int:
+    sock, size, fds = ring_hello(path)
+    for fd in fds:
+        os.close(fd)
+    sock.close()
+    return size
 
 
 def _served(path: str) -> SessionOpened:

@@ -31,7 +31,9 @@ and 4 MiB: one and a half budgets).
 The rings connections read from (docs/protocol.md, "The ring") are charged too, for
 as long as their connection lives: a ring is made only while every ring together
 takes at most a quarter of the budget, and one uid's rings at most ``1 / UID_SHARE``
-of that, so past that many connections new ones use their socket alone.
+of that, so past that many connections new ones use their socket alone; a uid
+other than the daemon's gets one only while the daemon holds less than the budget
+and :data:`FLOOR_POOL`, so that rings made during an attack add nothing beyond it.
 """
 
 from __future__ import annotations
@@ -143,9 +145,14 @@ class MemoryBudget:
 
     def take_ring(self, size: int, uid: UidMemory) -> bool:
         """Charge a ring of ``size`` bytes to the budget and to ``uid``, if rings stay
-        within a quarter of the cap and ``uid``'s rings within its share of that."""
+        within a quarter of the cap and ``uid``'s rings within its share of that, and
+        for a uid other than the daemon's, the daemon within the budget and
+        :data:`FLOOR_POOL` (past it, its new connections use their socket alone)."""
         part = self.cap // 4
-        if self.rings + size > part or (uid.limited and uid.rings + size > part // UID_SHARE):
+        if self.rings + size > part or (
+            uid.limited
+            and (uid.rings + size > part // UID_SHARE or self.used + size > self.cap + FLOOR_POOL)
+        ):
             return False
         self.rings += size
         self.used += size

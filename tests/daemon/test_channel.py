@@ -12,7 +12,15 @@ from typing import Any
 import anyio
 import pytest
 
-from flightlog.daemon._budget import FLOOR, ConnectionBudget, MemoryBudget
+from flightlog.daemon._budget import (
+    FLOOR,
+    FLOOR_POOL,
+    UID_FLOOR_ROOM,
+    UID_SHARE,
+    ConnectionBudget,
+    MemoryBudget,
+    UidMemory,
+)
 from flightlog.daemon._channel import Channel
 from flightlog.daemon._primitives import Poller
 from flightlog.protocol.wire import FrameDecoder, server_decoder
@@ -293,3 +301,43 @@ async def test_a_client_that_hangs_up_after_a_whole_frame_is_read_once_there_is_
     await starved.read_to_the_end()
     assert starved.channel.read_error is None
     assert starved.decoder.missing == 0 and starved.decoder.buffered == len(frame)
+
+
+def test_floors_beyond_the_budget_share_one_pool_and_look_again_when_it_has_room() -> None:
+    """Issue 27, 4: two uids each hold their share and then floors on further
+    connections; together the floors stop at the budget and ``FLOOR_POOL`` (before,
+    each uid's stopped only at its share and ``UID_FLOOR_ROOM``), a third uid that
+    holds at most a floor is still read, and once another uid frees a floor's room in
+    the pool, the connections waiting for it are resumed."""
+    budget = MemoryBudget(8 * FLOOR)
+    uids = [UidMemory(limited=True) for _ in range(3)]
+    first, second, third = uids
+    share = budget.cap // UID_SHARE
+    for uid in (first, second):
+        ConnectionBudget(budget, uid).charge(share)
+    floors: dict[int, list[ConnectionBudget]] = {id(uid): [] for uid in uids}
+    # Each of the two uids' new connections takes a floor while it may read.
+    for _ in range(UID_FLOOR_ROOM // FLOOR):
+        for uid in (first, second):
+            connection = ConnectionBudget(budget, uid)
+            if connection.may_read():
+                connection.charge(FLOOR)
+                floors[id(uid)].append(connection)
+    assert budget.used == budget.cap + FLOOR_POOL
+    waiting = ConnectionBudget(budget, first)
+    assert not waiting.may_read()  # its uid is within its room, the pool is not
+    resumed: list[str] = []
+    waiting.wait("waiting", lambda: resumed.append("waiting"))
+    # A uid holding little goes on: one floor, not two.
+    little = ConnectionBudget(budget, third)
+    assert little.may_read()
+    little.charge(FLOOR // 2)
+    assert ConnectionBudget(budget, third).may_read()
+    little.charge(FLOOR // 2)
+    assert not ConnectionBudget(budget, third).may_read()
+    # The pool gets a floor's room back: the waiting connection looks again.
+    little.discharge(FLOOR)
+    assert not resumed
+    floors[id(second)][-1].discharge(FLOOR)
+    assert resumed == ["waiting"]
+    assert waiting.may_read()

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from flightlog.daemon._budget import UID_FLOOR_ROOM
+from flightlog.daemon._budget import FLOOR, FLOOR_POOL, UID_FLOOR_ROOM, UID_SHARE
 from flightlog.protocol.ring import (
     RING_HEADER,
     ring_supported,
@@ -56,10 +56,8 @@ from support.daemon import (
 
 pytestmark = needs_root
 
-_rings = pytest.mark.skipif(
-    not ring_supported(sys.platform, platform.machine(), sys.thread_info.lock),
-    reason="rings need x86-64 Linux",
-)
+_RINGS_HERE = ring_supported(sys.platform, platform.machine(), sys.thread_info.lock)
+_rings = pytest.mark.skipif(not _RINGS_HERE, reason="rings need x86-64 Linux")
 
 GREEDY = 42001
 OTHER = 42002
@@ -307,13 +305,24 @@ def _set() -> Signal:
     return signal
 
 
-def test_one_uids_many_connections_share_its_floors() -> None:
-    """250 connections of one uid, each sending all but the last byte of a frame
-    (issue 27, 4): each connection may hold a floor of 1 MiB whatever the budget
-    says, and before, every one of them did: the daemon's peak RSS grew by 314 MiB
-    for a budget of 64 MiB.  Now the floors of a uid's connections are its share's
-    too (and 4 MiB more): the uid's half of the budget, and what malloc keeps."""
-    frame, cap, count = 4 << 20, 64 << 20, 250
+#: Uids that each hold partial frames on many connections at once.
+_HOLDERS = (GREEDY, 42011, 42012, 42013)
+#: What one read of a connection may add to its floor (the daemon's ``read_size``).
+_READ_SIZE = 256 * 1024
+
+
+@pytest.mark.parametrize(("uids", "count"), [(1, 250), (len(_HOLDERS), 64)])
+def test_one_uids_many_connections_share_its_floors(uids: int, count: int) -> None:
+    """``count`` connections of each of ``uids`` uids, each sending all but the last
+    byte of a frame (issue 27, 4): each connection may hold a floor of 1 MiB whatever
+    the budget says, and before, every one of them did: 250 of one uid grew the
+    daemon's peak RSS by 314 MiB for a budget of 64 MiB.  Then the floors of a uid's
+    connections were its share's too (and 4 MiB more), but no more than that waited
+    for the budget: four uids took the daemon to two budgets and 16 MiB.  Now every
+    uid's floors together stop at the budget and ``FLOOR_POOL`` more, past which a
+    uid is read only while it holds at most a floor (and a read): the lesser of the
+    two bounds, and what malloc keeps."""
+    frame, cap = 4 << 20, 64 << 20
 
     def hold(path: str, ready: Signal, done: Signal) -> int:
         clients = [RawClient(path) for _ in range(count)]
@@ -329,18 +338,38 @@ def test_one_uids_many_connections_share_its_floors() -> None:
         *("--max-frame-size", str(frame), "--max-buffered", str(cap), "--send-timeout", "60")
     ) as daemon:
         before_kb = proc_status_kb(daemon.pid, "VmRSS")
-        ready, done = Signal(), Signal()
-        holder = AsUid(GREEDY, lambda: hold(daemon.socket, ready, done))
+        signals = [(Signal(), Signal()) for _ in range(uids)]
+        holders = [
+            AsUid(uid, lambda ready=ready, done=done: hold(daemon.socket, ready, done))
+            for uid, (ready, done) in zip(_HOLDERS[:uids], signals, strict=True)
+        ]
         try:
-            ready.wait()
+            for ready, _ in signals:
+                ready.wait()
             # Another uid's small requests go on meanwhile.
             assert isinstance(as_uid(OTHER, lambda: _served(daemon.socket)), SessionOpened)
+            if uids > 1 and _RINGS_HERE:
+                # Past the budget and the pool, its new connections get no ring.
+                assert as_uid(OTHER, lambda: _ring_size(daemon.socket)) == 0
             growth_kb = proc_status_kb(daemon.pid, "VmHWM") - before_kb
         finally:
-            done.set()
-            holder.result(timeout=60)
-    print(f"\n{count} connections of one uid: peak RSS growth {growth_kb >> 10} MiB (cap 64 MiB)")
-    assert growth_kb < (cap // 2 + UID_FLOOR_ROOM + (32 << 20)) // 1024, growth_kb
+            for _, done in signals:
+                done.set()
+            for holder in holders:
+                holder.result(timeout=60)
+    # docs/operations.md (--max-buffered): each uid's share and its floors' room, or
+    # if less the budget, the pool and a floor and a read for each uid holding
+    # (the other uid's too); what malloc keeps.
+    held = min(
+        uids * (cap // UID_SHARE + UID_FLOOR_ROOM),
+        cap + FLOOR_POOL + (uids + 1) * (FLOOR + _READ_SIZE),
+    )
+    allowed_kb = (held + (32 << 20)) // 1024
+    print(
+        f"\n{count} connections of each of {uids} uids: peak RSS growth {growth_kb >> 10} MiB"
+        f" (cap 64 MiB, allowed {allowed_kb >> 10} MiB)"
+    )
+    assert growth_kb < allowed_kb, (growth_kb, allowed_kb)
 
 
 def test_one_uids_many_connections_loading_checkpoints_share_its_floors() -> None:
@@ -378,6 +407,14 @@ def test_one_uids_many_connections_loading_checkpoints_share_its_floors() -> Non
             loader.result(timeout=60)
     print(f"\n{count} connections of one uid loading: peak RSS growth {growth_kb >> 10} MiB")
     assert growth_kb < (cap // 2 + UID_FLOOR_ROOM + (32 << 20)) // 1024, growth_kb
+
+
+def _ring_size(path: str) -> int:
+    sock, size, fds = ring_hello(path)
+    for fd in fds:
+        os.close(fd)
+    sock.close()
+    return size
 
 
 def _served(path: str) -> SessionOpened:

@@ -21,12 +21,19 @@ and :data:`UID_FLOOR_ROOM` more, none of them is read (nor loads a checkpoint or
 buffers for a subscription) until the uid holds less, however little each holds.  So
 one uid's many connections cannot each hold a floor beyond its share: before, 250
 connections of one uid, each with all but the last byte of a frame, held 250 MiB more
-than a budget of 64 MiB.
+than a budget of 64 MiB.  And what the floors of every such uid together hold beyond
+the budget stops at :data:`FLOOR_POOL`: past it, a uid's connections are read only
+while the uid holds (rings aside) at most one floor, so a uid that holds little is
+never stopped by others' floors, and uids holding at once no longer take the daemon
+past the budget by their number (before, each of three uids held half the budget
+and 4 MiB: one and a half budgets).
 
 The rings connections read from (docs/protocol.md, "The ring") are charged too, for
 as long as their connection lives: a ring is made only while every ring together
 takes at most a quarter of the budget, and one uid's rings at most ``1 / UID_SHARE``
-of that, so past that many connections new ones use their socket alone.
+of that, so past that many connections new ones use their socket alone; a uid
+other than the daemon's gets one only while the daemon holds less than the budget
+and :data:`FLOOR_POOL`, so that rings made during an attack add nothing beyond it.
 """
 
 from __future__ import annotations
@@ -37,7 +44,15 @@ import ctypes
 import functools
 from collections.abc import Callable
 
-__all__ = ["FLOOR", "UID_SHARE", "ConnectionBudget", "MemoryBudget", "UidMemory", "malloc_trim"]
+__all__ = [
+    "FLOOR",
+    "FLOOR_POOL",
+    "UID_SHARE",
+    "ConnectionBudget",
+    "MemoryBudget",
+    "UidMemory",
+    "malloc_trim",
+]
 
 #: Bytes a connection may always hold, whatever the global budget says: a client of
 #: small requests is never held up by others' large frames.
@@ -47,6 +62,11 @@ FLOOR = 1024 * 1024
 UID_SHARE = 2
 #: What the floors of one uid's connections may hold beyond its share, together.
 UID_FLOOR_ROOM = 4 * FLOOR
+#: What the floors of every uid other than the daemon's may hold beyond the budget,
+#: together: what one uid's may beyond its share, so the daemon's worst case is the
+#: budget and this, not a share and this for each uid; past it, a uid holding at most
+#: one floor is still read (:meth:`MemoryBudget.uid_floors_fit`).
+FLOOR_POOL = UID_FLOOR_ROOM
 
 
 class UidMemory:
@@ -69,6 +89,7 @@ class MemoryBudget:
     """The bytes held for every connection, against ``cap``."""
 
     __slots__ = (
+        "_pool_waiting",
         "_trim",
         "_trim_below",
         "_trim_due",
@@ -96,6 +117,9 @@ class MemoryBudget:
         self._waiting: dict[object, Callable[[], None]] = {}
         #: The uid of each waiter that has one (limited), which also lists it.
         self._uids: dict[object, UidMemory] = {}
+        #: Whether a floor was refused for :data:`FLOOR_POOL` since waiters were last
+        #: resumed for room in it.
+        self._pool_waiting = False
 
     @property
     def spent(self) -> bool:
@@ -107,14 +131,28 @@ class MemoryBudget:
 
     def uid_floors_fit(self, uid: UidMemory, count: int = 1) -> bool:
         """Whether ``count`` more bytes held under its connections' floors keep
-        ``uid`` within its share and :data:`UID_FLOOR_ROOM`."""
-        return not uid.limited or uid.held + count <= self.cap // UID_SHARE + UID_FLOOR_ROOM
+        ``uid`` within its share and :data:`UID_FLOOR_ROOM`, and the daemon within
+        the budget and :data:`FLOOR_POOL`, unless ``uid`` holds (rings aside) at most
+        one floor with them: a uid that holds little always goes on."""
+        if not uid.limited:
+            return True
+        if uid.held + count > self.cap // UID_SHARE + UID_FLOOR_ROOM:
+            return False
+        if self.used + count <= self.cap + FLOOR_POOL or uid.held - uid.rings + count <= FLOOR:
+            return True
+        self._pool_waiting = True
+        return False
 
     def take_ring(self, size: int, uid: UidMemory) -> bool:
         """Charge a ring of ``size`` bytes to the budget and to ``uid``, if rings stay
-        within a quarter of the cap and ``uid``'s rings within its share of that."""
+        within a quarter of the cap and ``uid``'s rings within its share of that, and
+        for a uid other than the daemon's, the daemon within the budget and
+        :data:`FLOOR_POOL` (past it, its new connections use their socket alone)."""
         part = self.cap // 4
-        if self.rings + size > part or (uid.limited and uid.rings + size > part // UID_SHARE):
+        if self.rings + size > part or (
+            uid.limited
+            and (uid.rings + size > part // UID_SHARE or self.used + size > self.cap + FLOOR_POOL)
+        ):
             return False
         self.rings += size
         self.used += size
@@ -162,9 +200,14 @@ class MemoryBudget:
             uid.waiting.pop(who, None)
 
     def _freed(self, uid: UidMemory) -> None:
-        """``uid`` held less: every waiter is resumed when the budget has room, and
-        ``uid``'s own when it is back within its floors' room (each looks again)."""
-        if self.used < self.cap:
+        """``uid`` held less: every waiter is resumed when the budget has room, or
+        when :data:`FLOOR_POOL` has a floor's room again after a floor was refused
+        for it, and ``uid``'s own when it is back within its floors' room (each
+        looks again)."""
+        if self.used < self.cap or (
+            self._pool_waiting and self.used + FLOOR <= self.cap + FLOOR_POOL
+        ):
+            self._pool_waiting = False
             waiting = list(self._waiting)
         elif uid.waiting and self.uid_floors_fit(uid):
             waiting = list(uid.waiting)

@@ -246,7 +246,13 @@ def test_a_flooding_uid_does_not_stop_another_uids_agent_from_recording(
     large_started.wait()
     small_started.wait()
     crowd = AsUid(FLOODER, lambda: _crowd(shared.socket, ready, stop))
-    ready.wait()
+    try:
+        ready.wait()
+    except TimeoutError:
+        for blaster in blasters:
+            blaster.kill()
+        crowd.result(timeout=5)  # what the crowd raised fails the test here
+        raise
     flooder_dir = shared.root / "uid" / str(FLOODER)
     # Past the flooder's first second's worth (which may come at once) and what its
     # connections' buffers hold, its rate is its steady one.

@@ -193,10 +193,13 @@ CTRL_C = textwrap.dedent(
         # here, or woken meanwhile by the SDK's own callbacks) ends the task with the
         # KeyboardInterrupt and leaves the run to the exit, which waits for this
         # thread, which would wait for the test.  (Sent by the test after it read the
-        # line below, it landed outside the selector once on a loaded machine.)
+        # line below, it landed outside the selector once on a loaded machine.)  It
+        # goes to the main thread, as a terminal's does: sent to the process from this
+        # thread, the kernel gave it to this thread, and the main thread slept on in
+        # its selector with the KeyboardInterrupt pending.
         while not waiting_in_the_selector():
             time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(main, signal.SIGINT)
         print("in the tool", flush=True)
         # Until the test, after its Ctrl-C, says to stop (the interpreter waits for
         # this thread before it exits).

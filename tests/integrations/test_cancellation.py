@@ -181,6 +181,11 @@ CTRL_C = textwrap.dedent(
     agent = Agent(TestModel(), name="victim", capabilities=[Flightlog(path="ctrl-c.jsonl")])
     main = threading.main_thread().ident
     faulthandler.enable(all_threads=True)  # a SIGABRT shows where it hangs, if it does
+    # Ctrl-C as a Python at a terminal takes it, whatever its launcher left ignored or
+    # blocked (a process inherits both): twice in fresh-clone runs the agent's main
+    # thread slept on in its selector after the SIGINT.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def waiting_in_the_selector() -> bool:
         frame = sys._current_frames().get(main)
@@ -224,10 +229,12 @@ def test_pydantic_ai_run_sync_interrupted_by_ctrl_c(daemon: DaemonProcess) -> No
         try:
             wait_for(lambda: any(r["type"] == "run_close" for r in read_lines(path)), timeout=60)
         except TimeoutError:
+            status = Path(f"/proc/{agent.pid}/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith("Sig")]
             agent.send_signal(signal.SIGABRT)
             _, err = agent.communicate(timeout=60)
             lines = [r["type"] for r in read_lines(path)]
-            pytest.fail(f"no run_close after the Ctrl-C: {lines}\n{err.decode()}")
+            pytest.fail(f"no run_close after the Ctrl-C: {lines}\n{masks}\n{err.decode()}")
         stop.touch()
         _, err = agent.communicate(timeout=60)
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +36,7 @@ from support.daemon import (
     FAVOURED,
     AsUid,
     Signal,
+    alone_and_flooded,
     as_uid,
     begin,
     checkpoint,
@@ -340,23 +340,12 @@ def test_a_uid_flooding_with_work_leaves_another_uid_a_third_of_its_rate(
     starts = [Signal() for _ in range(2)]
     flooders = [AsUid(FLOODER, functools.partial(flood, shared.socket, s)) for s in starts]
     agent = functools.partial(_agent, shared.socket, events=_WORK_EVENTS)
-    alone, flooded = [], []
-    try:
-        for started in starts:
-            started.wait()
-        # Rounds alone and flooded alternate (the flooders stopped, then going on), so
-        # that the rest of the machine's load weighs alike on both.
-        for n in range(_ROUNDS):
-            for flooder in flooders:
-                os.kill(flooder.pid, signal.SIGSTOP)
-            alone.append(_as_victim(functools.partial(agent, f"alone-{n}.jsonl")))
-            for flooder in flooders:
-                os.kill(flooder.pid, signal.SIGCONT)
-            flooded.append(_as_victim(functools.partial(agent, f"flooded-{n}.jsonl")))
-    finally:
-        for flooder in flooders:
-            flooder.kill()
-    solo, during = max(alone), max(flooded)
+    solo, during = alone_and_flooded(
+        flooders,
+        starts,
+        lambda name: _as_victim(functools.partial(agent, f"{name}.jsonl")),
+        _ROUNDS,
+    )
     print(
         f"{kind}: victim alone {solo:,.0f} events/s, while uid {FLOODER} floods "
         f"{during:,.0f} events/s ({during / solo:.2f}x; best of {_ROUNDS} each)"

@@ -325,14 +325,7 @@ def test_one_uids_many_connections_share_its_floors(uids: int, count: int) -> No
     frame, cap = 4 << 20, 64 << 20
 
     def hold(path: str, ready: Signal, done: Signal) -> int:
-        clients = [RawClient(path) for _ in range(count)]
-        partial = struct.pack(">I", frame) + b"\x00" * (frame - 1)
-        sent = send_until_stuck([client.sock for client in clients], partial)
-        ready.set()
-        done.wait()
-        for client in clients:
-            client.close()
-        return sum(sent)
+        return sum(_partial_frames(path, count, frame, ready, done))
 
     with shared_daemon(
         *("--max-frame-size", str(frame), "--max-buffered", str(cap), "--send-timeout", "60")

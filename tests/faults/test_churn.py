@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import socket
 import struct
 import time
@@ -33,6 +32,7 @@ from support.daemon import (
     FAVOURED,
     AsUid,
     Signal,
+    alone_and_flooded,
     as_uid,
     favour,
     log_events,
@@ -119,25 +119,18 @@ def test_a_uid_churning_connections_leaves_another_uid_a_third_of_its_rate() -> 
             AsUid(FLOODER, functools.partial(_churn, daemon.socket, first, started))
             for first, started in zip(kinds, starts, strict=True)
         ]
-        alone, flooded = [], []
-        try:
-            for started in starts:
-                started.wait()
-            for _ in range(_ROUNDS):
-                for churner in churners:
-                    os.kill(churner.pid, signal.SIGSTOP)
-                # Alone once the daemon is done with the churners' connections (those
-                # it accepted and those in its socket's backlog), but the one each
-                # stopped churner may hold open.
-                wait_for(lambda: _descriptors(daemon.pid) <= idle + len(churners), timeout=60)
-                alone.append(as_uid(VICTIM, round_trips, nice=FAVOURED))
-                for churner in churners:
-                    os.kill(churner.pid, signal.SIGCONT)
-                flooded.append(as_uid(VICTIM, round_trips, nice=FAVOURED))
-        finally:
-            for churner in churners:
-                churner.kill()
-    solo, during = max(alone), max(flooded)
+        # Alone once the daemon is done with the churners' connections (those it
+        # accepted and those in its socket's backlog), but the one each stopped
+        # churner may hold open.
+        solo, during = alone_and_flooded(
+            churners,
+            starts,
+            lambda _: as_uid(VICTIM, round_trips, nice=FAVOURED),
+            _ROUNDS,
+            settle=lambda: wait_for(
+                lambda: _descriptors(daemon.pid) <= idle + len(churners), timeout=60
+            ),
+        )
     print(
         f"victim alone {solo:,.0f} round trips/s, while uid {FLOODER} churns "
         f"{during:,.0f} ({during / solo:.2f}x; best of {_ROUNDS} each)"

@@ -54,6 +54,7 @@ __all__ = [
     "AsUid",
     "Signal",
     "agent_report",
+    "alone_and_flooded",
     "as_uid",
     "assert_refusal_logged",
     "assert_serving",
@@ -357,6 +358,36 @@ def as_uid(
     ``groups``, at CPU priority ``nice`` if given) and return what it returns; what it
     raises fails the test here."""
     return AsUid(uid, action, groups=groups, nice=nice).result()
+
+
+def alone_and_flooded(
+    flooders: list[AsUid],
+    started: list[Signal],
+    measure: Callable[[str], float],
+    rounds: int,
+    settle: Callable[[], None] = lambda: None,
+) -> tuple[float, float]:
+    """The best of ``rounds`` of ``measure`` with ``flooders`` stopped (SIGSTOP;
+    ``settle`` runs first in each such round), and the best of as many while they flood,
+    the rounds alternating so that the rest of the machine's load weighs alike on
+    both; ``measure`` is given ``"alone-N"`` or ``"flooded-N"``.  The flooders are
+    waited for (``started``) and killed at the end, whatever happens."""
+    alone, flooded = [], []
+    try:
+        for signal_ in started:
+            signal_.wait()
+        for n in range(rounds):
+            for flooder in flooders:
+                os.kill(flooder.pid, signal.SIGSTOP)
+            settle()
+            alone.append(measure(f"alone-{n}"))
+            for flooder in flooders:
+                os.kill(flooder.pid, signal.SIGCONT)
+            flooded.append(measure(f"flooded-{n}"))
+    finally:
+        for flooder in flooders:
+            flooder.kill()
+    return max(alone), max(flooded)
 
 
 class AsUid:

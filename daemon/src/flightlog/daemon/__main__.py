@@ -107,27 +107,24 @@ def _ring_size(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    """A duration option: a number of seconds, zero or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
-    return value
+def _seconds_from(least: float) -> Callable[[str], float]:
+    """A duration option's type: a number of seconds, ``least`` or more."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= least:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= {least:g}")
+        return value
+
+    return seconds
 
 
-def _window(text: str) -> float:
-    """The refusals' window: a number of seconds, 0.1 or more (each window wakes the
-    daemon once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0.1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0.1")
-    return value
+_seconds = _seconds_from(0)
+#: The refusals' window: 0.1 s or more (each window wakes the daemon once).
+_window = _seconds_from(0.1)
 
 
 def _size(text: str) -> int:
